@@ -1,0 +1,331 @@
+"""The batched RK4 solver behind one function, on the GPU or on all CPU cores.
+
+A batch is candidates × sweeps. :class:`Simulator` prepares everything that does not change
+between generations (schedule, waveforms, data, device arrays) once; each call then moves
+only the parameters in and a small result array out. :func:`simulate_batch` is the one-shot
+form.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kingen.codegen import FAIL_PARAMS, N_OUT, N_WINDOWS
+from kingen.errors import KingenError
+from kingen.protocol import _TEN_NINETY_SIGMAS, Protocol, Sweep
+from kingen.scheme import Scheme
+from kingen.solve.backends import choose_backend
+from kingen.solve.compiled import solver_module
+from kingen.solve.schedule import DEFAULT_COURANT, Schedule, build_schedule, protocol_sweeps
+
+log = logging.getLogger("kingen")
+
+PRECISIONS = ("float64", "float32")
+# Tolerance on probabilities (range and conservation) before a candidate is failed.
+TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
+CUDA_BLOCK = 128
+
+
+@dataclass
+class ObjectiveInputs:
+    """What the objective mode compares against, on the schedule's sample grid.
+
+    ``data`` and ``weight`` have one entry per sample of every sweep (sweeps concatenated);
+    ``windows`` (n_sweeps, 4, 3) int: first sample, last sample, op (0 peak, 1 sum, −1 none).
+    """
+
+    data: np.ndarray
+    weight: np.ndarray
+    windows: np.ndarray
+
+
+@dataclass
+class BatchResult:
+    """What a batch returns.
+
+    Objective mode: ``sgg`` = Σ w·g², ``sgd`` = Σ w·g·d per (candidate, sweep), where g is
+    the current of one channel (pA) and d the data; ``windows`` (N, n_sweeps, 4, 2) holds
+    each window's value (peak or sum of g) and the sample index of the peak.
+    Trace mode: ``traces`` (N, n_samples_total) current of one channel, pA, and
+    ``occupancy`` (N, n_samples_total, n_states) when asked for.
+    ``fail`` (N, n_sweeps): 0 ok, else a failure code (see :mod:`kingen.codegen`).
+    """
+
+    backend: str
+    device: str
+    precision: str
+    schedule: Schedule
+    fail: np.ndarray
+    sgg: np.ndarray | None = None
+    sgd: np.ndarray | None = None
+    windows: np.ndarray | None = None
+    traces: np.ndarray | None = None
+    occupancy: np.ndarray | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def sweep_trace(self, candidate: int, sweep: int) -> np.ndarray:
+        """The per-channel current of one candidate in one sweep, pA."""
+        assert self.traces is not None
+        a, b = self.schedule.sample_start[sweep], self.schedule.sample_start[sweep + 1]
+        return self.traces[candidate, a:b]
+
+
+def waveform_tables(sweeps: list[Sweep]) -> tuple[np.ndarray, ...]:
+    """Pulse and transient tables of the sweeps, in the layout the kernels read."""
+    pulses, pstart, trans, tstart = [], [0], [], [0]
+    for s in sweeps:
+        for p in s.pulses:
+            pulses.append([p.start, p.end, p.concentration, p.rise / _TEN_NINETY_SIGMAS,
+                           p.decay / _TEN_NINETY_SIGMAS])
+        pstart.append(len(pulses))
+        for tr in s.transients:
+            norm, _ = tr._norm()
+            trans.append([tr.start, tr.peak * norm, tr.tau_decay, tr.tau_rise, tr.end])
+        tstart.append(len(trans))
+    return (np.array(pulses, dtype=np.float64).reshape(-1, 5), np.array(pstart, np.int64),
+            np.array(trans, dtype=np.float64).reshape(-1, 5), np.array(tstart, np.int64))
+
+
+class Simulator:
+    """A prepared batch: one scheme, a list of protocols, a backend and a precision.
+
+    Parameters
+    ----------
+    scheme
+        The kinetic scheme.
+    protocols
+        Protocols whose sweeps make up the batch's second dimension.
+    backend
+        ``auto`` (GPU if one works, else CPU), ``cpu`` or ``cuda``.
+    precision
+        ``float64`` or ``float32``.
+    step
+        Fixed RK4 step, ms (default: chosen per segment for stability, see
+        :mod:`kingen.solve.schedule`).
+    courant
+        h·ρ of the automatic step choice.
+    objective
+        Data, weights and windows for objective mode (see :class:`ObjectiveInputs`).
+    """
+
+    def __init__(
+        self,
+        scheme: Scheme,
+        protocols: list[Protocol],
+        *,
+        backend: str = "auto",
+        precision: str = "float64",
+        step: float | None = None,
+        courant: float = DEFAULT_COURANT,
+        objective: ObjectiveInputs | None = None,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise KingenError("unknown precision (use float64 or float32)", field="precision",
+                              value=precision)
+        if step is not None and not (step > 0 and math.isfinite(step)):
+            raise KingenError("must be > 0", field="step", value=step)
+        self.scheme = scheme
+        self.protocols = list(protocols)
+        self.sweeps, self.spans = protocol_sweeps(self.protocols)
+        self.precision = precision
+        self.backend, status = choose_backend(backend)
+        self.simulator = bool(status and status.simulator and self.backend == "cuda")
+        self.device = (status.device if self.backend == "cuda" and status else "cpu")
+        self.schedule = build_schedule(scheme, self.sweeps, step=step, courant=courant)
+        self.pulses, self.pulse_start, self.transients, self.transient_start = \
+            waveform_tables(self.sweeps)
+        self.drive = np.array([s.driving_force * 1e-3 for s in self.sweeps])
+        self.objective = objective
+        if objective is not None:
+            n = self.schedule.n_samples
+            if objective.data.shape != (n,) or objective.weight.shape != (n,):
+                raise ValueError(f"data and weight must have {n} samples")
+            if objective.windows.shape != (len(self.sweeps), N_WINDOWS, 3):
+                raise ValueError("windows must be (n_sweeps, 4, 3)")
+        self._device_arrays: dict[str, object] = {}
+
+    # ------------------------------------------------------------------ public
+    @property
+    def n_sweeps(self) -> int:
+        """Sweeps in the batch."""
+        return len(self.sweeps)
+
+    def run(self, params: np.ndarray, mode: str = "objective", *,
+            with_occupancy: bool = False) -> BatchResult:
+        """Simulate every candidate under every sweep.
+
+        Parameters
+        ----------
+        params
+            (N, n_params) parameters, internal units. Derived rates are recomputed; rows
+            with non-finite or non-positive values fail with code 4 and are not simulated.
+        mode
+            ``objective`` (needs ``objective`` inputs) or ``traces``.
+        with_occupancy
+            In trace mode, also return occupancies.
+        """
+        import time
+
+        if mode not in ("objective", "traces"):
+            raise KingenError("unknown mode (use objective or traces)", field="mode",
+                              value=mode)
+        if mode == "objective" and self.objective is None:
+            raise KingenError("objective mode needs data: build the Simulator with "
+                              "objective=...", field="mode", value=mode)
+        t_start = time.perf_counter()
+        p = np.atleast_2d(np.asarray(params, dtype=np.float64))
+        if p.shape[-1] != self.scheme.n_params:
+            raise KingenError(f"params must have {self.scheme.n_params} columns "
+                              f"({', '.join(self.scheme.param_names)})", field="params",
+                              value=f"shape {p.shape}")
+        with np.errstate(all="ignore"):
+            p = self.scheme.complete(p)
+            bad = ~np.all(np.isfinite(p) & (p > 0), axis=1)
+        if bad.any():
+            p[bad] = self.scheme.values
+        init = self.scheme.rest_occupancy(p)
+        bad |= ~np.all(np.isfinite(init), axis=1)
+        init[bad] = self.scheme.rest_occupancy(self.scheme.values)
+        n = p.shape[0]
+        dtype = np.dtype(self.precision)
+        P = np.ascontiguousarray(p.T, dtype=dtype)
+        S0 = np.ascontiguousarray(init.T, dtype=dtype)
+        fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
+        if mode == "objective":
+            out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
+            obj = self.objective
+            extra = (obj.data.astype(np.float64), obj.weight.astype(np.float64),
+                     obj.windows.astype(np.int64), out)
+        else:
+            traces = np.full((n, self.schedule.n_samples), np.nan, dtype=np.float64)
+            occ_shape = ((n, self.schedule.n_samples, self.scheme.n_states) if with_occupancy
+                         else (1, 1, 1))
+            occ = np.full(occ_shape, np.nan, dtype=np.float64)
+            extra = (traces, occ, np.zeros(1), np.zeros(1))
+        t_prep = time.perf_counter()
+        module = solver_module(self.scheme, mode, self.precision, self.backend,
+                               with_occupancy=with_occupancy, simulator=self.simulator)
+        args = self._common_args(P, S0)
+        tol = TOLERANCE[self.precision]
+        t_compile = time.perf_counter()
+        if self.backend == "cpu":
+            module.launch(n, self.n_sweeps, *args[:2], *args[2:], tol, *extra, fail)
+            results = list(extra) + [fail]
+            t_run = time.perf_counter()
+        else:
+            results, t_run = self._launch_cuda(module, n, args, tol, extra, fail, mode)
+        fail = results[-1].T.copy()
+        fail[bad, :] = FAIL_PARAMS
+        res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
+        if mode == "objective":
+            out = results[3]
+            res.sgg = out[:, 0, :].T.copy()
+            res.sgd = out[:, 1, :].T.copy()
+            res.windows = out[:, 2:, :].reshape(self.n_sweeps, N_WINDOWS, 2, n).transpose(
+                3, 0, 1, 2).copy()
+            failed = fail != 0
+            res.sgg[failed] = np.inf
+            res.sgd[failed] = 0.0
+        else:
+            res.traces = results[0]
+            if with_occupancy:
+                res.occupancy = results[1]
+            for k in range(self.n_sweeps):
+                a, b = self.schedule.sample_start[k], self.schedule.sample_start[k + 1]
+                res.traces[fail[:, k] != 0, a:b] = np.nan
+        res.timings = {"prepare_s": t_prep - t_start, "compile_s": t_compile - t_prep,
+                       "solve_s": t_run - t_compile,
+                       "total_s": time.perf_counter() - t_start}
+        return res
+
+    # ------------------------------------------------------------------ internals
+    def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
+        s = self.schedule
+        return (P, S0, s.rows_f, s.rows_i, s.row_start, self.pulses, self.pulse_start,
+                self.transients, self.transient_start, self.drive, s.sample_start)
+
+    def _launch_cuda(self, module, n: int, args: tuple, tol: float, extra: tuple,
+                     fail: np.ndarray, mode: str) -> tuple[list[np.ndarray], float]:
+        import time
+
+        from numba import cuda
+
+        # Arrays that do not change between calls stay on the device.
+        if not self._device_arrays:
+            for name, arr in zip(("rows_f", "rows_i", "row_start", "pulses", "pulse_start",
+                                  "transients", "transient_start", "drive", "sample_start"),
+                                 args[2:]):
+                self._device_arrays[name] = cuda.to_device(arr)
+            if self.objective is not None:
+                self._device_arrays["data"] = cuda.to_device(extra[0] if mode == "objective"
+                                                             else self.objective.data)
+                self._device_arrays["weight"] = cuda.to_device(self.objective.weight)
+                self._device_arrays["win"] = cuda.to_device(
+                    self.objective.windows.astype(np.int64))
+        d = self._device_arrays
+        P, S0 = cuda.to_device(args[0]), cuda.to_device(args[1])
+        if mode == "objective":
+            dev_extra = (d["data"], d["weight"], d["win"], cuda.to_device(extra[3]))
+        else:
+            dev_extra = tuple(cuda.to_device(x) for x in extra)
+        dfail = cuda.to_device(fail)
+        total = n * self.n_sweeps
+        blocks = (total + CUDA_BLOCK - 1) // CUDA_BLOCK
+        module.launch[blocks, CUDA_BLOCK](
+            n, self.n_sweeps, P, S0, *(d[k] for k in ("rows_f", "rows_i", "row_start",
+                                                     "pulses", "pulse_start", "transients",
+                                                     "transient_start", "drive",
+                                                     "sample_start")),
+            tol, *dev_extra, dfail)
+        cuda.synchronize()
+        t_run = time.perf_counter()
+        host = [x.copy_to_host() for x in dev_extra] + [dfail.copy_to_host()]
+        return host, t_run
+
+
+def simulate_batch(
+    scheme: Scheme,
+    protocols: list[Protocol] | Protocol,
+    params: np.ndarray,
+    mode: str = "traces",
+    *,
+    backend: str = "auto",
+    precision: str = "float64",
+    step: float | None = None,
+    objective: ObjectiveInputs | None = None,
+    with_occupancy: bool = False,
+) -> BatchResult:
+    """Simulate a batch of candidates under every sweep of the protocols, by RK4.
+
+    Parameters
+    ----------
+    scheme
+        The kinetic scheme.
+    protocols
+        One protocol or a list.
+    params
+        (N, n_params) rate constants in internal units (ms⁻¹, mM⁻¹ ms⁻¹).
+    mode
+        ``traces`` (currents at the sample times) or ``objective`` (errors and window values
+        reduced in the kernel; needs ``objective``).
+    backend
+        ``auto``, ``cpu`` or ``cuda``.
+    precision
+        ``float64`` or ``float32``.
+    step
+        Fixed step, ms (default: automatic, per segment).
+    objective
+        Data, weights and windows for objective mode.
+    with_occupancy
+        In trace mode, also return the occupancies.
+    """
+    if isinstance(protocols, Protocol):
+        protocols = [protocols]
+    sim = Simulator(scheme, protocols, backend=backend, precision=precision, step=step,
+                    objective=objective)
+    log.info("kingen: solving on %s (%s, %s)", sim.backend, sim.device, precision)
+    return sim.run(params, mode, with_occupancy=with_occupancy)
