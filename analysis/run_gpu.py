@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kingen.analysis.hardware import ceilings  # noqa: E402
-from kingen.analysis.kernels import sgemm  # noqa: E402
+from kingen.analysis.kernels import sgemm, stencil  # noqa: E402
 from kingen.analysis.report import run_analyze  # noqa: E402
 from kingen.analysis.tune import tune  # noqa: E402
 
@@ -46,10 +46,13 @@ def main() -> int:
     (out / "ceilings.json").write_text(json.dumps(dev.to_json(), indent=2))
     work = out / "run"
     run_analyze(a.target, work, use_ncu=True, size=a.size)
-    tr = tune([c for c in sgemm.cases(a.size) if c.name != "sgemm_cublas"],
-              key=f"sgemm-{a.size}", use_cache=False)
-    (out / "tune.json").write_text(json.dumps(tr.to_json(), indent=2))
-    print("tune:", json.dumps(tr.to_json()))
+    tuned = {}
+    for key, cases in ((f"stencil-{a.size}", stencil.cases(a.size)),
+                       (f"sgemm-{a.size}", [c for c in sgemm.cases(a.size)
+                                            if c.name != "sgemm_cublas"])):
+        tuned[key] = tune(cases, key=key, use_cache=False).to_json()
+        print("tune:", json.dumps(tuned[key]))
+    (out / "tune.json").write_text(json.dumps(tuned, indent=2))
     with tarfile.open(out / "ncu_raw.tar.gz", "w:gz") as tf:
         tf.add(work / "ncu", arcname="ncu")
     shutil.rmtree(work / "ncu")

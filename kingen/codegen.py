@@ -59,7 +59,8 @@ def _c(x: float) -> str:
     return f"F({float(x)!r})"
 
 
-def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False) -> GeneratedCode:
+def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
+             compensated: bool = False) -> GeneratedCode:
     """Python source of the RK4 thread body for ``scheme``.
 
     Parameters
@@ -70,6 +71,10 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False) -> Gene
         ``"objective"`` (reduce errors and window values in the thread) or ``"traces"``.
     with_occupancy
         In trace mode, also store the occupancies.
+    compensated
+        Add each step's increment with Kahan compensation. Float32 needs it: with steps of
+        ~0.1 µs, a slow rate's increment per step is near float32's rounding unit and would
+        otherwise be lost systematically (slow recovery from desensitization drifts by %).
     """
     if mode not in ("objective", "traces"):
         raise ValueError(f"mode must be 'objective' or 'traces', got {mode!r}")
@@ -153,7 +158,13 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False) -> Gene
             rates(ind, "cc", True)
         deriv(ind, "y")
         for j in range(S):
-            a(f"{ind}p{j} = p{j} + h6 * (s{j} + f{j})")
+            if compensated:
+                a(f"{ind}dl = h6 * (s{j} + f{j}) - e{j}")
+                a(f"{ind}tp = p{j} + dl")
+                a(f"{ind}e{j} = (tp - p{j}) - dl")
+                a(f"{ind}p{j} = tp")
+            else:
+                a(f"{ind}p{j} = p{j} + h6 * (s{j} + f{j})")
 
     def record(ind: str) -> None:
         g = " + ".join(f"{_c(scheme.conductance[i])} * p{i}" for i in range(S)
@@ -168,6 +179,11 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False) -> Gene
         a(f"{ind}    code = 2")
         a(f"{ind}elif abs(tot - 1.0) > tol:")
         a(f"{ind}    code = 3")
+        # Rounding makes a float32 state drift off Σp = 1 over millions of steps; checking and
+        # then renormalising at every sample bounds the drift to one sample's steps.
+        a(f"{ind}rn = F(1.0 / tot) if code == 0 else F(1.0)")
+        for i in range(S):
+            a(f"{ind}p{i} = p{i} * rn")
         a(f"{ind}gs = sample0 + smp")
         if mode == "objective":
             a(f"{ind}if code != 0:")
@@ -214,6 +230,8 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False) -> Gene
             a(f"{ind}b{m} = {_c(t.factor)} * F(P[{t.param}, c])")
     for i in range(S):
         a(f"{ind}p{i} = F(S0[{i}, c])")
+        if compensated:
+            a(f"{ind}e{i} = F(0.0)")
     a(f"{ind}drv = drive[w]")
     a(f"{ind}pa = pulse_start[w]")
     a(f"{ind}pb = pulse_start[w + 1]")

@@ -218,9 +218,11 @@ def advise(m: MetricSet, kind: str, th: Thresholds | None = None) -> list[Advice
                               "work", "cut non-FP instructions: unroll, hoist index "
                               "arithmetic, wider loads, fewer branches"))
         if m.group == "sgemm":
+            lib = "cublas" in m.name
             out.append(Advice("library / tensor cores", f"{_f(m.gflops)} GFLOP/s on FP32 "
-                              "FMA pipes", "use cuBLAS, or tensor cores (TF32/BF16) where "
-                              "the precision allows"))
+                              "FMA pipes", ("tensor cores (TF32/BF16) where the precision "
+                                            "allows") if lib else "use cuBLAS, or tensor "
+                              "cores (TF32/BF16) where the precision allows"))
         if not out:
             out.append(Advice("near the compute roof", "issue or FP pipe near peak",
                               "do fewer operations (algebra, precompute) or use a faster "

@@ -104,6 +104,10 @@ def compute(name: str, rec: ProfileRecord, dev: DeviceInfo, flops: float, nbytes
         dram_tx = rec.dram_bytes / SECTOR
         l2_tx = rec.l2_bytes / SECTOR if rec.l2_bytes else None
         inst_rate = rec.inst_executed / t
+        # Issue rate against cycles, not event time: ncu locks clocks (base by default), so
+        # counts over its own cycles give a clock-independent fraction of SMs x 4 per cycle.
+        pct_inst = (100.0 * rec.inst_executed / (rec.cycles_elapsed * dev.sms * 4)
+                    if rec.cycles_elapsed else _pct(inst_rate, dev.warp_inst_per_s))
         bw = rec.dram_bytes / t / 1e9
         fp32_total = rec.fp32_flops or 0.0
         fp64_total = rec.fp64_flops or 0.0
@@ -116,7 +120,7 @@ def compute(name: str, rec: ProfileRecord, dev: DeviceInfo, flops: float, nbytes
             pct_dram=_pct(bw, dram_peak),
             pct_l2=_pct(rec.l2_bytes / t / 1e9 if rec.l2_bytes else None, l2_peak),
             pct_l1=rec.sol_l1_pct,
-            pct_inst=_pct(inst_rate, dev.warp_inst_per_s),
+            pct_inst=pct_inst,
             pct_fp32=rec.fp32_pipe_pct, pct_fp64=rec.fp64_pipe_pct,
             sol_compute_pct=rec.sol_compute_pct, sol_memory_pct=rec.sol_memory_pct,
             time_ms=rec.time_ms, gflops=gflops, gbs=bw, declared_bytes=nbytes,

@@ -28,6 +28,7 @@ SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
             "SourceCounters")
 EXTRA_METRICS = (
     "smsp__inst_executed.sum", "smsp__inst_issued.sum", "gpu__time_duration.sum",
+    "gpc__cycles_elapsed.max",
     "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "l1tex__t_bytes.sum",
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active",
@@ -60,6 +61,7 @@ EXTRA_METRICS = (
 
 _SCALE = {"": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
           "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+          "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "b": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9,
           "cycle": 1.0, "kcycle": 1e3, "mcycle": 1e6, "inst": 1.0, "kinst": 1e3,
           "minst": 1e6, "ginst": 1e9, "warp": 1.0, "sector": 1.0, "ksector": 1e3,
           "msector": 1e6, "request": 1.0, "krequest": 1e3, "mrequest": 1e6, "register": 1.0}
@@ -78,6 +80,7 @@ class ProfileRecord:
     time_ms: float
     path_note: str = ""
     duration_ms: float | None = None  # ncu's, at its clock setting
+    cycles_elapsed: float | None = None  # GPC cycles of the profiled launch
     clock_control: str | None = None
     inst_executed: float | None = None  # warp instructions
     inst_issued: float | None = None
@@ -214,6 +217,7 @@ def record_from_ncu(row: dict[str, tuple[str, str]], time_ms: float,
     return ProfileRecord(
         kernel=name, path="ncu", time_ms=time_ms, clock_control=clock_control,
         duration_ms=None if dur is None else dur * 1e3,
+        cycles_elapsed=g("gpc__cycles_elapsed.max"),
         inst_executed=g("smsp__inst_executed.sum"), inst_issued=g("smsp__inst_issued.sum"),
         dram_bytes=_sum(row, "dram__bytes_read.sum", "dram__bytes_write.sum"),
         l2_bytes=g("lts__t_bytes.sum"), l1_bytes=g("l1tex__t_bytes.sum"),

@@ -88,7 +88,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
     pairs, for CUDA a kernel with one thread per pair.
     """
-    code = generate(scheme, mode, with_occupancy=with_occupancy)
+    code = generate(scheme, mode, with_occupancy=with_occupancy,
+                    compensated=precision == "float32")
     if target == "cpu":
         text = _CPU_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
         text += "\n" + code.source + _CPU_LAUNCH

@@ -93,6 +93,8 @@ def _regblock_kernel(t: int, bk: int, tm: int, tn: int) -> Any:
         from numba import float32
 
         bm, bn, nt = t * tm, t * tn, t * t
+        sa_cols = bm + PAD
+        tmn = tm * tn
         la, lb = -(-bm * bk // nt), -(-bk * bn // nt)
 
         # Each thread accumulates tm x tn outputs in registers (the loops have constant trip
@@ -101,9 +103,9 @@ def _regblock_kernel(t: int, bk: int, tm: int, tn: int) -> Any:
         # conflicts) and writes C coalesced.
         @cuda.jit(fastmath=True)
         def sgemm_regblock(a, b, c):
-            sa = cuda.shared.array((bk, bm + PAD), float32)
+            sa = cuda.shared.array((bk, sa_cols), float32)
             sb = cuda.shared.array((bk, bn), float32)
-            acc = cuda.local.array(tm * tn, float32)
+            acc = cuda.local.array(tmn, float32)
             ar = cuda.local.array(tm, float32)
             br = cuda.local.array(tn, float32)
             tx = cuda.threadIdx.x
@@ -113,7 +115,7 @@ def _regblock_kernel(t: int, bk: int, tm: int, tn: int) -> Any:
             n0 = cuda.blockIdx.x * bn
             m, k = a.shape
             n = b.shape[1]
-            for i in range(tm * tn):
+            for i in range(tmn):
                 acc[i] = float32(0.0)
             for k0 in range(0, k, bk):
                 for q in range(la):

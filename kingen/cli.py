@@ -1,0 +1,267 @@
+"""The ``kingen`` command: a thin shell over the same functions a notebook user calls.
+
+Every error a user can cause ends in one line, ``kingen: error: <file>: <field> = <value>:
+<what is wrong>``, and exit status 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from kingen import __version__
+from kingen.errors import KingenError
+
+# Modules that add their own subcommands with ``add_parsers(subparsers)``.
+_COMMAND_MODULES = ("kingen.fit_cli", "kingen.output_cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="kingen",
+        description="Fit kinetic (Markov) models of ion channels to recordings.",
+    )
+    parser.add_argument("--version", action="version", version=f"kingen {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what kingen does")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    sim = sub.add_parser("simulate", help="simulate a scheme under a protocol",
+                         description="Simulate a scheme under a protocol and print or save "
+                                     "the current and its features.")
+    sim.add_argument("model", help="scheme file (TOML)")
+    sim.add_argument("--protocol", required=True,
+                     help="standard protocol (deactivation, desensitization, recovery, "
+                          "dose_response) or a protocol TOML file")
+    sim.add_argument("--exchange", type=float, default=None,
+                     help="10-90%% solution exchange time of standard protocols, ms "
+                          "(default 0: ideal steps)")
+    sim.add_argument("--dt", type=float, default=None,
+                     help="sampling interval of standard protocols, ms (default 0.02)")
+    sim.add_argument("--solver", choices=("exact", "rk4"), default="exact",
+                     help="exact (matrix exponential / SciPy) or rk4 (the fitting solver)")
+    sim.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto",
+                     help="where rk4 runs (default: the GPU when there is one)")
+    sim.add_argument("--precision", choices=("float64", "float32"), default="float64")
+    sim.add_argument("--step", type=float, default=None, help="fixed rk4 step, ms")
+    sim.add_argument("--csv", type=Path, help="write time_ms and current_pA columns here")
+    sim.add_argument("--plot", type=Path, help="write a figure (PNG or PDF) here")
+    sim.add_argument("--json", action="store_true", help="print the features as JSON")
+    sim.set_defaults(handler=cmd_simulate)
+
+    info = sub.add_parser("info", help="describe a scheme file, or this installation",
+                          description="Describe a scheme (states, parameters, cycles) or, "
+                                      "without a file, the installation and its GPU.")
+    info.add_argument("model", nargs="?", help="scheme file (TOML)")
+    info.set_defaults(handler=cmd_info)
+
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.add_parsers(sub)
+    from kingen.analysis.cli import add_analyze_parser
+
+    add_analyze_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``kingen`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(message)s")
+    try:
+        handler = getattr(args, "handler", None) or args.func
+        return int(handler(args) or 0)
+    except KingenError as exc:
+        print(f"kingen: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kingen: interrupted", file=sys.stderr)
+        return 130
+
+
+# --------------------------------------------------------------------------- simulate
+
+def _load_protocol(args: argparse.Namespace):
+    from kingen.protocol import STANDARD_PROTOCOLS, load_protocol, standard_protocol
+
+    if args.protocol in STANDARD_PROTOCOLS:
+        kwargs = {}
+        if args.exchange is not None:
+            kwargs["exchange"] = args.exchange
+        if args.dt is not None:
+            kwargs["dt"] = args.dt
+        return standard_protocol(args.protocol, **kwargs)
+    if args.exchange is not None or args.dt is not None:
+        raise KingenError("--exchange and --dt apply to standard protocols; set them in the "
+                          "protocol file", field="--protocol", value=args.protocol)
+    return load_protocol(args.protocol)
+
+
+def simulate_currents(scheme, protocol, *, solver: str = "exact", backend: str = "auto",
+                      precision: str = "float64", step: float | None = None,
+                      ) -> tuple[list[np.ndarray], list[np.ndarray], str]:
+    """Currents (pA) of every sweep with the chosen solver; returns times, currents, engine."""
+    if solver == "exact":
+        from kingen.solve import simulate_exact
+
+        trace = simulate_exact(scheme, protocol)
+        return ([s.time for s in trace.sweeps], trace.currents, "exact reference")
+    from kingen.solve import simulate_batch
+
+    result = simulate_batch(scheme, protocol, scheme.values[None, :], "traces", backend=backend,
+                            precision=precision, step=step)
+    if result.fail.any():
+        from kingen.codegen import FAILURE_NAMES
+
+        code = int(result.fail.max())
+        raise KingenError(f"rk4 failed on this scheme ({FAILURE_NAMES[code]}); try a smaller "
+                          f"--step or --solver exact", file=scheme.path)
+    times = [s.times() for s in protocol.sweeps]
+    currents = [result.sweep_trace(0, k) * scheme.channels for k in range(protocol.n_sweeps)]
+    return times, currents, f"rk4 on {result.backend} ({result.device}, {precision})"
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """``kingen simulate``: currents and features of a scheme under a protocol."""
+    from kingen.features import protocol_features
+    from kingen.scheme import Scheme
+
+    scheme = Scheme.load(args.model)
+    protocol = _load_protocol(args)
+    if args.step is not None and args.solver != "rk4":
+        raise KingenError("--step applies to --solver rk4", field="--step", value=args.step)
+    times, currents, engine = simulate_currents(scheme, protocol, solver=args.solver,
+                                                backend=args.backend,
+                                                precision=args.precision, step=args.step)
+    if args.csv:
+        write_current_csv(args.csv, protocol, times, currents)
+    if args.plot:
+        from kingen.plot import plot_traces
+
+        conc = [s.concentration(t) for s, t in zip(protocol.sweeps, times)]
+        plot_traces(times, currents, [s.label for s in protocol.sweeps],
+                    f"{scheme.name}: {protocol.name}", args.plot, concentration_mM=conc)
+    features = protocol_features(protocol, times, currents)
+    if args.json:
+        print(json.dumps(_jsonable(features), indent=2))
+    else:
+        print(f"{scheme.name} | protocol {protocol.name} ({protocol.n_sweeps} sweep"
+              f"{'s' if protocol.n_sweeps != 1 else ''}) | {engine}")
+        for key, value in features.items():
+            print(f"  {key:16s} {_show(value)}")
+        for path in (args.csv, args.plot):
+            if path:
+                print(f"  wrote {path}")
+    return 0
+
+
+def write_current_csv(path: Path, protocol, times: list[np.ndarray],
+                      currents: list[np.ndarray]) -> None:
+    """Write ``time_ms`` then one ``current_pA[_<sweep>]`` column per sweep, atomically.
+
+    Sweeps of different length leave their trailing cells empty.
+    """
+    import os
+    import tempfile
+
+    longest = int(np.argmax([t.size for t in times]))
+    grid = times[longest]
+    if len(currents) == 1:
+        names = ["current_pA"]
+    else:
+        names = [f"current_pA_{s.label}" for s in protocol.sweeps]
+    path = Path(path)
+    if not path.parent.exists():
+        raise KingenError("folder does not exist", file=str(path.parent), field="--csv")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"# kingen {__version__} simulate; protocol: {protocol.name}\n")
+            fh.write(",".join(["time_ms"] + names) + "\n")
+            for i, t in enumerate(grid):
+                cells = [f"{t:.6g}"]
+                for c in currents:
+                    cells.append(f"{c[i]:.9g}" if i < c.size else "")
+                fh.write(",".join(cells) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _show(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.4g}"
+    return str(value)
+
+
+# --------------------------------------------------------------------------- info
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``kingen info``: a scheme's summary, or the installation's."""
+    if args.model:
+        from kingen.scheme import Scheme
+
+        s = Scheme.load(args.model)
+        print(f"{s.name}  ({s.path})")
+        if s.source:
+            print(f"source: {s.source}")
+        print(f"states ({s.n_states}): " + ", ".join(
+            f"{n}" + (f" [{g:g} pS]" if g else "") for n, g in zip(s.states, s.conductance)))
+        print(f"transitions: {len(s.transitions)}; independent cycles: {len(s.cycles)}")
+        for cycle, (f, b) in zip(s.cycles, s.cycle_products()):
+            how = ("derived: " + s.parameters[s.transitions[cycle.derived].param].name
+                   if cycle.derived is not None else f"ratio {f / b:.4f}")
+            print(f"  {s.describe_cycle(cycle)}  ({how})")
+        print("parameters (internal units):")
+        for p in s.parameters:
+            flag = "derived" if p.derived else ("fixed" if p.fixed else p.scale)
+            print(f"  {p.name:10s} {s.values[s.param_names.index(p.name)]:<12.6g} "
+                  f"{p.internal_unit:12s} [{p.lower:.4g}, {p.upper:.4g}] {flag}")
+        return 0
+    from kingen.solve.backends import cuda_status
+
+    import numba
+
+    status = cuda_status()
+    print(f"kingen {__version__}; numpy {np.__version__}; numba {numba.__version__}")
+    if status.usable and not status.simulator:
+        print(f"GPU: {status.device} (the cuda backend is used by default)")
+    else:
+        print(f"GPU: none usable ({status.reason}); the cpu backend uses "
+              f"{numba.config.NUMBA_NUM_THREADS} cores")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,806 @@
+"""Fit a scheme's rate constants: DEAP's (μ + λ) or CMA-ES, one batched solve per generation.
+
+:func:`fit` runs a configuration (:mod:`kingen.fit_config`) to its end and returns a
+:class:`FitResult`; :func:`resume` continues a run file from its last completed generation.
+
+Search. Genes are log10 rate constants (linear for ``scale = "linear"``) inside the bounds
+(:mod:`kingen.params`). ``mu_plus_lambda`` is DEAP's (μ + λ): ``algorithms.varOr`` with
+``tools.cxSimulatedBinaryBounded`` and ``tools.mutPolynomialBounded``, survival by
+``tools.selTournament`` over parents and offspring, a ``tools.HallOfFame``. The toolbox's
+``map`` is replaced by a batched evaluator, so every individual a generation must evaluate
+goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM`` offspring on (or with
+``operators = "numpy"``), varOr, the two operators and the tournament run as numpy array
+code with the same formulas and probabilities (DEAP spends more time in its
+per-individual Python than the GPU spends solving at such sizes). ``cmaes`` is
+``deap.cma.Strategy`` in genes scaled to [0, 1] per gene (samples outside are clipped for
+evaluation and penalised by their squared distance).
+
+Reproducibility. ``random``, numpy's global generator (used by DEAP's CMA-ES) and the
+fit's own numpy generator are seeded from ``seed``; their states are stored with every
+generation, so the same seed, backend and precision give the same result, and a resumed run
+ends as an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from kingen.errors import KingenError
+from kingen.fit_config import (
+    NUMPY_OPERATORS_FROM,
+    FitConfig,
+    GASettings,
+    StopSettings,
+    load_config,
+    loads_config,
+)
+from kingen.objective import Evaluation, Objective
+from kingen.params import to_file_units
+
+STATE_VERSION = 1
+CMA_PENALTY = 1.0  # fitness added per unit of squared distance outside the [0, 1] box
+
+
+# ---------------------------------------------------------------------- results
+
+@dataclass
+class FitResult:
+    """The outcome of a fit.
+
+    Attributes
+    ----------
+    path
+        The run file.
+    params
+        Best parameters, internal units (ms⁻¹, mM⁻¹ ms⁻¹), scheme order.
+    values, units
+        Best parameters in each parameter's file unit, and those units, by name.
+    fitness
+        Fitness of the best (Σ weight · error).
+    errors, amplitudes
+        Error and amplitude (channels) per protocol.
+    generations
+        Generations completed (the initial population is generation 0).
+    reason
+        Why the search stopped.
+    history
+        ``best`` and ``median`` fitness per generation.
+    polish
+        ``{"fitness_before", "fitness_after", "evaluations", "accepted", "message"}`` or None.
+    features
+        ``{protocol: {"fit": {...}, "data": {...}}}`` (see :func:`protocol_features`).
+    timings
+        Per-generation timings (lists of seconds: ``solver_s``, ``kernel_s``,
+        ``objective_s``, ``ga_s``, ``io_s``, ``total_s``) and ``wall_s``.
+    """
+
+    path: str
+    params: np.ndarray
+    values: dict[str, float]
+    units: dict[str, str]
+    fitness: float
+    errors: dict[str, float]
+    amplitudes: dict[str, float]
+    generations: int
+    reason: str
+    history: dict[str, np.ndarray]
+    polish: dict[str, Any] | None
+    features: dict[str, dict]
+    timings: dict[str, Any]
+    free: list[str] = field(default_factory=list)
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+    evaluations: int = 0
+    backend: str = ""
+    device: str = ""
+
+    def summary(self) -> str:
+        """A plain-text summary: parameters with units, error per protocol, features."""
+        lines = [f"kingen fit: {self.generations} generations, {self.evaluations} candidates "
+                 f"on {self.backend} ({self.device}); stopped: {self.reason}",
+                 f"best fitness {self.fitness:.6g}  (run file {self.path})"]
+        if self.polish:
+            p = self.polish
+            lines.append(f"polish: fitness {p['fitness_before']:.6g} -> {p['fitness_after']:.6g}"
+                         f" ({p['evaluations']} evaluations, "
+                         f"{'accepted' if p['accepted'] else 'not better, kept GA best'})")
+        lines.append("")
+        lines.append(f"{'parameter':<12}{'value':>14}  {'unit':<14}{'bounds':<24}status")
+        for name, v in self.values.items():
+            lo, hi = self.bounds.get(name, (math.nan, math.nan))
+            status = "free" if name in self.free else "held"
+            lines.append(f"{name:<12}{v:>14.6g}  {self.units[name]:<14}"
+                         f"{f'[{lo:.4g}, {hi:.4g}]':<24}{status}")
+        lines.append("")
+        lines.append(f"{'protocol':<20}{'error':>12}{'amplitude (channels)':>24}")
+        for name, e in self.errors.items():
+            a = self.amplitudes.get(name, math.nan)
+            lines.append(f"{name:<20}{e:>12.4g}{a:>24.5g}")
+        rows = []
+        for name, f in self.features.items():
+            fit, data = f.get("fit", {}), f.get("data", {})
+            for key, v in fit.items():
+                if isinstance(v, (int, float)) and key in data and isinstance(
+                        data[key], (int, float)):
+                    rows.append(f"{name:<20}{key:<18}{v:>12.4g}{data[key]:>12.4g}")
+        if rows:
+            lines.append("")
+            lines.append(f"{'protocol':<20}{'feature':<18}{'fit':>12}{'data':>12}")
+            lines.extend(rows)
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- progress
+
+class Progress:
+    """A live progress line: one ``\\r``-updated line on a terminal, plain lines otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._width = 0
+
+    def update(self, generation: int, best: float, median: float, rate: float, eta_s: float
+               ) -> None:
+        """Show one generation's figures."""
+        if not self.enabled:
+            return
+        eta = "?" if not math.isfinite(eta_s) else _duration(eta_s)
+        line = (f"gen {generation}/{self.total}  best {best:.5g}  median {median:.5g}  "
+                f"{rate:,.0f} cand/s  ETA {eta}")
+        if self.tty:
+            pad = max(self._width - len(line), 0)
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        """A line of its own (ends the live line first)."""
+        if not self.enabled:
+            return
+        self.close()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the live line."""
+        if self.enabled and self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+# ---------------------------------------------------------------------- vectorised operators
+
+def np_sbx_bounded(p1: np.ndarray, p2: np.ndarray, eta: float, low: np.ndarray,
+                   up: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """First child of ``tools.cxSimulatedBinaryBounded`` for each row pair (numpy).
+
+    Same formulas and probabilities as DEAP: each gene crosses with probability 0.5 (and only
+    if the parents differ by more than 1e-14); the two children's genes swap with
+    probability 0.5.
+    """
+    n, m = p1.shape
+    cross = (rng.random((n, m)) <= 0.5) & (np.abs(p1 - p2) > 1e-14)
+    rand = rng.random((n, m))
+    swap = rng.random((n, m)) <= 0.5
+    x1, x2 = np.minimum(p1, p2), np.maximum(p1, p2)
+    with np.errstate(all="ignore"):
+        span = np.where(cross, x2 - x1, 1.0)
+        e1 = 1.0 / (eta + 1.0)
+
+        def beta_q(beta: np.ndarray) -> np.ndarray:
+            alpha = 2.0 - beta ** -(eta + 1.0)
+            return np.where(rand <= 1.0 / alpha, (rand * alpha) ** e1,
+                            (1.0 / (2.0 - rand * alpha)) ** e1)
+
+        c1 = 0.5 * (x1 + x2 - beta_q(1.0 + 2.0 * (x1 - low) / span) * span)
+        c2 = 0.5 * (x1 + x2 + beta_q(1.0 + 2.0 * (up - x2) / span) * span)
+    c1 = np.clip(c1, low, up)
+    c2 = np.clip(c2, low, up)
+    return np.where(cross, np.where(swap, c2, c1), p1)
+
+
+def np_poly_bounded(x: np.ndarray, eta: float, low: np.ndarray, up: np.ndarray, indpb: float,
+                    rng: np.random.Generator) -> np.ndarray:
+    """``tools.mutPolynomialBounded`` applied to each row (numpy, same formulas)."""
+    n, m = x.shape
+    mutate = rng.random((n, m)) <= indpb
+    rand = rng.random((n, m))
+    d1 = (x - low) / (up - low)
+    d2 = (up - x) / (up - low)
+    mut_pow = 1.0 / (eta + 1.0)
+    with np.errstate(all="ignore"):
+        lo_val = 2.0 * rand + (1.0 - 2.0 * rand) * (1.0 - d1) ** (eta + 1.0)
+        hi_val = 2.0 * (1.0 - rand) + 2.0 * (rand - 0.5) * (1.0 - d2) ** (eta + 1.0)
+        dq = np.where(rand < 0.5, lo_val ** mut_pow - 1.0, 1.0 - hi_val ** mut_pow)
+    y = np.clip(x + dq * (up - low), low, up)
+    return np.where(mutate, y, x)
+
+
+def np_sel_tournament(fitness: np.ndarray, k: int, tournsize: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Indices chosen by ``tools.selTournament`` (minimisation; first best wins ties)."""
+    aspirants = rng.integers(0, fitness.size, size=(k, tournsize))
+    return aspirants[np.arange(k), np.argmin(fitness[aspirants], axis=1)]
+
+
+def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
+              eta_mut: float, indpb: float, low: np.ndarray, up: np.ndarray,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``algorithms.varOr`` as array code.
+
+    Returns the offspring genes (λ, n) and, per offspring, the index of the parent it is an
+    unchanged copy of (reproduction) or -1 (new, must be evaluated).
+    """
+    mu = pop.shape[0]
+    u = rng.random(lambda_)
+    cx = u < cxpb
+    mut = (~cx) & (u < cxpb + mutpb)
+    rep = ~(cx | mut)
+    out = np.empty((lambda_, pop.shape[1]))
+    source = np.full(lambda_, -1, dtype=np.int64)
+    ncx = int(cx.sum())
+    if ncx:
+        a = rng.integers(0, mu, ncx)
+        b = (a + rng.integers(1, mu, ncx)) % mu  # two distinct parents, as random.sample
+        out[cx] = np_sbx_bounded(pop[a], pop[b], eta_cx, low, up, rng)
+    nmut = int(mut.sum())
+    if nmut:
+        out[mut] = np_poly_bounded(pop[rng.integers(0, mu, nmut)], eta_mut, low, up, indpb,
+                                   rng)
+    nrep = int(rep.sum())
+    if nrep:
+        idx = rng.integers(0, mu, nrep)
+        out[rep] = pop[idx]
+        source[rep] = idx
+    return out, source
+
+
+# ---------------------------------------------------------------------- the engine
+
+def _store_class():
+    """The run store (imported late: the fit layer only writes through it)."""
+    from kingen.store import RunStore
+
+    return RunStore
+
+
+def _environment(objective: Objective, precision: str) -> dict[str, str]:
+    import deap
+    import numba
+    import scipy
+
+    import kingen
+
+    env = {"kingen": kingen.__version__, "python": platform.python_version(),
+           "platform": platform.platform(), "numpy": np.__version__,
+           "scipy": scipy.__version__, "numba": numba.__version__, "deap": deap.__version__,
+           "backend": objective.simulator.backend, "device": objective.simulator.device,
+           "precision": precision, "cpu_count": str(os.cpu_count())}
+    try:
+        import h5py
+
+        env["h5py"] = h5py.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return env
+
+
+class _Engine:
+    """One run of the search: state, one generation at a time, written through the store."""
+
+    def __init__(self, cfg: FitConfig, objective: Objective, store: Any,
+                 progress: Progress) -> None:
+        self.cfg = cfg
+        self.ga: GASettings = cfg.ga
+        self.stop: StopSettings = cfg.stop
+        self.obj = objective
+        self.store = store
+        self.progress = progress
+        self.pmap = cfg.pmap
+        self.low, self.up = self.pmap.lower, self.pmap.upper
+        self.n = self.pmap.n_genes
+        self.lambda_ = self.ga.lambda_
+        self.indpb = self.ga.indpb or 1.0 / self.n
+        self.numpy_ops = (self.ga.operators == "numpy" or (
+            self.ga.operators == "auto" and self.lambda_ >= NUMPY_OPERATORS_FROM))
+        self.rng = np.random.Generator(np.random.PCG64(cfg.seed))
+        self.timings: list[dict[str, float]] = []
+        self.evaluations = 0
+        self._eval_clock: dict[str, float] = {}
+        self._toolbox = None
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, genes: np.ndarray) -> Evaluation:
+        """Score rows of genes: ONE batched solver call."""
+        t0 = time.perf_counter()
+        params = self.pmap.to_params(self.pmap.clip(genes))
+        ev, res = self.obj.evaluate(params)
+        c = self._eval_clock
+        c["solver_s"] = c.get("solver_s", 0.0) + res.timings.get("total_s", 0.0)
+        c["kernel_s"] = c.get("kernel_s", 0.0) + res.timings.get("solve_s", 0.0)
+        c["evaluate_s"] = c.get("evaluate_s", 0.0) + time.perf_counter() - t0
+        self.evaluations += genes.shape[0]
+        return ev
+
+    # ------------------------------------------------------------------ state
+    def initial(self) -> dict[str, Any]:
+        random.seed(self.cfg.seed)
+        np.random.seed(self.cfg.seed % (2 ** 32))  # noqa: NPY002 - DEAP's CMA-ES draws from it
+        state: dict[str, Any] = {"version": STATE_VERSION, "generation": 0, "best": math.inf,
+                                 "since_improvement": 0, "elapsed": 0.0, "evaluations": 0,
+                                 "hof_genes": np.zeros((0, self.n)), "hof_fitness": np.zeros(0)}
+        if self.ga.algorithm == "cmaes":
+            from deap import cma
+
+            centroid = (self._to_unit(self.pmap.start_genes()) if self.ga.start_from_model
+                        else np.full(self.n, 0.5))
+            state["cma"] = cma.Strategy(centroid=list(centroid), sigma=self.ga.sigma,
+                                        lambda_=self.lambda_, mu=max(1, self.lambda_ // 2))
+            return self._cma_generation(state)
+        genes = self.rng.uniform(self.low, self.up, size=(self.ga.population, self.n))
+        if self.ga.start_from_model:
+            genes[0] = self.pmap.start_genes()
+        ev = self.evaluate(genes)
+        state.update(genes=genes, fitness=ev.fitness, errors=ev.errors, fail=ev.fail)
+        self._update_hof(state, genes, ev.fitness)
+        return state
+
+    def _update_hof(self, state: dict, genes: np.ndarray, fitness: np.ndarray) -> None:
+        k = self.ga.hall_of_fame
+        g = np.vstack([state["hof_genes"], genes])
+        f = np.concatenate([state["hof_fitness"], fitness])
+        ok = np.isfinite(f)
+        g, f = g[ok], f[ok]
+        _, first = np.unique(g, axis=0, return_index=True)  # distinct candidates only
+        first = np.sort(first)
+        g, f = g[first], f[first]
+        order = np.argsort(f, kind="stable")[:k]
+        state["hof_genes"], state["hof_fitness"] = g[order], f[order]
+
+    # ------------------------------------------------------------------ (μ + λ)
+    def _toolbox_get(self):
+        if self._toolbox is None:
+            from deap import base, creator, tools
+
+            if not hasattr(creator, "KingenFitness"):
+                creator.create("KingenFitness", base.Fitness, weights=(-1.0,))
+            if not hasattr(creator, "KingenIndividual"):
+                creator.create("KingenIndividual", list, fitness=creator.KingenFitness)
+            tb = base.Toolbox()
+            low, up = list(self.low), list(self.up)
+            tb.register("mate", tools.cxSimulatedBinaryBounded, eta=self.ga.eta_cx, low=low,
+                        up=up)
+            tb.register("mutate", tools.mutPolynomialBounded, eta=self.ga.eta_mut, low=low,
+                        up=up, indpb=self.indpb)
+            tb.register("select", tools.selTournament, tournsize=self.ga.tournament)
+            tb.register("evaluate", _no_single_evaluation)
+            tb.register("map", self._batched_map)
+            self._toolbox = tb
+            self._creator = creator
+        return self._toolbox
+
+    def _batched_map(self, func, individuals: list) -> list[tuple[float]]:
+        """The toolbox's ``map``: every individual of the call in ONE solver call."""
+        if not individuals:
+            return []
+        ev = self.evaluate(np.array([list(ind) for ind in individuals], dtype=float))
+        for i, ind in enumerate(individuals):
+            ind.errors = ev.errors[i]
+            ind.fail = int(ev.fail[i])
+        return [(float(f),) for f in ev.fitness]
+
+    def _individuals(self, genes: np.ndarray, fitness: np.ndarray, errors: np.ndarray,
+                     fail: np.ndarray) -> list:
+        cls = self._creator.KingenIndividual
+        out = []
+        for g, f, e, fl in zip(genes, fitness, errors, fail, strict=True):
+            ind = cls(float(x) for x in g)
+            ind.fitness.values = (float(f),)
+            ind.errors = np.asarray(e)
+            ind.fail = int(fl)
+            out.append(ind)
+        return out
+
+    def mu_plus_lambda_generation(self, state: dict) -> dict:
+        """One generation of DEAP's (μ + λ)."""
+        if self.numpy_ops:
+            kids, source = np_var_or(state["genes"], self.lambda_, self.ga.cxpb, self.ga.mutpb,
+                                     self.ga.eta_cx, self.ga.eta_mut, self.indpb, self.low,
+                                     self.up, self.rng)
+            fit = np.empty(self.lambda_)
+            err = np.empty((self.lambda_, self.obj.n_protocols))
+            fail = np.zeros(self.lambda_, dtype=np.int64)
+            copy = source >= 0
+            fit[copy] = state["fitness"][source[copy]]
+            err[copy] = state["errors"][source[copy]]
+            fail[copy] = state["fail"][source[copy]]
+            new = ~copy
+            if new.any():
+                ev = self.evaluate(kids[new])
+                fit[new], err[new], fail[new] = ev.fitness, ev.errors, ev.fail
+            self._update_hof(state, kids[new], fit[new])
+            pool_g = np.vstack([state["genes"], kids])
+            pool_f = np.concatenate([state["fitness"], fit])
+            pool_e = np.vstack([state["errors"], err])
+            pool_x = np.concatenate([state["fail"], fail])
+            t = time.perf_counter()
+            chosen = np_sel_tournament(pool_f, self.ga.population, self.ga.tournament, self.rng)
+            self._eval_clock["select_s"] = time.perf_counter() - t
+            state.update(genes=pool_g[chosen], fitness=pool_f[chosen], errors=pool_e[chosen],
+                         fail=pool_x[chosen])
+            return state
+        from deap import algorithms
+
+        tb = self._toolbox_get()
+        pop = self._individuals(state["genes"], state["fitness"], state["errors"],
+                                state["fail"])
+        offspring = algorithms.varOr(pop, tb, self.lambda_, self.ga.cxpb, self.ga.mutpb)
+        invalid = [ind for ind in offspring if not ind.fitness.valid]
+        for ind, fit in zip(invalid, tb.map(tb.evaluate, invalid), strict=True):
+            ind.fitness.values = fit
+        kids = np.array([list(ind) for ind in invalid]).reshape(-1, self.n)
+        self._update_hof(state, kids, np.array([ind.fitness.values[0] for ind in invalid]))
+        pop = tb.select(pop + offspring, self.ga.population)
+        state.update(genes=np.array([list(i) for i in pop], dtype=float),
+                     fitness=np.array([i.fitness.values[0] for i in pop]),
+                     errors=np.array([i.errors for i in pop]),
+                     fail=np.array([i.fail for i in pop], dtype=np.int64))
+        return state
+
+    # ------------------------------------------------------------------ CMA-ES
+    def _to_unit(self, genes: np.ndarray) -> np.ndarray:
+        return (genes - self.low) / (self.up - self.low)
+
+    def _cma_generation(self, state: dict) -> dict:
+        from deap import base, creator
+
+        if not hasattr(creator, "KingenFitness"):
+            creator.create("KingenFitness", base.Fitness, weights=(-1.0,))
+        if not hasattr(creator, "KingenIndividual"):
+            creator.create("KingenIndividual", list, fitness=creator.KingenFitness)
+        strategy = state["cma"]
+        inds = strategy.generate(creator.KingenIndividual)
+        u = np.array([list(i) for i in inds], dtype=float)
+        inside = np.clip(u, 0.0, 1.0)
+        genes = self.low + inside * (self.up - self.low)
+        ev = self.evaluate(genes)
+        penalty = CMA_PENALTY * ((u - inside) ** 2).sum(axis=1)
+        for ind, f, p in zip(inds, ev.fitness, penalty, strict=True):
+            # A failed candidate must still be rankable: worst, but finite for CMA's sort.
+            ind.fitness.values = (float(f + p) if math.isfinite(f) else 1e300,)
+        strategy.update(inds)
+        state.update(genes=genes, fitness=ev.fitness, errors=ev.errors, fail=ev.fail)
+        self._update_hof(state, genes, ev.fitness)
+        return state
+
+    # ------------------------------------------------------------------ the loop
+    def pack(self, state: dict) -> bytes:
+        s = dict(state)
+        s["random"] = random.getstate()
+        s["np_global"] = np.random.get_state()  # noqa: NPY002
+        s["rng"] = self.rng.bit_generator.state
+        s["evaluations"] = self.evaluations
+        return pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def unpack(self, blob: bytes) -> dict:
+        s = pickle.loads(blob)
+        if s.get("version") != STATE_VERSION:
+            raise KingenError("run file state of another kingen version; cannot resume",
+                              field="state", value=s.get("version"))
+        random.setstate(s.pop("random"))
+        np.random.set_state(s.pop("np_global"))  # noqa: NPY002
+        self.rng.bit_generator.state = s.pop("rng")
+        self.evaluations = int(s.get("evaluations", 0))
+        return s
+
+    def record(self, state: dict, t_start: float, io_prev: float) -> float:
+        """Write the generation through the store; returns the time the write took."""
+        f = state["fitness"]
+        finite = f[np.isfinite(f)]
+        best = float(state["hof_fitness"][0]) if state["hof_fitness"].size else math.inf
+        ref = state.get("reference", math.inf)
+        if math.isfinite(best) and (not math.isfinite(ref)
+                                    or best < ref * (1.0 - self.stop.min_improvement)):
+            state["reference"] = best
+            state["since_improvement"] = 0
+        elif state["generation"] > 0:
+            state["since_improvement"] += 1
+        state["best"] = best
+        c = self._eval_clock
+        now = time.perf_counter()
+        timing = {"solver_s": c.get("solver_s", 0.0), "kernel_s": c.get("kernel_s", 0.0),
+                  "objective_s": c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0),
+                  "io_s": io_prev, "total_s": now - t_start + io_prev}
+        timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io_prev, 0.0)
+        stats = {"best": best, "median": float(np.median(finite)) if finite.size else math.inf,
+                 "mean": float(finite.mean()) if finite.size else math.inf,
+                 "population_best": float(finite.min()) if finite.size else math.inf,
+                 "n_failed": float(int((state["fail"] != 0).sum())),
+                 "evaluations": float(self.evaluations)}
+        state["elapsed"] += now - t_start
+        t_io = time.perf_counter()
+        self.store.append_generation(
+            generation=state["generation"], population=self.pmap.to_params(state["genes"]),
+            errors=state["errors"], fitness=state["fitness"], fail=state["fail"],
+            stats=stats, timings=timing, state=self.pack(state))
+        io = time.perf_counter() - t_io
+        state["elapsed"] += io
+        timing = dict(timing)
+        timing["io_write_s"] = io
+        self.timings.append(timing)
+        self._eval_clock = {}
+        return io
+
+    def stop_reason(self, state: dict) -> str | None:
+        s = self.stop
+        if s.target_error > 0 and state["best"] <= s.target_error:
+            return f"target error {s.target_error:g} reached"
+        if s.patience > 0 and state["since_improvement"] >= s.patience:
+            return f"no improvement for {s.patience} generations"
+        if s.wall_time > 0 and state["elapsed"] >= s.wall_time:
+            return f"wall-time limit {s.wall_time:g} s"
+        if state["generation"] >= self.ga.generations:
+            return f"maximum generations ({self.ga.generations})"
+        return None
+
+    def run(self, state: dict | None) -> tuple[dict, str]:
+        io = 0.0
+        if state is None:
+            t0 = time.perf_counter()
+            state = self.initial()
+            io = self.record(state, t0, 0.0)
+            self._show(state)
+        while True:
+            reason = self.stop_reason(state)
+            if reason is not None:
+                return state, reason
+            t0 = time.perf_counter()
+            state["generation"] += 1
+            if self.ga.algorithm == "cmaes":
+                state = self._cma_generation(state)
+            else:
+                state = self.mu_plus_lambda_generation(state)
+            io = self.record(state, t0, io)
+            self._show(state)
+
+    def _show(self, state: dict) -> None:
+        t = self.timings[-1]
+        f = state["fitness"]
+        finite = f[np.isfinite(f)]
+        n_eval = self.lambda_ if state["generation"] else len(f)
+        rate = n_eval / max(t["total_s"], 1e-9)
+        recent = [x["total_s"] for x in self.timings[-5:]]
+        left = self.ga.generations - state["generation"]
+        eta = left * float(np.mean(recent))
+        if self.stop.wall_time > 0:
+            eta = min(eta, max(self.stop.wall_time - state["elapsed"], 0.0))
+        self.progress.update(state["generation"], float(state["best"]),
+                             float(np.median(finite)) if finite.size else math.inf, rate, eta)
+
+
+def _no_single_evaluation(*_args: Any) -> None:
+    raise RuntimeError("individuals are evaluated in batches by the toolbox's map")
+
+
+# ---------------------------------------------------------------------- polish
+
+def polish(objective: Objective, cfg: FitConfig, genes: np.ndarray, fitness: float,
+           max_evaluations: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Refine one candidate by ``scipy.optimize.least_squares`` in gene (log) space.
+
+    The Jacobian is by forward differences, all perturbed candidates in ONE solver call.
+
+    Returns
+    -------
+    genes, report
+        The refined genes (the input if not better) and ``{"fitness_before",
+        "fitness_after", "evaluations", "accepted", "message"}``.
+    """
+    from scipy.optimize import least_squares
+
+    pmap = cfg.pmap
+    lo, hi = pmap.lower, pmap.upper
+    span = hi - lo
+    h = (1e-3 if cfg.precision == "float32" else 1e-6) * span
+    x0 = np.clip(genes, lo + 1e-9 * span, hi - 1e-9 * span)
+    cache: dict[bytes, np.ndarray] = {}
+    calls = {"n": 0}
+
+    def fun(x: np.ndarray) -> np.ndarray:
+        key = x.tobytes()
+        if key not in cache:
+            cache.clear()
+            cache[key] = objective.residuals(pmap.to_params(x[None, :]))[0]
+            calls["n"] += 1
+        return cache[key]
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        r0 = fun(x)
+        step = np.where(x + h > hi, -h, h)
+        xs = x[None, :] + np.diag(step)
+        rs = objective.residuals(pmap.to_params(xs))
+        calls["n"] += xs.shape[0]
+        return ((rs - r0[None, :]) / step[:, None]).T
+
+    try:
+        sol = least_squares(fun, x0, jac=jac, bounds=(lo, hi), method="trf",
+                            max_nfev=max_evaluations, x_scale="jac")
+        x, msg = sol.x, str(sol.message)
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        x, msg = x0, f"least squares failed: {exc}"
+    after = objective.evaluate(pmap.to_params(x[None, :]))[0].fitness[0]
+    accepted = bool(np.isfinite(after) and after < fitness)
+    report = {"fitness_before": float(fitness), "fitness_after": float(after),
+              "evaluations": int(calls["n"]), "accepted": accepted, "message": msg}
+    return (x if accepted else genes), report
+
+
+# ---------------------------------------------------------------------- public entry points
+
+def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
+        progress: bool = True, overrides: dict[str, Any] | None = None,
+        stream: TextIO | None = None) -> FitResult:
+    """Run a fit to its end.
+
+    Parameters
+    ----------
+    config
+        A configuration file or a loaded :class:`~kingen.fit_config.FitConfig`.
+    overwrite
+        Replace an existing run file.
+    progress
+        Show the live progress line (on ``stream``, default stderr).
+    overrides
+        Command-line values replacing the file's (see :func:`load_config`).
+
+    Raises
+    ------
+    KingenError
+        For any problem with the configuration, its files or the output, before any
+        simulation.
+    """
+    cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
+    objective = _objective(cfg)
+    mu = cfg.ga.lambda_ if cfg.ga.algorithm == "cmaes" else cfg.ga.population
+    store = _store_class().create(
+        cfg.output, config_text=cfg.text, config=cfg.settings, scheme=cfg.scheme,
+        protocols=objective.protocols, recordings=cfg.recordings, targets=cfg.targets,
+        free_mask=cfg.pmap.free_mask, population_size=mu,
+        environment=_environment(objective, cfg.precision), overwrite=overwrite)
+    with store:
+        return _search(cfg, objective, store, None, progress, stream)
+
+
+def resume(path: str | os.PathLike[str], *, progress: bool = True,
+           generations: int | None = None, stream: TextIO | None = None) -> FitResult:
+    """Continue a run file from its last completed generation.
+
+    The configuration is rebuilt from the text stored in the run file, its relative paths
+    taken from the original configuration's folder (the model and data files must still be
+    there), with the settings the run started with.
+
+    Parameters
+    ----------
+    path
+        The run file.
+    generations
+        A new maximum number of generations (default: the run's own).
+    """
+    store = _store_class().open(path, mode="a")
+    with store:
+        if store.finished and generations is None:
+            raise KingenError(f"the run has already finished ({store.finished}); give "
+                              "--generations to continue it further", file=str(path))
+        settings = store.config
+        cfg_path = settings.get("config_path", "<config>")
+        base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
+        cfg = loads_config(store.config_text, path=cfg_path, base=base)
+        cfg.ga = GASettings(**settings["ga"])
+        if generations is not None:
+            cfg.ga.generations = int(generations)
+        cfg.stop = StopSettings(**settings["stop"])
+        cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
+                                                settings["precision"])
+        cfg.output = str(path)
+        cfg.settings = settings
+        objective = _objective(cfg)
+        gen, blob = store.last_state()
+        return _search(cfg, objective, store, blob, progress, stream)
+
+
+def _objective(cfg: FitConfig) -> Objective:
+    return Objective(cfg.scheme, cfg.protocols, backend=cfg.backend, precision=cfg.precision,
+                     step=cfg.step, courant=cfg.courant)
+
+
+def _search(cfg: FitConfig, objective: Objective, store: Any, blob: bytes | None,
+            show: bool, stream: TextIO | None) -> FitResult:
+    wall0 = time.perf_counter()
+    progress = Progress(cfg.ga.generations, stream=stream, enabled=show)
+    engine = _Engine(cfg, objective, store, progress)
+    state = engine.unpack(blob) if blob is not None else None
+    state, reason = engine.run(state)
+    progress.close()
+    hof_g, hof_f = state["hof_genes"], state["hof_fitness"]
+    if hof_f.size == 0:
+        store.mark_finished(f"{reason}; every candidate failed")
+        raise KingenError("every candidate failed to simulate (see the failure codes in the "
+                          "run file); check the bounds and the step", file=cfg.output)
+    store.write_hall_of_fame(cfg.pmap.to_params(hof_g), hof_f)
+    best_genes, best_fit = hof_g[0], float(hof_f[0])
+    report = None
+    if cfg.polish:
+        progress.message(f"polishing the best (fitness {best_fit:.6g}) by least squares ...")
+        best_genes, report = polish(objective, cfg, best_genes, best_fit,
+                                    cfg.polish_evaluations)
+        if report["accepted"]:
+            best_fit = report["fitness_after"]
+    params = cfg.pmap.to_params(best_genes[None, :])[0]
+    ev, _ = objective.evaluate(params[None, :])
+    errors = {n: float(e) for n, e in zip(objective.names, ev.errors[0], strict=True)}
+    traces, amps = objective.traces(params)
+    features = _features(objective, traces)
+    store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
+                     amplitudes=amps, traces=traces, features=features, polish=report)
+    store.mark_finished(reason)
+    hist = store.history() if hasattr(store, "history") else {}
+    timings = {k: [t[k] for t in engine.timings] for k in engine.timings[0]} if \
+        engine.timings else {}
+    timings["wall_s"] = time.perf_counter() - wall0
+    scheme = cfg.scheme
+    lo, hi = to_file_units(scheme, scheme.lower), to_file_units(scheme, scheme.upper)
+    return FitResult(
+        path=cfg.output, params=params, values=to_file_units(scheme, params),
+        units={p.name: p.unit for p in scheme.parameters}, fitness=float(ev.fitness[0]),
+        errors=errors, amplitudes=amps, generations=int(state["generation"]), reason=reason,
+        history={"best": np.asarray(hist.get("best", [])),
+                 "median": np.asarray(hist.get("median", []))},
+        polish=report, features=features, timings=timings, free=cfg.pmap.gene_names,
+        bounds={n: (lo[n], hi[n]) for n in lo},
+        evaluations=engine.evaluations, backend=objective.simulator.backend,
+        device=objective.simulator.device)
+
+
+def _features(objective: Objective, traces: dict[str, dict]) -> dict[str, dict]:
+    from kingen.features import protocol_features
+
+    out: dict[str, dict] = {}
+    for item in objective.items:
+        name = item.protocol.name
+        tr = traces[name]
+        entry: dict[str, dict] = {}
+        try:
+            entry["fit"] = protocol_features(item.protocol, tr["time_ms"], tr["fit_pA"])
+            if tr["data_pA"] is not None:
+                entry["data"] = protocol_features(item.protocol, tr["time_ms"], tr["data_pA"])
+            elif item.targets is not None:
+                entry["data"] = item.targets.values()
+        except KingenError:
+            pass
+        out[name] = entry
+    return out

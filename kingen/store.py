@@ -1,0 +1,1129 @@
+"""The HDF5 run file: everything a fit knows, written as the run goes.
+
+One file per run holds the configuration, the scheme, the protocols, the data and targets,
+one row per generation (population, errors, fitness, failure codes, statistics, timings),
+the hall of fame, the best candidate with its traces, the environment, and the opaque
+resume state of the last generation. The layout is described in the README ("The run file")
+and in :data:`LAYOUT_DOC`.
+
+Crash safety. The file is written in HDF5's single-writer/multiple-reader (SWMR) mode, whose
+metadata is flushed in an order that keeps the file readable at every instant. On top of
+that, a generation becomes visible only through ``/run/commit``, a 3-element integer
+dataset ``[generations committed, resume slot, generation number]`` written (and flushed)
+after the generation's rows and its resume state. Readers trust only that counter, so a run
+killed with SIGKILL at any moment leaves every committed generation, and a resume state for
+the last one: the state of generation g goes into the slot *not* named by the commit, so a
+kill while it is written leaves the previous slot, still named by the commit, intact.
+
+SWMR forbids creating objects once the writer is in SWMR mode, so every dataset is made by
+:meth:`RunStore.create` (extendable ones empty); later writes only resize and fill them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from kingen import units
+from kingen.data import DoseResponseTable, Recording, RecoveryTable, Target, Targets
+from kingen.errors import KingenError
+from kingen.protocol import Protocol, Pulse, Sweep, Transient
+from kingen.scheme import Scheme
+
+LAYOUT_VERSION = 1
+MARKER = "kingen run file"
+MAX_COLUMNS = 32  # columns reserved for per-generation statistics and timings
+NAME_BYTES = 64  # fixed-length column names (fixed length: writable under SWMR)
+REASON_BYTES = 1024
+REQUIRED_GROUPS = ("config", "scheme", "protocols", "data", "targets", "environment",
+                   "generations", "hall_of_fame", "best", "resume", "run")
+_STR = h5py.string_dtype()
+_GZIP = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+_ALREADY_OPEN = "already open for write"
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _key(name: str) -> str:
+    """HDF5 member name for a protocol name ('/' is a path separator in HDF5)."""
+    key = name.replace("/", "_")
+    return "_" + key if key in ("", ".") else key
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_json_default, allow_nan=True)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return _text(value[()])
+    return str(value)
+
+
+def _table(group: h5py.Group, name: str, columns: list[tuple[str, Any, np.dtype | Any]],
+           rows: int, units: Mapping[str, str] | None = None, doc: str = "") -> h5py.Dataset:
+    """A compound dataset (a table); column units go into ``unit_<column>`` attributes."""
+    dtype = np.dtype([(c, t) for c, _, t in columns])
+    arr = np.zeros(rows, dtype=dtype)
+    for c, values, _ in columns:
+        arr[c] = values if rows else []
+    ds = group.create_dataset(name, data=arr)
+    for column, unit in (units or {}).items():
+        ds.attrs[f"unit_{column}"] = unit
+    if doc:
+        ds.attrs["description"] = doc
+    return ds
+
+
+def _col(table: np.ndarray, name: str) -> list[Any]:
+    return [_text(v) if isinstance(v, (bytes, str)) else v for v in table[name]]
+
+
+def _extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any,
+                fill: Any, *, unit: str | None = None, doc: str = "",
+                compress: bool = True, chunk_rows: int | None = None) -> h5py.Dataset:
+    """An empty dataset, extendable on every axis of length 0 or marked None."""
+    start = tuple(0 if s is None else s for s in shape)
+    maxshape = tuple(None for _ in shape)
+    row = int(np.prod([max(1, s or 1) for s in shape[1:]])) * np.dtype(dtype).itemsize
+    rows = chunk_rows or max(1, min(64, (1 << 16) // max(row, 1)))
+    chunks = (rows,) + tuple(max(1, min(s or 1024, 4096)) for s in shape[1:])
+    opts = _GZIP if compress else {}
+    ds = group.create_dataset(name, shape=start, maxshape=maxshape, dtype=dtype, chunks=chunks,
+                              fillvalue=fill, **opts)
+    if unit is not None:
+        ds.attrs["unit"] = unit
+    if doc:
+        ds.attrs["description"] = doc
+    return ds
+
+
+def _grow(ds: h5py.Dataset, shape: tuple[int, ...]) -> None:
+    """Extend ``ds`` so it is at least ``shape`` (never shrink: SWMR allows only growth)."""
+    new = tuple(max(a, b) for a, b in zip(ds.shape, shape, strict=True))
+    if new != ds.shape:
+        ds.resize(new)
+
+
+def _padded(rows: list[np.ndarray], width: int, fill: float = np.nan) -> np.ndarray:
+    out = np.full((len(rows), width), fill)
+    for i, r in enumerate(rows):
+        out[i, : r.size] = r
+    return out
+
+
+def _default_environment() -> dict[str, str]:
+    import scipy
+
+    from kingen import __version__
+
+    env = {"kingen": __version__, "python": platform.python_version(),
+           "platform": platform.platform(), "numpy": np.__version__,
+           "scipy": scipy.__version__, "h5py": h5py.version.version,
+           "hdf5": h5py.version.hdf5_version}
+    for lib in ("numba", "deap"):
+        try:
+            env[lib] = __import__(lib).__version__
+        except Exception:  # noqa: BLE001 - an optional library: record what can be found
+            pass
+    return env
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- the store
+
+class RunStore:
+    """A kingen run file, open for writing (a running fit) or reading (plots, reports).
+
+    Make one with :meth:`create` (a new run) or :meth:`open` (``"r"``: read, also while a
+    run writes it; ``"a"``: continue a run, e.g. after it was killed). Use as a context
+    manager, or call :meth:`close`.
+    """
+
+    def __init__(self, f: h5py.File, path: Path, mode: str) -> None:
+        self._f = f
+        self.path = path
+        self.mode = mode
+        self._protocol_names: list[str] = json.loads(_text(f["protocols"].attrs["names"]))
+        self._param_names = _col(f["scheme/parameters"][()], "name")
+
+    # ------------------------------------------------------------------ create
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], *, config_text: str, config: dict[str, Any],
+               scheme: Scheme, protocols: list[Protocol],
+               recordings: Mapping[str, Recording | None],
+               targets: Mapping[str, Targets | None], free_mask: np.ndarray,
+               population_size: int, environment: Mapping[str, str],
+               overwrite: bool = False) -> RunStore:
+        """Write a new run file with all its static groups, then enter SWMR write mode.
+
+        Parameters
+        ----------
+        path
+            The run file to write.
+        config_text, config
+            The configuration file's text, and the settings it resolved to (JSON-able).
+        scheme, protocols
+            The model and the experiments, in the order errors are reported.
+        recordings, targets
+            Per protocol name: the recording fitted (or None), the summary targets (or None).
+        free_mask
+            True for each parameter the fit searches.
+        population_size
+            Candidates per generation (rows grow if a generation brings more).
+        environment
+            Versions, device, backend, precision; library versions are added if missing.
+        overwrite
+            Replace an existing file instead of refusing.
+
+        Raises
+        ------
+        KingenError
+            If the file exists (and not ``overwrite``) or cannot be written, or the inputs
+            disagree (protocol names, mask length).
+        """
+        p = Path(path)
+        name = str(p)
+        if p.is_dir():
+            raise KingenError("is a directory, not a run file", file=name)
+        if p.exists() and not overwrite:
+            raise KingenError("run file already exists (choose another output file, or "
+                              "overwrite it)", file=name)
+        names = [pr.name for pr in protocols]
+        keys = [_key(n) for n in names]
+        if len(set(keys)) != len(keys):
+            raise KingenError("protocol names must be distinct", field="protocols",
+                              value=", ".join(names))
+        for what, mapping in (("recordings", recordings), ("targets", targets)):
+            extra = [k for k, v in mapping.items() if k not in names and v is not None]
+            if extra:
+                raise KingenError(f"{what} for a protocol that is not defined (protocols are "
+                                  f"{', '.join(names)})", field=what, value=extra[0])
+        mask = np.asarray(free_mask, dtype=bool)
+        if mask.shape != (scheme.n_params,):
+            raise KingenError(f"free mask of shape {mask.shape} for {scheme.n_params} "
+                              "parameters", field="free_mask")
+        if population_size < 1:
+            raise KingenError("must be >= 1", field="population_size", value=population_size)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if p.exists():
+                p.unlink()
+            f = h5py.File(p, "w", libver="latest")
+        except OSError as exc:
+            raise KingenError(f"cannot create the run file: {exc}", file=name) from None
+        try:
+            env = {**_default_environment(), **{k: str(v) for k, v in environment.items()}}
+            _write_static(f, config_text=config_text, config=config, scheme=scheme,
+                          protocols=protocols, recordings=recordings, targets=targets,
+                          free_mask=mask, population_size=int(population_size),
+                          environment=env)
+            f.flush()
+            f.swmr_mode = True
+        except BaseException:
+            f.close()
+            p.unlink(missing_ok=True)
+            raise
+        return cls(f, p, "w")
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], mode: str = "r") -> RunStore:
+        """Open a run file.
+
+        Parameters
+        ----------
+        path
+            The run file.
+        mode
+            ``"r"``: read (as an SWMR reader, so a live run can be read; call
+            :meth:`refresh` to see new generations). ``"a"``: continue writing it (resume);
+            a file left by a killed run is first rebuilt from its committed content.
+
+        Raises
+        ------
+        KingenError
+            If the file is missing, not HDF5, not a kingen run, corrupt or truncated, of a
+            newer layout version, or lacks a group.
+        """
+        if mode not in ("r", "a"):
+            raise ValueError(f"mode must be 'r' or 'a', not {mode!r}")
+        p = Path(path)
+        name = str(p)
+        if not p.is_file():
+            raise KingenError("run file not found", file=name)
+        if p.stat().st_size == 0 or not h5py.is_hdf5(p):
+            raise KingenError("not an HDF5 file (a run file is the .h5 file written by "
+                              "kingen fit)", file=name)
+        if mode == "r":
+            f = _open_read(p)
+        else:
+            f = _open_append(p)
+        try:
+            _validate(f, name)
+            store = cls(f, p, "r" if mode == "r" else "w")
+            if mode == "a":
+                resumed = json.loads(_text(f["run"].attrs.get("resumed", "[]")))
+                f["run"].attrs["resumed"] = _dumps(resumed + [_now()])
+                _mark_writer(f["run"])
+                f.flush()
+                f.swmr_mode = True
+        except KingenError:
+            f.close()
+            raise
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:
+            f.close()
+            raise _corrupt(name, exc) from None
+        return store
+
+    # ------------------------------------------------------------------ context
+    def close(self) -> None:
+        """Flush (when writing) and close the file."""
+        if self._f.id.valid:
+            if self.mode == "w":
+                self._f.flush()
+            self._f.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def refresh(self) -> None:
+        """See what a live writer has committed since the file was opened (readers)."""
+        if self.mode == "r" and self._f.swmr_mode:
+            for name in ("run/commit", "run/finished", "hall_of_fame/size", "best/valid"):
+                self._f[name].refresh()
+
+    # ------------------------------------------------------------------ writing
+    def _need_writer(self) -> None:
+        if self.mode != "w" or not self._f.id.valid:
+            raise KingenError("run file is open for reading, not writing", file=str(self.path))
+
+    def _ds(self, name: str) -> h5py.Dataset:
+        ds = self._f[name]
+        if self.mode == "r" and self._f.swmr_mode:
+            ds.refresh()
+        return ds
+
+    def _commit(self) -> np.ndarray:
+        return np.asarray(self._ds("run/commit")[()], dtype=np.int64)
+
+    def append_generation(self, *, generation: int, population: np.ndarray, errors: np.ndarray,
+                          fitness: np.ndarray, fail: np.ndarray, stats: Mapping[str, float],
+                          timings: Mapping[str, float], state: bytes) -> None:
+        """Append one generation and its resume state, flush, then commit it.
+
+        Parameters
+        ----------
+        generation
+            The generation's number (as the fit counts).
+        population
+            (N, n_params) parameters, internal units.
+        errors
+            (N, n_protocols) error of each candidate under each protocol.
+        fitness
+            (N,) total weighted error (lower is better).
+        fail
+            (N,) failure code per candidate (0: simulated fine).
+        stats, timings
+            Scalars for this generation; each key is a column (up to 32 of each).
+        state
+            Opaque resume state (pickled); only the last committed one is kept.
+        """
+        self._need_writer()
+        f = self._f
+        pop = np.asarray(population, dtype=np.float64)
+        n = pop.shape[0]
+        n_par, n_prot = len(self._param_names), len(self._protocol_names)
+        err = np.asarray(errors, dtype=np.float64).reshape(n, n_prot)
+        fit = np.asarray(fitness, dtype=np.float64).reshape(n)
+        fl = np.asarray(fail).astype(np.int32).reshape(n)
+        if pop.shape != (n, n_par):
+            raise ValueError(f"population of shape {pop.shape}, expected (N, {n_par})")
+        row, slot, _ = (int(v) for v in self._commit())
+        gen = f["generations"]
+        width = max(n, gen["population"].shape[1])
+        for name, extra in (("population", (n_par,)), ("errors", (n_prot,)),
+                            ("fitness", ()), ("fail", ())):
+            _grow(gen[name], (row + 1, width) + extra)
+        for name in ("generation", "size", "stats", "timings"):
+            _grow(gen[name], (row + 1,) + gen[name].shape[1:])
+        # Full padded rows: a row left half-written by a killed run is overwritten whole.
+        pad_pop = np.full((width, n_par), np.nan)
+        pad_pop[:n] = pop
+        pad_err = np.full((width, n_prot), np.nan)
+        pad_err[:n] = err
+        pad_fit = np.full(width, np.nan)
+        pad_fit[:n] = fit
+        pad_fail = np.full(width, -1, dtype=np.int32)
+        pad_fail[:n] = fl
+        gen["population"][row] = pad_pop
+        gen["errors"][row] = pad_err
+        gen["fitness"][row] = pad_fit
+        gen["fail"][row] = pad_fail
+        gen["generation"][row] = int(generation)
+        gen["size"][row] = n
+        gen["stats"][row] = self._columns("generations/stats", stats)
+        gen["timings"][row] = self._columns("generations/timings", timings)
+        new_slot = 0 if row == 0 else 1 - slot
+        self._write_state(new_slot, int(generation), state)
+        f.flush()
+        # The commit is the last write: readers (and resume) trust only what it names.
+        f["run/commit"][...] = np.array([row + 1, new_slot, int(generation)], dtype=np.int64)
+        f.flush()
+
+    def _columns(self, name: str, values: Mapping[str, float]) -> np.ndarray:
+        names_ds = self._f[f"{name}_names"]
+        names = [_text(v) for v in names_ds[()]]
+        row = np.full(MAX_COLUMNS, np.nan)
+        for key, value in values.items():
+            key_b = str(key).encode("utf-8")[:NAME_BYTES]
+            label = key_b.decode("utf-8", "ignore")
+            if label not in names:
+                free = names.index("") if "" in names else -1
+                if free < 0:
+                    continue  # table full: keep the first 32 columns rather than fail a run
+                names[free] = label
+                names_ds[free] = key_b
+            try:
+                row[names.index(label)] = float(value)
+            except (TypeError, ValueError):
+                row[names.index(label)] = np.nan
+        return row
+
+    def _write_state(self, slot: int, generation: int, state: bytes) -> None:
+        res = self._f["resume"]
+        blob = np.frombuffer(bytes(state), dtype=np.uint8)
+        ds = res[f"state_{slot}"]
+        _grow(ds, (blob.size,))
+        if blob.size:
+            ds[: blob.size] = blob
+        res["length"][slot] = blob.size
+        res["generation"][slot] = generation
+        res["crc32"][slot] = zlib.crc32(bytes(state))
+
+    def write_hall_of_fame(self, params: np.ndarray, fitness: np.ndarray) -> None:
+        """Replace the hall of fame: (K, n_params) parameters, internal units, best first."""
+        self._need_writer()
+        hof = self._f["hall_of_fame"]
+        p = np.asarray(params, dtype=np.float64).reshape(-1, len(self._param_names))
+        fit = np.asarray(fitness, dtype=np.float64).reshape(p.shape[0])
+        hof["size"][()] = 0
+        _grow(hof["params"], p.shape)
+        _grow(hof["fitness"], fit.shape)
+        if p.shape[0]:
+            hof["params"][: p.shape[0]] = p
+            hof["fitness"][: p.shape[0]] = fit
+        self._f.flush()
+        hof["size"][()] = p.shape[0]
+        self._f.flush()
+
+    def write_best(self, *, params: np.ndarray, fitness: float, errors: Mapping[str, float],
+                   amplitudes: Mapping[str, float], traces: Mapping[str, dict],
+                   features: Mapping[str, dict], polish: dict | None) -> None:
+        """Write the best candidate, its traces and features per protocol.
+
+        ``traces[protocol]`` holds ``time_ms``, ``fit_pA``, ``data_pA`` (lists of arrays, one
+        per sweep; ``data_pA`` may be None) and ``labels``. ``amplitudes[protocol]`` is the
+        factor the scheme's current (with its ``channels``) was multiplied by for that
+        protocol. ``features[protocol]`` is ``{"fit": {...}, "data": {...}}``.
+        """
+        self._need_writer()
+        f = self._f
+        best = f["best"]
+        names = self._protocol_names
+        best["valid"][()] = 0
+        f.flush()
+        best["params"][...] = np.asarray(params, dtype=np.float64).reshape(-1)
+        best["fitness"][()] = float(fitness)
+        best["errors"][...] = [float(errors.get(n, np.nan)) for n in names]
+        best["amplitudes"][...] = [float(amplitudes.get(n, np.nan)) for n in names]
+        info: dict[str, Any] = {"labels": {}, "has_data": {}, "n_sweeps": {}}
+        for pname, tr in traces.items():
+            if pname not in names:
+                raise KingenError(f"traces for a protocol that is not defined (protocols "
+                                  f"are {', '.join(names)})", file=str(self.path),
+                                  field="best.traces", value=pname)
+            g = best["traces"][_key(pname)]
+            times = [np.asarray(t, dtype=float).ravel() for t in tr["time_ms"]]
+            fits = [np.asarray(y, dtype=float).ravel() for y in tr["fit_pA"]]
+            data = tr.get("data_pA")
+            datas = None if data is None else [np.asarray(y, dtype=float).ravel()
+                                               for y in data]
+            s, t = len(times), max((a.size for a in times), default=0)
+            for ds_name in ("time_ms", "fit_pA", "data_pA"):
+                _grow(g[ds_name], (s, t))
+            shape = g["time_ms"].shape
+            g["time_ms"][...] = _padded(times, shape[1], np.nan) if s else np.nan
+            for ds_name, rows in (("fit_pA", fits), ("data_pA", datas)):
+                full = np.full(shape, np.nan)
+                if rows is not None:
+                    full[: len(rows)] = _padded(rows, shape[1])
+                g[ds_name][...] = full
+            _grow(g["n_samples"], (s,))
+            n_samples = np.zeros(g["n_samples"].shape, dtype=np.int64)
+            n_samples[:s] = [a.size for a in times]
+            g["n_samples"][...] = n_samples
+            info["labels"][pname] = [str(x) for x in tr.get("labels", range(s))]
+            info["has_data"][pname] = datas is not None
+            info["n_sweeps"][pname] = s
+        _write_json(best["traces_info"], info)
+        _write_json(best["features"], dict(features))
+        _write_json(best["polish"], polish)
+        best["generation"][()] = int(self._commit()[2]) if self._commit()[0] else -1
+        f.flush()
+        best["valid"][()] = 1
+        f.flush()
+
+    def mark_finished(self, reason: str) -> None:
+        """Record why the run stopped (e.g. ``"max_generations"``, ``"interrupted"``)."""
+        self._need_writer()
+        run = self._f["run"]
+        run["finished"][()] = np.bytes_(str(reason).encode("utf-8")[:REASON_BYTES] or b"?")
+        run["finished_unix"][()] = _dt.datetime.now(_dt.timezone.utc).timestamp()
+        self._f.flush()
+
+    # ------------------------------------------------------------------ reading: static
+    @property
+    def config_text(self) -> str:
+        """The configuration file's text."""
+        return _text(self._f["config/text"][()])
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The resolved settings."""
+        return json.loads(_text(self._f["config/settings"][()]))
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Versions, device, backend, precision of the run."""
+        return {k: _text(v) for k, v in self._f["environment"].attrs.items()}
+
+    @property
+    def created(self) -> str:
+        """When the run file was created (ISO 8601, UTC)."""
+        return _text(self._f.attrs.get("created", ""))
+
+    def scheme(self) -> Scheme:
+        """The scheme, parsed again from its stored file text."""
+        g = self._f["scheme"]
+        return Scheme.loads(_text(g["text"][()]), path=_text(g.attrs.get("path", "<scheme>")))
+
+    @property
+    def protocol_names(self) -> list[str]:
+        """Protocol names, in the order of the error columns."""
+        return list(self._protocol_names)
+
+    @property
+    def param_names(self) -> list[str]:
+        """Parameter names, in the order of the parameter columns."""
+        return list(self._param_names)
+
+    @property
+    def free_mask(self) -> np.ndarray:
+        """True for each parameter the fit searched."""
+        return np.asarray(self._f["generations/free_mask"][()], dtype=bool)
+
+    @property
+    def population_size(self) -> int:
+        """Candidates per generation, as configured."""
+        return int(self._f["generations"].attrs["population_size"])
+
+    def protocols(self) -> list[Protocol]:
+        """The protocols, rebuilt from their tables."""
+        return [_read_protocol(self._f["protocols"][_key(n)]) for n in self._protocol_names]
+
+    def recordings(self) -> dict[str, Recording | None]:
+        """The recording fitted for each protocol (None where there was none)."""
+        g = self._f["data"]
+        return {n: _read_recording(g[_key(n)]) if _key(n) in g else None
+                for n in self._protocol_names}
+
+    def targets(self) -> dict[str, Targets | None]:
+        """The summary targets of each protocol (None where there were none)."""
+        g = self._f["targets"]
+        return {n: _read_targets(g[_key(n)]) if _key(n) in g else None
+                for n in self._protocol_names}
+
+    # ------------------------------------------------------------------ reading: the run
+    @property
+    def n_generations(self) -> int:
+        """Generations committed."""
+        return int(self._commit()[0])
+
+    @property
+    def finished(self) -> str | None:
+        """Why the run stopped, or None while it runs (or if it was killed)."""
+        text = _text(self._ds("run/finished")[()])
+        return text or None
+
+    def history(self, *, population: bool = True) -> dict[str, Any]:
+        """Every committed generation.
+
+        Returns
+        -------
+        dict
+            ``generation`` (G,), ``best``, ``median``, ``mean`` (G,) from the statistics,
+            ``population`` (G, N, n_params) unless ``population`` is False, ``errors``
+            (G, N, n_protocols), ``fitness`` (G, N), ``fail`` (G, N), ``size`` (G,),
+            ``stats`` and ``timings`` (dicts of (G,) arrays). Rows of a generation
+            smaller than the largest are NaN (fail -1) padded.
+        """
+        g_n = self.n_generations
+        out: dict[str, Any] = {}
+        names = ["generation", "size", "fitness", "fail", "errors"]
+        if population:
+            names.append("population")
+        for name in names:
+            out[name] = np.asarray(self._ds(f"generations/{name}")[:g_n])
+        for name in ("stats", "timings"):
+            cols = [_text(v) for v in self._ds(f"generations/{name}_names")[()]]
+            table = np.asarray(self._ds(f"generations/{name}")[:g_n])
+            out[name] = {c: table[:, i] for i, c in enumerate(cols) if c}
+        for key in ("best", "median", "mean"):
+            out[key] = out["stats"].get(key, np.full(g_n, np.nan))
+        return out
+
+    def best_per_generation(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(generation numbers (G,), best candidate of each (G, n_params), its fitness (G,))."""
+        g_n = self.n_generations
+        fit = np.asarray(self._ds("generations/fitness")[:g_n])
+        gens = np.asarray(self._ds("generations/generation")[:g_n])
+        pop = self._ds("generations/population")
+        params = np.full((g_n, len(self._param_names)), np.nan)
+        best = np.full(g_n, np.nan)
+        for g in range(g_n):
+            row = np.where(np.isfinite(fit[g]), fit[g], np.inf)
+            if row.size and np.isfinite(row.min()):
+                i = int(np.argmin(row))
+                params[g] = pop[g, i]  # one chunk per generation: cheap
+                best[g] = row[i]
+        return gens, params, best
+
+    def last_state(self) -> tuple[int, bytes]:
+        """(generation number, resume state) of the last committed generation.
+
+        Raises
+        ------
+        KingenError
+            If no generation was committed, or the state fails its checksum.
+        """
+        rows, slot, generation = (int(v) for v in self._commit())
+        if rows == 0:
+            raise KingenError("no completed generation to resume from", file=str(self.path))
+        res = self._f["resume"]
+        length = int(self._ds("resume/length")[slot])
+        blob = bytes(np.asarray(self._ds(f"resume/state_{slot}")[:length], dtype=np.uint8))
+        if zlib.crc32(blob) != int(self._ds("resume/crc32")[slot]) or int(
+                res["generation"][slot]) != generation:
+            raise KingenError(f"corrupt resume state of generation {generation} (checksum "
+                              "mismatch)", file=str(self.path), field="/resume")
+        return generation, blob
+
+    def hall_of_fame(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(params (K, n_params), fitness (K,)) or None when none was written."""
+        k = int(self._ds("hall_of_fame/size")[()])
+        if k == 0:
+            return None
+        return (np.asarray(self._ds("hall_of_fame/params")[:k]),
+                np.asarray(self._ds("hall_of_fame/fitness")[:k]))
+
+    def best(self) -> dict[str, Any] | None:
+        """The best candidate as written by :meth:`write_best`, or None.
+
+        Keys: ``params``, ``fitness``, ``errors`` and ``amplitudes`` (dicts by protocol),
+        ``traces`` (as given to :meth:`write_best`), ``features``, ``polish``,
+        ``generation`` (the last committed generation when it was written).
+        """
+        if int(self._ds("best/valid")[()]) != 1:
+            return None
+        b = self._f["best"]
+        names = self._protocol_names
+        errors = np.asarray(self._ds("best/errors")[()])
+        amps = np.asarray(self._ds("best/amplitudes")[()])
+        info = _read_json(self._ds("best/traces_info"))
+        traces: dict[str, dict] = {}
+        for pname in names:
+            if pname not in info.get("n_sweeps", {}):
+                continue
+            g = b["traces"][_key(pname)]
+            s = int(info["n_sweeps"][pname])
+            n = np.asarray(self._ds(f"{g.name}/n_samples")[:s])
+            t = np.asarray(self._ds(f"{g.name}/time_ms")[:s])
+            y = np.asarray(self._ds(f"{g.name}/fit_pA")[:s])
+            d = np.asarray(self._ds(f"{g.name}/data_pA")[:s])
+            traces[pname] = {
+                "time_ms": [t[i, : n[i]] for i in range(s)],
+                "fit_pA": [y[i, : n[i]] for i in range(s)],
+                "data_pA": ([d[i, : n[i]] for i in range(s)] if info["has_data"][pname]
+                            else None),
+                "labels": list(info["labels"][pname]),
+            }
+        return {
+            "params": np.asarray(self._ds("best/params")[()]),
+            "fitness": float(self._ds("best/fitness")[()]),
+            "errors": {n: float(e) for n, e in zip(names, errors, strict=True)},
+            "amplitudes": {n: float(a) for n, a in zip(names, amps, strict=True)
+                           if math.isfinite(a)},
+            "traces": traces,
+            "features": _read_json(self._ds("best/features")) or {},
+            "polish": _read_json(self._ds("best/polish")),
+            "generation": int(self._ds("best/generation")[()]),
+        }
+
+
+# --------------------------------------------------------------------------- static writers
+
+def _write_json(ds: h5py.Dataset, obj: Any) -> None:
+    """JSON as UTF-8 bytes in an extendable uint8 dataset, NUL padded.
+
+    A string dataset cannot change size under SWMR, and the dataset never shrinks, so a
+    shorter text leaves NULs behind it, which :func:`_read_json` strips.
+    """
+    raw = np.frombuffer(_dumps(obj).encode("utf-8"), dtype=np.uint8)
+    _grow(ds, (raw.size,))
+    full = np.zeros(ds.shape[0], dtype=np.uint8)
+    full[: raw.size] = raw
+    ds[...] = full
+
+
+def _read_json(ds: h5py.Dataset) -> Any:
+    raw = bytes(np.asarray(ds[()], dtype=np.uint8)).rstrip(b"\0")
+    return json.loads(raw.decode("utf-8")) if raw else None
+
+
+def _json_blob(group: h5py.Group, name: str, doc: str) -> h5py.Dataset:
+    ds = _extendable(group, name, (None,), np.uint8, 0, chunk_rows=4096)
+    ds.attrs["content"] = "UTF-8 JSON text as bytes, NUL padded"
+    ds.attrs["description"] = doc
+    _write_json(ds, None)
+    return ds
+
+
+def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], scheme: Scheme,
+                  protocols: list[Protocol], recordings: Mapping[str, Recording | None],
+                  targets: Mapping[str, Targets | None], free_mask: np.ndarray,
+                  population_size: int, environment: Mapping[str, str]) -> None:
+    f.attrs["kingen_run"] = MARKER
+    f.attrs["layout_version"] = LAYOUT_VERSION
+    f.attrs["kingen_version"] = environment.get("kingen", "")
+    f.attrs["created"] = _now()
+    f.attrs["description"] = ("kingen fit of a kinetic scheme; layout: see the kingen README, "
+                              "section 'The run file'")
+
+    cfg = f.create_group("config")
+    cfg.create_dataset("text", data=config_text, dtype=_STR)
+    cfg.create_dataset("settings", data=_dumps(config), dtype=_STR)
+    cfg["text"].attrs["description"] = "the configuration file as given (TOML)"
+    cfg["settings"].attrs["description"] = "the settings the configuration resolved to (JSON)"
+
+    _write_scheme(f.create_group("scheme"), scheme)
+
+    pg = f.create_group("protocols")
+    pg.attrs["names"] = _dumps([p.name for p in protocols])
+    for p in protocols:
+        _write_protocol(pg.create_group(_key(p.name)), p)
+
+    dg = f.create_group("data")
+    for name, rec in recordings.items():
+        if rec is not None:
+            _write_recording(dg.create_group(_key(name)), name, rec)
+    tg = f.create_group("targets")
+    for name, tar in targets.items():
+        if tar is not None:
+            _write_targets(tg.create_group(_key(name)), name, tar)
+
+    env = f.create_group("environment")
+    for k, v in environment.items():
+        env.attrs[str(k)] = str(v)
+
+    n_par, n_prot = scheme.n_params, len(protocols)
+    pnames = _dumps(scheme.param_names)
+    gen = f.create_group("generations")
+    gen.attrs["population_size"] = population_size
+    gen.attrs["fitness"] = "total weighted error; lower is better; failed candidates worst"
+    gen.create_dataset("free_mask", data=free_mask)
+    gen["free_mask"].attrs["columns"] = pnames
+    rows = population_size
+    d = _extendable(gen, "population", (0, rows, n_par), np.float64, np.nan,
+                    unit="internal: ms^-1 (order 1) or mM^-1 ms^-1 (order 2); "
+                         "see /scheme/parameters", doc="parameters of every candidate",
+                    chunk_rows=1)
+    d.attrs["columns"] = pnames
+    d = _extendable(gen, "errors", (0, rows, n_prot), np.float64, np.nan, unit="1",
+                    doc="error of every candidate under each protocol", chunk_rows=1)
+    d.attrs["columns"] = _dumps([p.name for p in protocols])
+    _extendable(gen, "fitness", (0, rows), np.float64, np.nan, unit="1",
+                doc="total weighted error (lower is better)", chunk_rows=1)
+    _extendable(gen, "fail", (0, rows), np.int32, -1,
+                doc="failure code (0: simulated fine; -1: padding)", chunk_rows=1)
+    _extendable(gen, "generation", (0,), np.int64, -1, doc="generation number")
+    _extendable(gen, "size", (0,), np.int64, 0, doc="candidates in the generation")
+    for name, unit in (("stats", "1"), ("timings", "s")):
+        _extendable(gen, name, (0, MAX_COLUMNS), np.float64, np.nan, unit=unit,
+                    doc=f"one column per key; names in {name}_names")
+        gen.create_dataset(f"{name}_names", data=np.zeros(MAX_COLUMNS, dtype=f"S{NAME_BYTES}"))
+
+    hof = f.create_group("hall_of_fame")
+    _extendable(hof, "params", (0, n_par), np.float64, np.nan, unit="internal",
+                doc="best candidates ever seen, best first")
+    hof["params"].attrs["columns"] = pnames
+    _extendable(hof, "fitness", (0,), np.float64, np.nan, unit="1")
+    hof.create_dataset("size", data=np.int64(0))
+    hof["size"].attrs["description"] = "rows of params/fitness that are valid (written last)"
+
+    best = f.create_group("best")
+    best.create_dataset("valid", data=np.int8(0))
+    best.create_dataset("generation", data=np.int64(-1))
+    best.create_dataset("params", data=np.full(n_par, np.nan))
+    best["params"].attrs["columns"] = pnames
+    best["params"].attrs["unit"] = "internal"
+    best.create_dataset("fitness", data=np.float64(np.nan))
+    best.create_dataset("errors", data=np.full(n_prot, np.nan))
+    best["errors"].attrs["columns"] = _dumps([p.name for p in protocols])
+    best.create_dataset("amplitudes", data=np.full(n_prot, np.nan))
+    best["amplitudes"].attrs["columns"] = _dumps([p.name for p in protocols])
+    best["amplitudes"].attrs["description"] = ("factor the scheme's current (with its "
+                                               "channels) is multiplied by, per protocol")
+    _json_blob(best, "features", "features per protocol: {protocol: {fit: {}, data: {}}}")
+    _json_blob(best, "polish", "local polish: error before and after, or null")
+    _json_blob(best, "traces_info", "sweep labels, has_data and n_sweeps per protocol")
+    tr = best.create_group("traces")
+    for p in protocols:
+        g = tr.create_group(_key(p.name))
+        g.attrs["name"] = p.name
+        for name, unit in (("time_ms", "ms"), ("fit_pA", "pA"), ("data_pA", "pA")):
+            _extendable(g, name, (0, 0), np.float64, np.nan, unit=unit, chunk_rows=1,
+                        doc="one row per sweep, NaN padded to the longest")
+        _extendable(g, "n_samples", (0,), np.int64, 0, doc="samples in each sweep's row")
+
+    res = f.create_group("resume")
+    res.attrs["description"] = ("opaque resume state (pickle: random states, population, "
+                                "hall of fame, strategy) of the last committed generation, "
+                                "in the slot /run/commit[1] names")
+    for slot in (0, 1):
+        _extendable(res, f"state_{slot}", (0,), np.uint8, 0, compress=False,
+                    chunk_rows=1 << 14)
+    res.create_dataset("length", data=np.zeros(2, dtype=np.int64))
+    res.create_dataset("generation", data=np.full(2, -1, dtype=np.int64))
+    res.create_dataset("crc32", data=np.zeros(2, dtype=np.int64))
+
+    run = f.create_group("run")
+    run.create_dataset("commit", data=np.array([0, 0, -1], dtype=np.int64))
+    run["commit"].attrs["description"] = ("[generations committed, resume slot, last "
+                                          "generation number]; written last")
+    run.create_dataset("finished", data=np.bytes_(b""), dtype=f"S{REASON_BYTES}")
+    run.create_dataset("finished_unix", data=np.float64(np.nan))
+    run["finished_unix"].attrs["unit"] = "s since 1970-01-01 UTC"
+    run.attrs["resumed"] = "[]"
+    _mark_writer(run)
+
+
+def _mark_writer(run: h5py.Group) -> None:
+    """Record which process writes the file (attributes are fixed once SWMR starts)."""
+    run.attrs["writer_pid"] = os.getpid()
+    run.attrs["writer_host"] = platform.node()
+
+
+def _live_writer(f: h5py.File) -> int | None:
+    """The id of a process on this host that is still writing the file, if any."""
+    run = f["run"]
+    pid = int(run.attrs.get("writer_pid", 0))
+    if not pid or _text(run.attrs.get("writer_host", "")) != platform.node():
+        return None
+    if pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def _write_scheme(g: h5py.Group, s: Scheme) -> None:
+    g.attrs.update({"name": s.name, "source": s.source, "path": s.path, "agonist": s.agonist,
+                    "channels": s.channels, "file_units": _dumps(s.file_units),
+                    "reversibility_tolerance": s.reversibility_tolerance})
+    g.create_dataset("text", data=s.text, dtype=_STR)
+    g["text"].attrs["description"] = "the scheme file as read; Scheme.loads(text) rebuilds it"
+    init = s.initial if s.initial is not None else np.full(s.n_states, np.nan)
+    _table(g, "states", [("name", s.states, _STR), ("conductance", s.conductance, "f8"),
+                         ("initial", init, "f8")], s.n_states,
+           {"conductance": "pS", "initial": "1"}, "initial NaN: equilibrium at zero agonist")
+    pars = s.parameters
+    fac = np.array([units.parse_rate_unit(p.unit)[0] for p in pars])
+    _table(g, "parameters", [
+        ("name", [p.name for p in pars], _STR),
+        ("value", s.values, "f8"), ("lower", s.lower, "f8"), ("upper", s.upper, "f8"),
+        ("unit", [p.internal_unit for p in pars], _STR),
+        ("file_value", s.values / fac, "f8"), ("file_lower", s.lower / fac, "f8"),
+        ("file_upper", s.upper / fac, "f8"), ("file_unit", [p.unit for p in pars], _STR),
+        ("order", [p.order for p in pars], "i4"), ("scale", [p.scale for p in pars], _STR),
+        ("fixed", [p.fixed for p in pars], "?"), ("derived", [p.derived for p in pars], "?"),
+    ], s.n_params, {"value": "see column unit", "file_value": "see column file_unit"},
+        "value/lower/upper in internal units; file_* in the scheme file's units")
+    ts = s.transitions
+    _table(g, "transitions", [
+        ("source", [s.states[t.source] for t in ts], _STR),
+        ("target", [s.states[t.target] for t in ts], _STR),
+        ("rate", [t.expression for t in ts], _STR),
+        ("factor", [t.factor for t in ts], "f8"),
+        ("param", [s.parameters[t.param].name for t in ts], _STR),
+        ("agonist", [t.agonist for t in ts], "?"), ("derived", [t.derived for t in ts], "?"),
+    ], len(ts), doc="rate = factor * param [* agonist concentration]")
+
+
+def _write_protocol(g: h5py.Group, p: Protocol) -> None:
+    g.attrs.update({"name": p.name, "kind": p.kind, "source": p.source,
+                    "meta": _dumps(p.meta)})
+    sw = p.sweeps
+    _table(g, "sweeps", [
+        ("label", [s.label for s in sw], _STR), ("duration", [s.duration for s in sw], "f8"),
+        ("dt", [s.dt for s in sw], "f8"), ("holding", [s.holding for s in sw], "f8"),
+        ("reversal", [s.reversal for s in sw], "f8"),
+        ("x", [np.nan if s.x is None else s.x for s in sw], "f8"),
+    ], len(sw), {"duration": "ms", "dt": "ms", "holding": "mV", "reversal": "mV",
+                 "x": "ms (recovery interval) or mM (dose); NaN: none"})
+    pulses = [(i, q) for i, s in enumerate(sw) for q in s.pulses]
+    _table(g, "pulses", [
+        ("sweep", [i for i, _ in pulses], "i4"), ("start", [q.start for _, q in pulses], "f8"),
+        ("duration", [q.duration for _, q in pulses], "f8"),
+        ("concentration", [q.concentration for _, q in pulses], "f8"),
+        ("rise", [q.rise for _, q in pulses], "f8"), ("decay", [q.decay for _, q in pulses], "f8"),
+    ], len(pulses), {"start": "ms", "duration": "ms", "concentration": "mM",
+                     "rise": "ms (10-90 %)", "decay": "ms (10-90 %)"})
+    trs = [(i, q) for i, s in enumerate(sw) for q in s.transients]
+    _table(g, "transients", [
+        ("sweep", [i for i, _ in trs], "i4"), ("start", [q.start for _, q in trs], "f8"),
+        ("peak", [q.peak for _, q in trs], "f8"),
+        ("tau_decay", [q.tau_decay for _, q in trs], "f8"),
+        ("tau_rise", [q.tau_rise for _, q in trs], "f8"),
+    ], len(trs), {"start": "ms", "peak": "mM", "tau_decay": "ms", "tau_rise": "ms"})
+
+
+def _read_protocol(g: h5py.Group) -> Protocol:
+    sweeps = g["sweeps"][()]
+    pulses = g["pulses"][()]
+    trs = g["transients"][()]
+    out = []
+    for i, row in enumerate(sweeps):
+        ps = tuple(Pulse(float(q["start"]), float(q["duration"]), float(q["concentration"]),
+                         float(q["rise"]), float(q["decay"])) for q in pulses if q["sweep"] == i)
+        ts = tuple(Transient(float(q["start"]), float(q["peak"]), float(q["tau_decay"]),
+                             float(q["tau_rise"])) for q in trs if q["sweep"] == i)
+        x = float(row["x"])
+        out.append(Sweep(_text(row["label"]), float(row["duration"]), float(row["dt"]), ps, ts,
+                         float(row["holding"]), float(row["reversal"]),
+                         None if math.isnan(x) else x))
+    return Protocol(_text(g.attrs["name"]), _text(g.attrs["kind"]), tuple(out),
+                    source=_text(g.attrs.get("source", "<built-in>")),
+                    meta=json.loads(_text(g.attrs.get("meta", "{}"))))
+
+
+def _write_recording(g: h5py.Group, name: str, rec: Recording) -> None:
+    times = rec.times_list()
+    width = max((t.size for t in times), default=0)
+    g.attrs.update({"protocol": name, "source": rec.source,
+                    "recording_protocol": rec.protocol or "",
+                    "holding_mV": np.nan if rec.holding_mV is None else rec.holding_mV,
+                    "meta": _dumps({k: v for k, v in rec.meta.items()})})
+    g.create_dataset("labels", data=rec.sweep_labels, dtype=_STR)
+    g.create_dataset("n_samples", data=np.array([t.size for t in times], dtype=np.int64))
+    for ds_name, rows, unit in (("time_ms", times, "ms"),
+                                ("current_pA", rec.currents_list(), "pA")):
+        g.create_dataset(ds_name, data=_padded(rows, width), **_GZIP)
+        g[ds_name].attrs["unit"] = unit
+    if rec.concentration_mM is not None:
+        concs = [np.asarray(rec.sweep_concentration(i)) for i in range(rec.n_sweeps)]
+        g.create_dataset("concentration_mM", data=_padded(concs, width), **_GZIP)
+        g["concentration_mM"].attrs["unit"] = "mM"
+    g.attrs["description"] = "one row per sweep, NaN padded; n_samples gives each length"
+
+
+def _read_recording(g: h5py.Group) -> Recording:
+    n = g["n_samples"][()]
+    labels = [_text(v) for v in g["labels"][()]]
+
+    def rows(name: str) -> list[np.ndarray]:
+        a = g[name][()]
+        return [a[i, : n[i]] for i in range(len(n))]
+
+    hold = float(g.attrs.get("holding_mV", np.nan))
+    return Recording(_text(g.attrs.get("recording_protocol", "")) or None, rows("time_ms"),
+                     rows("current_pA"), labels,
+                     rows("concentration_mM") if "concentration_mM" in g else None,
+                     None if math.isnan(hold) else hold, _text(g.attrs.get("source", "")),
+                     json.loads(_text(g.attrs.get("meta", "{}"))))
+
+
+def _write_targets(g: h5py.Group, name: str, t: Targets) -> None:
+    g.attrs["protocol"] = name
+    g.attrs["sources"] = _dumps(t.sources)
+    feats = list(t.features.items())
+    _table(g, "features", [
+        ("name", [k for k, _ in feats], _STR), ("value", [v.value for _, v in feats], "f8"),
+        ("weight", [v.weight for _, v in feats], "f8"),
+        ("sd", [np.nan if v.sd is None else v.sd for _, v in feats], "f8"),
+    ], len(feats), doc="value and sd in the unit of the feature name's suffix (internal)")
+    if t.dose_response is not None:
+        d = t.dose_response
+        ss = np.full(len(d.concentration_mM), np.nan) if d.ss_pA is None else d.ss_pA
+        _table(g, "dose_response", [("concentration", d.concentration_mM, "f8"),
+                                    ("peak", d.peak_pA, "f8"), ("ss", ss, "f8")],
+               len(d.concentration_mM), {"concentration": "mM", "peak": "pA", "ss": "pA"})
+    if t.recovery is not None:
+        r = t.recovery
+        _table(g, "recovery", [("interval", r.interval_ms, "f8"), ("ratio", r.ratio, "f8")],
+               len(r.interval_ms), {"interval": "ms", "ratio": "1"})
+
+
+def _read_targets(g: h5py.Group) -> Targets:
+    feats = {}
+    for row in g["features"][()]:
+        sd = float(row["sd"])
+        feats[_text(row["name"])] = Target(float(row["value"]), float(row["weight"]),
+                                           None if math.isnan(sd) else sd)
+    dose = rec = None
+    if "dose_response" in g:
+        d = g["dose_response"][()]
+        ss = np.asarray(d["ss"], dtype=float)
+        dose = DoseResponseTable(np.asarray(d["concentration"], dtype=float),
+                                 np.asarray(d["peak"], dtype=float),
+                                 None if np.all(np.isnan(ss)) else ss)
+    if "recovery" in g:
+        r = g["recovery"][()]
+        rec = RecoveryTable(np.asarray(r["interval"], dtype=float),
+                            np.asarray(r["ratio"], dtype=float))
+    return Targets(feats, dose, rec, json.loads(_text(g.attrs.get("sources", "[]"))))
+
+
+# --------------------------------------------------------------------------- opening
+
+def _corrupt(name: str, exc: BaseException) -> KingenError:
+    detail = str(exc).split("(")[0].strip() or type(exc).__name__
+    return KingenError(f"corrupt or truncated run file ({detail}); the run may have been "
+                       "cut off while the file was copied", file=name)
+
+
+def _open_read(p: Path) -> h5py.File:
+    try:
+        return h5py.File(p, "r", libver="latest", swmr=True, locking=False)
+    except OSError as first:
+        try:
+            # Not written in SWMR mode (an HDF5 file from elsewhere): read it plainly.
+            return h5py.File(p, "r", locking=False)
+        except OSError:
+            raise _corrupt(str(p), first) from None
+
+
+def _open_append(p: Path) -> h5py.File:
+    try:
+        return h5py.File(p, "a", libver="latest")
+    except OSError as exc:
+        if _ALREADY_OPEN not in str(exc):
+            raise _corrupt(str(p), exc) from None
+    # The superblock still says a writer has the file: either one does, or a run was
+    # killed. A live writer would have to be stopped first; a killed run's file is
+    # rebuilt from what it committed.
+    _rebuild(p)
+    try:
+        return h5py.File(p, "a", libver="latest")
+    except OSError as exc:
+        raise _corrupt(str(p), exc) from None
+
+
+def _rebuild(p: Path) -> None:
+    """Copy a file left open by a killed writer into a fresh file, then swap it in.
+
+    HDF5 refuses to open such a file for writing (its superblock still marks the writer);
+    an SWMR reader can read it, and everything it committed is copied. A kill during the
+    copy leaves the original untouched.
+    """
+    tmp = p.with_name(f".{p.name}.rebuild.tmp")
+    src = _open_read(p)
+    try:
+        _validate(src, str(p))
+        pid = _live_writer(src)
+        if pid is not None:
+            raise KingenError(f"the run is still being written by process {pid}: stop it "
+                              "before resuming", file=str(p))
+        with h5py.File(tmp, "w", libver="latest") as dst:
+            for k, v in src.attrs.items():
+                dst.attrs[k] = v
+            for member in src:
+                src.copy(src[member], dst, name=member)
+    except BaseException:
+        src.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    src.close()
+    os.replace(tmp, p)
+
+
+def _validate(f: h5py.File, name: str) -> None:
+    marker = f.attrs.get("kingen_run")
+    if marker is None or _text(marker) != MARKER:
+        raise KingenError("an HDF5 file, but not a kingen run file (no 'kingen_run' "
+                          "attribute on its root group)", file=name)
+    version = f.attrs.get("layout_version")
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        raise KingenError("run file without a valid layout version", file=name,
+                          field="/layout_version", value=version) from None
+    if version > LAYOUT_VERSION:
+        raise KingenError(f"run file of layout version {version}, written by a newer kingen; "
+                          f"this kingen reads up to version {LAYOUT_VERSION}: upgrade kingen "
+                          "(pip install -U kingen)", file=name, field="/layout_version",
+                          value=version)
+    for group in REQUIRED_GROUPS:
+        if group not in f or not isinstance(f[group], h5py.Group):
+            raise KingenError("missing group: the run file is incomplete or was edited",
+                              file=name, field=f"/{group}")
+
+
+def is_run_file(path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` is an HDF5 file with the kingen run marker."""
+    try:
+        with RunStore.open(path):
+            return True
+    except KingenError:
+        return False
+
+
+def as_store(run: str | os.PathLike[str] | RunStore) -> tuple[RunStore, bool]:
+    """(store, opened_here): open a path for reading, or pass an open store through."""
+    if isinstance(run, RunStore):
+        run.refresh()
+        return run, False
+    return RunStore.open(run, "r"), True
+
+
+__all__ = ["LAYOUT_VERSION", "RunStore", "as_store", "is_run_file"]

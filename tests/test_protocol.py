@@ -1,0 +1,96 @@
+"""Protocols: waveforms, segments, the standard set and protocol files."""
+
+import numpy as np
+import pytest
+
+from kingen.errors import KingenError
+from kingen.protocol import (
+    STANDARD_DOSES_MM,
+    STANDARD_RECOVERY_INTERVALS_MS,
+    Pulse,
+    Sweep,
+    load_protocol,
+    standard_protocol,
+)
+
+
+def test_standard_set_matches_the_field_conventions():
+    d = standard_protocol("deactivation")
+    assert d.sweeps[0].pulses[0].duration == 1.0 and d.sweeps[0].pulses[0].concentration == 10
+    s = standard_protocol("desensitization")
+    assert s.sweeps[0].pulses[0].duration == 100.0
+    r = standard_protocol("recovery")
+    assert tuple(r.x_values()) == STANDARD_RECOVERY_INTERVALS_MS
+    for sw, gap in zip(r.sweeps, STANDARD_RECOVERY_INTERVALS_MS):
+        first, second = sw.pulses
+        assert second.start - first.end == pytest.approx(gap)
+        assert first.duration == second.duration == 100.0
+    dr = standard_protocol("dose_response")
+    assert tuple(dr.x_values()) == STANDARD_DOSES_MM
+    with pytest.raises(KingenError, match="unknown protocol"):
+        standard_protocol("sensitization")
+
+
+def test_finite_exchange_has_the_requested_10_90_rise_time():
+    sweep = Sweep("x", 10.0, 0.001, pulses=(Pulse(2.0, 5.0, 10.0, rise=0.3, decay=0.3),))
+    t = sweep.times()
+    c = sweep.concentration(t)
+    rise = t[(c >= 9.0)][0] - t[(c >= 1.0)][0]
+    assert rise == pytest.approx(0.3, abs=2e-3)
+    assert c[np.searchsorted(t, 2.0)] == pytest.approx(5.0, abs=0.05)
+    ideal = Sweep("y", 10.0, 0.001, pulses=(Pulse(2.0, 5.0, 10.0),))
+    assert set(np.unique(ideal.concentration(t))) == {0.0, 10.0}
+
+
+def test_segments_cover_the_sweep_and_are_constant_where_they_say():
+    sweep = standard_protocol("recovery", exchange=0.2).sweeps[3]
+    segs = sweep.segments()
+    assert segs[0].start == 0.0 and segs[-1].end == sweep.duration
+    for a, b in zip(segs[:-1], segs[1:]):
+        assert a.end == pytest.approx(b.start)
+    for seg in segs:
+        if not seg.smooth:
+            t = np.linspace(seg.start, seg.end, 50)[1:-1]
+            np.testing.assert_array_equal(sweep.concentration(t), seg.concentration)
+    assert sum(s.smooth for s in segs) == 4  # two pulses, two edges each
+
+
+def test_protocol_file_paired_dose_and_errors(tmp_path):
+    f = tmp_path / "paired.toml"
+    f.write_text("""
+[protocol]
+name = "pp"
+dt = 0.05
+exchange = 0.1
+[units]
+time = "ms"
+concentration = "uM"
+[paired]
+start = 1
+duration = 2
+concentration = 1000
+intervals = [3, 6]
+""")
+    p = load_protocol(f)
+    assert p.kind == "recovery" and p.n_sweeps == 2
+    assert p.sweeps[0].pulses[0].concentration == pytest.approx(1.0)
+    assert p.sweeps[1].pulses[1].start == pytest.approx(1 + 2 + 6)
+    assert p.sweeps[0].pulses[0].rise == pytest.approx(0.1)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[protocol]\ndt = -1\n[dose]\nstart=1\nduration=1\nconcentrations=[1]\n")
+    with pytest.raises(KingenError, match=r"bad.toml: protocol.dt = -1(\.0)?: must be > 0"):
+        load_protocol(bad)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("[protocol]\nname='x'\n")
+    with pytest.raises(KingenError, match="no sweeps"):
+        load_protocol(empty)
+    with pytest.raises(KingenError, match="protocol file not found"):
+        load_protocol(tmp_path / "missing.toml")
+
+
+def test_train_protocol_file(tmp_path):
+    f = tmp_path / "train.toml"
+    f.write_text("[train]\nstart = 2\nduration = 1\nconcentration = 1\nn = 5\nfrequency = 100\n")
+    p = load_protocol(f)
+    starts = [pl.start for pl in p.sweeps[0].pulses]
+    np.testing.assert_allclose(starts, [2, 12, 22, 32, 42])

@@ -1,0 +1,210 @@
+"""The batched RK4 solver against the exact reference, on the CPU and on the CUDA kernel
+(under Numba's simulator, with tiny grids); objective mode; failure handling."""
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kingen.codegen import FAIL_PARAMS, N_WINDOWS
+from kingen.errors import KingenError
+from kingen.protocol import Protocol, Pulse, Sweep, standard_protocol
+from kingen.scheme import Scheme
+from kingen.solve import ObjectiveInputs, Simulator, simulate_batch, simulate_exact
+
+MODELS = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml"))
+STANDARD = ["deactivation", "desensitization", "recovery", "dose_response"]
+TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
+
+
+@lru_cache(maxsize=None)
+def _scheme(path: Path) -> Scheme:
+    return Scheme.load(path)
+
+
+@lru_cache(maxsize=None)
+def _reference(path: Path, name: str) -> list[np.ndarray]:
+    return simulate_exact(_scheme(path), standard_protocol(name, exchange=0.2)).currents
+
+
+def _max_rel_error(result, reference: list[np.ndarray], channels: float) -> float:
+    err = 0.0
+    for k, ref in enumerate(reference):
+        got = result.sweep_trace(0, k) * channels
+        assert np.isfinite(got).all()
+        err = max(err, float(np.abs(got - ref).max() / np.abs(ref).max()))
+    return err
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("model", MODELS, ids=lambda p: p.stem)
+def test_cpu_backend_matches_exact_reference_on_every_standard_protocol(model, precision):
+    scheme = _scheme(model)
+    protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
+    sim = Simulator(scheme, protocols, backend="cpu", precision=precision)
+    result = sim.run(scheme.values[None, :], "traces")
+    assert not result.fail.any()
+    offset = 0
+    for name, protocol in zip(STANDARD, protocols):
+        ref = _reference(model, name)
+        for k, r in enumerate(ref):
+            got = result.sweep_trace(0, offset + k) * scheme.channels
+            err = np.abs(got - r).max() / np.abs(r).max()
+            assert err <= TOLERANCE[precision], (name, k, err)
+        offset += protocol.n_sweeps
+
+
+def _mini_protocols() -> list[Protocol]:
+    """The standard protocols' shapes in miniature, cheap enough for the CUDA simulator."""
+    kw = dict(dt=0.05)
+    deact = Protocol("deactivation", "deactivation",
+                     (Sweep("1", 1.5, pulses=(Pulse(0.2, 0.3, 0.3, 0.05, 0.05),), **kw),))
+    desens = Protocol("desensitization", "desensitization",
+                      (Sweep("1", 1.5, pulses=(Pulse(0.2, 1.0, 0.3),), **kw),))
+    recov = Protocol("recovery", "recovery", tuple(
+        Sweep(f"{g}", 1.5 + g, pulses=(Pulse(0.2, 0.4, 0.3), Pulse(0.6 + g, 0.4, 0.3)), x=g,
+              **kw) for g in (0.1, 0.3)))
+    dose = Protocol("dose_response", "dose_response", tuple(
+        Sweep(f"{c}", 1.0, pulses=(Pulse(0.2, 0.5, c),), x=c, **kw) for c in (0.03, 0.3)))
+    return [deact, desens, recov, dose]
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("model", MODELS, ids=lambda p: p.stem)
+def test_cuda_kernel_under_simulator_matches_reference_and_cpu(model, precision):
+    scheme = _scheme(model)
+    protocols = _mini_protocols()
+    params = np.vstack([scheme.values, scheme.values * 1.3])
+    params = np.clip(params, scheme.lower, scheme.upper)
+    gpu = Simulator(scheme, protocols, backend="cuda", precision=precision)
+    assert gpu.backend == "cuda" and gpu.simulator
+    got = gpu.run(params, "traces")
+    cpu = Simulator(scheme, protocols, backend="cpu", precision=precision).run(params, "traces")
+    assert not got.fail.any()
+    np.testing.assert_allclose(got.traces, cpu.traces, rtol=0,
+                               atol=1e-12 if precision == "float64" else 1e-5)
+    for cand in range(2):
+        offset = 0
+        for protocol in protocols:
+            ref = simulate_exact(scheme, protocol, params[cand]).currents
+            for k, r in enumerate(ref):
+                g = got.sweep_trace(cand, offset + k) * scheme.channels
+                err = np.abs(g - r).max() / np.abs(r).max()
+                assert err <= TOLERANCE[precision], (protocol.name, k, err)
+            offset += protocol.n_sweeps
+
+
+def _objective_case(scheme: Scheme, protocols: list[Protocol], rng) -> ObjectiveInputs:
+    sim = Simulator(scheme, protocols, backend="cpu")
+    n = sim.schedule.n_samples
+    data = rng.normal(-20.0, 5.0, n)
+    weight = rng.uniform(0.0, 2.0, n)
+    windows = np.full((sim.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
+    for w in range(sim.n_sweeps):
+        m = int(sim.schedule.sample_start[w + 1] - sim.schedule.sample_start[w])
+        windows[w, 0] = (0, m - 1, 0)
+        windows[w, 1] = (m // 3, m // 2, 1)
+        windows[w, 2] = (m // 2, m - 1, 0)
+    return ObjectiveInputs(data, weight, windows)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_objective_mode_equals_error_computed_from_traces(backend):
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    rng = np.random.default_rng(3)
+    protocols = _mini_protocols() if backend == "cuda" else [
+        standard_protocol("deactivation", exchange=0.2), standard_protocol("dose_response")]
+    obj = _objective_case(scheme, protocols, rng)
+    params = np.exp(rng.uniform(np.log(scheme.lower), np.log(scheme.upper),
+                                (3, scheme.n_params)))
+    params = scheme.complete(params)
+    sim = Simulator(scheme, protocols, backend=backend, objective=obj)
+    res = sim.run(params, "objective")
+    tr = Simulator(scheme, protocols, backend=backend).run(params, "traces")
+    assert not res.fail.any()
+    starts = sim.schedule.sample_start
+    for c in range(3):
+        for w in range(sim.n_sweeps):
+            g = tr.traces[c, starts[w]:starts[w + 1]]
+            d = obj.data[starts[w]:starts[w + 1]]
+            wt = obj.weight[starts[w]:starts[w + 1]]
+            assert res.sgg[c, w] == pytest.approx(np.sum(wt * g * g), rel=1e-10)
+            assert res.sgd[c, w] == pytest.approx(np.sum(wt * g * d), rel=1e-10)
+            lo, hi, _ = obj.windows[w, 0]
+            peak_i = lo + int(np.argmax(np.abs(g[lo:hi + 1])))
+            assert res.windows[c, w, 0, 0] == pytest.approx(g[peak_i], rel=1e-12)
+            assert res.windows[c, w, 0, 1] == peak_i
+            lo, hi, _ = obj.windows[w, 1]
+            assert res.windows[c, w, 1, 0] == pytest.approx(g[lo:hi + 1].sum(), rel=1e-10)
+            assert res.windows[c, w, 3, 1] == -1  # unused window untouched
+
+
+def test_invalid_and_unstable_candidates_flagged_others_unaffected():
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    protocol = standard_protocol("deactivation")
+    good = scheme.values
+    nan = good.copy()
+    nan[3] = np.nan
+    negative = good.copy()
+    negative[0] = -1.0
+    unstable = good.copy()
+    unstable[2] *= 1e4  # a binding rate far above its bound: RK4 blows up at the 10 mM step
+    params = np.vstack([good, nan, good * 1.1, negative, unstable])
+    res = simulate_batch(scheme, protocol, params, "traces", backend="cpu")
+    assert res.fail[0, 0] == 0 and res.fail[2, 0] == 0
+    assert res.fail[1, 0] == FAIL_PARAMS and res.fail[3, 0] == FAIL_PARAMS
+    assert res.fail[4, 0] in (1, 2, 3)
+    alone = simulate_batch(scheme, protocol, params[[0, 2]], "traces", backend="cpu")
+    np.testing.assert_array_equal(res.traces[[0, 2]], alone.traces)
+    assert np.isnan(res.traces[[1, 3, 4]]).all()  # failed traces are NaN, never garbage
+    assert np.isfinite(res.traces[[0, 2]]).all()
+    obj = ObjectiveInputs(np.zeros(res.schedule.n_samples), np.ones(res.schedule.n_samples),
+                          np.full((1, N_WINDOWS, 3), -1, dtype=np.int64))
+    o = Simulator(scheme, [protocol], backend="cpu", objective=obj).run(params, "objective")
+    assert np.isinf(o.sgg[[1, 3, 4], 0]).all() and np.isfinite(o.sgg[[0, 2], 0]).all()
+
+
+def test_user_step_overrides_and_controls_accuracy():
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    protocol = standard_protocol("deactivation")
+    ref = simulate_exact(scheme, protocol).currents
+    coarse = simulate_batch(scheme, protocol, scheme.values[None], step=0.004, backend="cpu")
+    fine = simulate_batch(scheme, protocol, scheme.values[None], step=0.0004, backend="cpu")
+    assert coarse.schedule.total_steps < fine.schedule.total_steps
+    e_coarse = _max_rel_error(coarse, ref, scheme.channels)
+    e_fine = _max_rel_error(fine, ref, scheme.channels)
+    assert e_fine < e_coarse / 100  # fourth order: 10x smaller step, ~1e4 smaller error
+
+
+def test_agonist_free_stretches_take_longer_steps():
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    sim = Simulator(scheme, [standard_protocol("recovery")], backend="cpu")
+    rows_f, rows_i = sim.schedule.rows_f, sim.schedule.rows_i
+    h_on = rows_f[rows_f[:, 2] > 0, 1].max()
+    h_off = rows_f[(rows_f[:, 2] == 0) & (rows_i[:, 3] == 0), 1].min()
+    assert h_off > 10 * h_on
+
+
+def test_bad_arguments_give_clear_errors():
+    scheme = _scheme(MODELS[0])
+    p = standard_protocol("deactivation")
+    with pytest.raises(KingenError, match="params must have"):
+        simulate_batch(scheme, p, np.ones((2, scheme.n_params + 1)), backend="cpu")
+    with pytest.raises(KingenError, match="unknown precision"):
+        simulate_batch(scheme, p, scheme.values[None], precision="float16")
+    with pytest.raises(KingenError, match="unknown backend"):
+        simulate_batch(scheme, p, scheme.values[None], backend="tpu")
+    with pytest.raises(KingenError, match="objective mode needs data"):
+        simulate_batch(scheme, p, scheme.values[None], "objective", backend="cpu")
+
+
+def test_numpy_2_5_incompatibility_is_reported_not_crashed(monkeypatch):
+    from kingen.solve import backends
+
+    monkeypatch.delattr(np, "row_stack", raising=False)
+    status = backends.cuda_status()
+    assert not status.usable and "numpy<2.5" in status.reason
+    with pytest.raises(KingenError, match="cuda backend cannot run here.*numpy<2.5"):
+        backends.choose_backend("cuda")
+    assert backends.choose_backend("auto")[0] == "cpu"
