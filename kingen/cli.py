@@ -71,9 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.add_parsers(sub)
-    from kingen.analysis.cli import add_analyze_parser
+    from kingen.analysis.cli import add_analyze_parser, add_tune_parser
 
     add_analyze_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
@@ -249,9 +250,9 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"  {p.name:10s} {s.values[s.param_names.index(p.name)]:<12.6g} "
                   f"{p.internal_unit:12s} [{p.lower:.4g}, {p.upper:.4g}] {flag}")
         return 0
-    from kingen.solve.backends import cuda_status
-
     import numba
+
+    from kingen.solve.backends import cuda_status
 
     status = cuda_status()
     print(f"kingen {__version__}; numpy {np.__version__}; numba {numba.__version__}")

@@ -78,7 +78,7 @@ def test_cuda_kernel_under_simulator_matches_reference_and_cpu(model, precision)
     params = np.vstack([scheme.values, scheme.values * 1.3])
     params = np.clip(params, scheme.lower, scheme.upper)
     gpu = Simulator(scheme, protocols, backend="cuda", precision=precision)
-    assert gpu.backend == "cuda" and gpu.simulator
+    assert gpu.backend == "cuda"  # the simulator in CI, a real GPU on the GPU machine
     got = gpu.run(params, "traces")
     cpu = Simulator(scheme, protocols, backend="cpu", precision=precision).run(params, "traces")
     assert not got.fail.any()

@@ -147,6 +147,7 @@ class Simulator:
             if objective.windows.shape != (len(self.sweeps), N_WINDOWS, 3):
                 raise ValueError("windows must be (n_sweeps, 4, 3)")
         self._device_arrays: dict[str, object] = {}
+        self._config = None
 
     # ------------------------------------------------------------------ public
     @property
@@ -155,7 +156,7 @@ class Simulator:
         return len(self.sweeps)
 
     def run(self, params: np.ndarray, mode: str = "objective", *,
-            with_occupancy: bool = False) -> BatchResult:
+            with_occupancy: bool = False, launch_config=None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -167,6 +168,9 @@ class Simulator:
             ``objective`` (needs ``objective`` inputs) or ``traces``.
         with_occupancy
             In trace mode, also return occupancies.
+        launch_config
+            GPU launch variant (:class:`kingen.solve.cuda.LaunchConfig`); default: the one
+            ``kingen tune`` recorded for this device, else 128 threads per block.
         """
         import time
 
@@ -177,23 +181,8 @@ class Simulator:
             raise KingenError("objective mode needs data: build the Simulator with "
                               "objective=...", field="mode", value=mode)
         t_start = time.perf_counter()
-        p = np.atleast_2d(np.asarray(params, dtype=np.float64))
-        if p.shape[-1] != self.scheme.n_params:
-            raise KingenError(f"params must have {self.scheme.n_params} columns "
-                              f"({', '.join(self.scheme.param_names)})", field="params",
-                              value=f"shape {p.shape}")
-        with np.errstate(all="ignore"):
-            p = self.scheme.complete(p)
-            bad = ~np.all(np.isfinite(p) & (p > 0), axis=1)
-        if bad.any():
-            p[bad] = self.scheme.values
-        init = self.scheme.rest_occupancy(p)
-        bad |= ~np.all(np.isfinite(init), axis=1)
-        init[bad] = self.scheme.rest_occupancy(self.scheme.values)
-        n = p.shape[0]
-        dtype = np.dtype(self.precision)
-        P = np.ascontiguousarray(p.T, dtype=dtype)
-        S0 = np.ascontiguousarray(init.T, dtype=dtype)
+        P, S0, bad = self._inputs(params)
+        n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
             out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
@@ -207,17 +196,27 @@ class Simulator:
             occ = np.full(occ_shape, np.nan, dtype=np.float64)
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
-        module = solver_module(self.scheme, mode, self.precision, self.backend,
-                               with_occupancy=with_occupancy, simulator=self.simulator)
-        args = self._common_args(P, S0)
-        tol = TOLERANCE[self.precision]
-        t_compile = time.perf_counter()
         if self.backend == "cpu":
-            module.launch(n, self.n_sweeps, *args[:2], *args[2:], tol, *extra, fail)
+            module = solver_module(self.scheme, mode, self.precision, "cpu",
+                                   with_occupancy=with_occupancy)
+            t_compile = time.perf_counter()
+            module.launch(n, self.n_sweeps, *self._common_args(P, S0),
+                          TOLERANCE[self.precision], *extra, fail)
             results = list(extra) + [fail]
             t_run = time.perf_counter()
         else:
-            results, t_run = self._launch_cuda(module, n, args, tol, extra, fail, mode)
+            config = launch_config or self._tuned()
+            module = solver_module(self.scheme, mode, self.precision, "cuda",
+                                   with_occupancy=with_occupancy, simulator=self.simulator,
+                                   max_registers=config.max_registers)
+            t_compile = time.perf_counter()
+            call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
+            call()
+            from numba import cuda
+
+            cuda.synchronize()
+            t_run = time.perf_counter()
+            results = [x.copy_to_host() for x in dev_out]
         fail = results[-1].T.copy()
         fail[bad, :] = FAIL_PARAMS
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
@@ -242,49 +241,93 @@ class Simulator:
                        "total_s": time.perf_counter() - t_start}
         return res
 
+    def prepare_launch(self, params: np.ndarray, launch_config=None):
+        """A function that launches the objective kernel once on data already on the GPU,
+        without synchronising: for timing and profiling the bare kernel."""
+        P, S0, _ = self._inputs(params)
+        n = P.shape[1]
+        config = launch_config or self._tuned()
+        module = solver_module(self.scheme, "objective", self.precision, "cuda",
+                               simulator=self.simulator, max_registers=config.max_registers)
+        out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
+        obj = self.objective
+        assert obj is not None
+        extra = (obj.data, obj.weight, obj.windows, out)
+        call, _ = self._cuda_call(module, config, P, S0, extra,
+                                  np.zeros((self.n_sweeps, n), dtype=np.int32), "objective")
+        return call
+
     # ------------------------------------------------------------------ internals
+    def _inputs(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Parameters and initial occupancies in the device layout, and the invalid rows."""
+        p = np.atleast_2d(np.asarray(params, dtype=np.float64))
+        if p.ndim != 2 or p.shape[-1] != self.scheme.n_params:
+            raise KingenError(f"params must have {self.scheme.n_params} columns "
+                              f"({', '.join(self.scheme.param_names)})", field="params",
+                              value=f"shape {p.shape}")
+        with np.errstate(all="ignore"):
+            p = self.scheme.complete(p)
+            bad = ~np.all(np.isfinite(p) & (p > 0), axis=1)
+        if bad.any():
+            p[bad] = self.scheme.values
+        init = self.scheme.rest_occupancy(p)
+        unusable = ~np.all(np.isfinite(init), axis=1)
+        if unusable.any():
+            bad |= unusable
+            init[unusable] = self.scheme.rest_occupancy(self.scheme.values)
+        dtype = np.dtype(self.precision)
+        return (np.ascontiguousarray(p.T, dtype=dtype), np.ascontiguousarray(init.T, dtype=dtype),
+                bad)
+
     def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
         s = self.schedule
         return (P, S0, s.rows_f, s.rows_i, s.row_start, self.pulses, self.pulse_start,
                 self.transients, self.transient_start, self.drive, s.sample_start)
 
-    def _launch_cuda(self, module, n: int, args: tuple, tol: float, extra: tuple,
-                     fail: np.ndarray, mode: str) -> tuple[list[np.ndarray], float]:
-        import time
+    def _tuned(self):
+        from kingen.solve.cuda import tuned_config
 
+        if self._config is None:
+            self._config = tuned_config(self.device, self.scheme, self.precision)
+        return self._config
+
+    def _cuda_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
+                   fail: np.ndarray, mode: str):
+        """Upload what changes per call; return the launch and the device outputs."""
         from numba import cuda
 
         # Arrays that do not change between calls stay on the device.
         if not self._device_arrays:
-            for name, arr in zip(("rows_f", "rows_i", "row_start", "pulses", "pulse_start",
-                                  "transients", "transient_start", "drive", "sample_start"),
-                                 args[2:]):
+            names = ("rows_f", "rows_i", "row_start", "pulses", "pulse_start", "transients",
+                     "transient_start", "drive", "sample_start")
+            for name, arr in zip(names, self._common_args(P, S0)[2:]):
                 self._device_arrays[name] = cuda.to_device(arr)
             if self.objective is not None:
-                self._device_arrays["data"] = cuda.to_device(extra[0] if mode == "objective"
-                                                             else self.objective.data)
-                self._device_arrays["weight"] = cuda.to_device(self.objective.weight)
+                self._device_arrays["data"] = cuda.to_device(
+                    self.objective.data.astype(np.float64))
+                self._device_arrays["weight"] = cuda.to_device(
+                    self.objective.weight.astype(np.float64))
                 self._device_arrays["win"] = cuda.to_device(
                     self.objective.windows.astype(np.int64))
         d = self._device_arrays
-        P, S0 = cuda.to_device(args[0]), cuda.to_device(args[1])
+        dP, dS0 = cuda.to_device(P), cuda.to_device(S0)
         if mode == "objective":
             dev_extra = (d["data"], d["weight"], d["win"], cuda.to_device(extra[3]))
         else:
             dev_extra = tuple(cuda.to_device(x) for x in extra)
         dfail = cuda.to_device(fail)
+        n = P.shape[1]
         total = n * self.n_sweeps
-        blocks = (total + CUDA_BLOCK - 1) // CUDA_BLOCK
-        module.launch[blocks, CUDA_BLOCK](
-            n, self.n_sweeps, P, S0, *(d[k] for k in ("rows_f", "rows_i", "row_start",
-                                                     "pulses", "pulse_start", "transients",
-                                                     "transient_start", "drive",
-                                                     "sample_start")),
-            tol, *dev_extra, dfail)
-        cuda.synchronize()
-        t_run = time.perf_counter()
-        host = [x.copy_to_host() for x in dev_extra] + [dfail.copy_to_host()]
-        return host, t_run
+        blocks = (total + config.block - 1) // config.block
+        args = (n, self.n_sweeps, dP, dS0) + tuple(
+            d[k] for k in ("rows_f", "rows_i", "row_start", "pulses", "pulse_start",
+                           "transients", "transient_start", "drive", "sample_start")) + (
+            TOLERANCE[self.precision],) + dev_extra + (dfail,)
+
+        def call() -> None:
+            module.launch[blocks, config.block](*args)
+
+        return call, list(dev_extra) + [dfail]
 
 
 def simulate_batch(

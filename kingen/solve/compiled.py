@@ -55,7 +55,7 @@ DEVICE = cuda.jit(device=True)
 
 _CUDA_LAUNCH = """
 
-@cuda.jit{cache}
+@cuda.jit({options})
 def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, pulses, pulse_start, transients,
            transient_start, drive, sample_start, tol, a0, a1, a2, a3, fail):
     i = cuda.grid(1)
@@ -82,7 +82,8 @@ def cache_dir() -> Path:
 
 
 def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
-                  with_occupancy: bool = False, simulator: bool = False) -> ModuleType:
+                  with_occupancy: bool = False, simulator: bool = False,
+                  max_registers: int | None = None) -> ModuleType:
     """The compiled solver module for a scheme, mode, precision and target (cpu or cuda).
 
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
@@ -95,11 +96,14 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         text += "\n" + code.source + _CPU_LAUNCH
     elif target == "cuda":
         text = _CUDA_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
-        text += "\n" + code.source + _CUDA_LAUNCH.format(
-            cache="" if simulator else "(cache=True)")
+        options = [] if simulator else ["cache=True"]
+        if max_registers and not simulator:
+            options.append(f"max_registers={int(max_registers)}")
+        text += "\n" + code.source + _CUDA_LAUNCH.format(options=", ".join(options))
     else:
         raise ValueError(target)
-    name = f"kingen_rk4_{target}_{precision}_{code.key}{'_sim' if simulator else ''}"
+    regs = f"_r{max_registers}" if max_registers and target == "cuda" else ""
+    name = f"kingen_rk4_{target}_{precision}_{code.key}{regs}{'_sim' if simulator else ''}"
     if name in _LOADED:
         return _LOADED[name]
     folder = cache_dir() / "solvers"

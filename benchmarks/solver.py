@@ -1,0 +1,264 @@
+"""Solver throughput: model-steps per second of the batched RK4, and the baselines.
+
+A model-step is one RK4 step of one scheme for one candidate under one sweep. For each
+shipped scheme on the standard protocol set (ideal steps, sampled at 50 kHz), both backends,
+both precisions and populations from 256 to 65,536, the objective-mode batch (the GA's path)
+is timed after a warm-up that compiles it. A configuration whose predicted time exceeds
+``--budget-s`` is recorded as skipped with its prediction. Baselines, same machine, same run:
+SciPy ``solve_ivp`` per candidate (LSODA, rtol 1e-6: what a user would write), the exact
+reference per candidate, and a vmapped JAX RK4 of the same scheme with the same steps and
+precision (on the GPU when JAX sees one) against kingen's kernel on the same protocol.
+
+    python benchmarks/solver.py --out benchmarks/results/solver_<device>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kingen.codegen import N_WINDOWS  # noqa: E402
+from kingen.protocol import standard_protocol, standard_set  # noqa: E402
+from kingen.scheme import Scheme  # noqa: E402
+from kingen.solve import ObjectiveInputs, Simulator, simulate_exact  # noqa: E402
+from kingen.solve.backends import cuda_status  # noqa: E402
+
+POPULATIONS = (256, 1024, 4096, 16384, 65536)
+
+
+def candidates(scheme: Scheme, n: int, seed: int = 0) -> np.ndarray:
+    """Random candidates in the middle fifth of each log range (all stable, realistic)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = np.log(scheme.lower), np.log(scheme.upper)
+    mid, half = 0.5 * (lo + hi), 0.1 * (hi - lo)
+    return scheme.complete(np.exp(rng.uniform(mid - half, mid + half,
+                                              (n, scheme.n_params))))
+
+
+def objective_inputs(scheme: Scheme, protocols) -> ObjectiveInputs:
+    """Data = the file's own currents plus noise, weight 1, a peak window per sweep."""
+    probe = Simulator(scheme, protocols, backend="cpu")
+    n = probe.schedule.n_samples
+    trace = probe.run(scheme.values[None], "traces").traces[0] * scheme.channels
+    windows = np.full((probe.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
+    for w in range(probe.n_sweeps):
+        m = int(probe.schedule.sample_start[w + 1] - probe.schedule.sample_start[w])
+        windows[w, 0] = (0, m - 1, 0)
+    rng = np.random.default_rng(1)
+    return ObjectiveInputs(trace + rng.normal(0, 0.02 * np.abs(trace).max(), n), np.ones(n),
+                           windows)
+
+
+def time_kingen(scheme, protocols, backend, precision, populations, budget_s, log):
+    """Throughput of the objective batch for each population (skips what would overrun)."""
+    obj = objective_inputs(scheme, protocols)
+    sim = Simulator(scheme, protocols, backend=backend, precision=precision, objective=obj)
+    steps = sim.schedule.total_steps  # per candidate, all sweeps
+    t0 = time.perf_counter()
+    sim.run(candidates(scheme, 32), "objective")  # compile + warm-up
+    warm = time.perf_counter() - t0
+    rows, rate = [], None
+    for n in populations:
+        predicted = None if rate is None else n * steps / rate
+        if predicted is not None and predicted > budget_s:
+            rows.append({"population": n, "skipped": True, "predicted_s": predicted})
+            log(f"    N={n:6d} skipped (predicted {predicted:.1f} s > budget)")
+            continue
+        params = candidates(scheme, n, seed=n)
+        res = sim.run(params, "objective")
+        solve = res.timings["solve_s"]
+        rate = n * steps / solve
+        rows.append({"population": n, "solve_s": solve, "total_s": res.timings["total_s"],
+                     "model_steps_per_s": rate, "failed": int((res.fail != 0).any(1).sum())})
+        log(f"    N={n:6d} {solve:8.3f} s  {rate:.3e} model-steps/s")
+    return {"steps_per_candidate": steps, "sweeps": sim.n_sweeps, "device": sim.device,
+            "warmup_s": warm, "runs": rows}
+
+
+def time_scipy(scheme, protocols, repeats: int = 1) -> dict:
+    """Per-candidate time of solve_ivp (LSODA, rtol 1e-6) and of the exact reference."""
+    from scipy.integrate import solve_ivp
+
+    p = scheme.values
+    q0, q1 = scheme.Q(0.0, p), scheme.Q(1.0, p)
+    dq = q1 - q0
+    rest = scheme.rest_occupancy(p)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        for prot in protocols:
+            for sw in prot.sweeps:
+                def rhs(t, y, sw=sw):
+                    c = float(sw.concentration(t))
+                    return y @ q0 + c * (y @ dq)
+                # max_step keeps the integrator from stepping over a pulse
+                solve_ivp(rhs, (0, sw.duration), rest, method="LSODA", rtol=1e-6, atol=1e-9,
+                          t_eval=sw.times(), max_step=0.5)
+    scipy_s = (time.perf_counter() - t0) / repeats
+    t0 = time.perf_counter()
+    for prot in protocols:
+        simulate_exact(scheme, prot)
+    exact_s = time.perf_counter() - t0
+    return {"scipy_lsoda_s_per_candidate": scipy_s, "exact_reference_s_per_candidate": exact_s}
+
+
+def time_jax(scheme, protocol, precision: str, n: int, log) -> dict:
+    """A vmapped JAX RK4 with kingen's schedule (same steps, same precision), and kingen's
+    kernel on the same protocol and population for comparison."""
+    import jax
+
+    jax.config.update("jax_enable_x64", precision == "float64")
+    import jax.numpy as jnp
+
+    dtype = jnp.float64 if precision == "float64" else jnp.float32
+    obj = objective_inputs(scheme, [protocol])
+    sim = Simulator(scheme, [protocol], backend="auto", precision=precision, objective=obj)
+    sched = sim.schedule
+    assert not sched.rows_i[:, 3].any(), "JAX baseline runs ideal-step protocols"
+    S = scheme.n_states
+    src = np.array([t.source for t in scheme.transitions])
+    tgt = np.array([t.target for t in scheme.transitions])
+    par = np.array([t.param for t in scheme.transitions])
+    fac = np.array([t.factor for t in scheme.transitions])
+    ag = np.array([t.agonist for t in scheme.transitions], dtype=float)
+    cond = jnp.asarray(scheme.conductance, dtype=dtype)
+    drive = float(protocol.sweeps[0].driving_force * 1e-3)
+    data = jnp.asarray(obj.data, dtype=dtype)
+
+    def generator(params, c):
+        k = params[:, par] * fac * jnp.where(ag > 0, c, 1.0)
+        q = jnp.zeros((params.shape[0], S, S), dtype=dtype).at[:, src, tgt].add(k)
+        return q - jnp.eye(S, dtype=dtype)[None] * q.sum(-1)[:, :, None]
+
+    @jax.jit
+    def run_row(p, acc, params, c, h, nsteps, nrep, s0):
+        q = generator(params, c)
+
+        def f(y):
+            return jnp.einsum("ns,nst->nt", y, q)
+
+        def step(_, y):
+            k1 = f(y)
+            k2 = f(y + 0.5 * h * k1)
+            k3 = f(y + 0.5 * h * k2)
+            k4 = f(y + h * k3)
+            return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+        def rep(r, carry):
+            y, a = carry
+            y = jax.lax.fori_loop(0, nsteps, step, y)
+            g = (y @ cond) * drive
+            d = data[s0 + r]
+            return y, a + (g * g - 2 * g * d)
+
+        return jax.lax.fori_loop(0, nrep, rep, (p, acc))
+
+    params = candidates(scheme, n, seed=7)
+    P = jnp.asarray(params, dtype=dtype)
+    p0 = jnp.asarray(scheme.rest_occupancy(params), dtype=dtype)
+
+    def run_all():
+        p, acc, s = p0, jnp.zeros(n, dtype=dtype), 1
+        for (t0, h, c, _), (nsteps, nrep, rec, _) in zip(sched.rows_f, sched.rows_i):
+            p, acc = run_row(p, acc, P, dtype(c), dtype(h), int(nsteps), int(nrep) if rec
+                             else 1, s)
+            s += int(nrep) if rec else 0
+        return acc.block_until_ready()
+
+    run_all()  # compile
+    t0 = time.perf_counter()
+    run_all()
+    jax_s = time.perf_counter() - t0
+    steps = sched.total_steps
+    sim.run(params[:32], "objective")
+    res = sim.run(params, "objective")
+    out = {"protocol": protocol.name, "population": n, "steps_per_candidate": steps,
+           "jax_device": str(jax.devices()[0]), "jax_s": jax_s,
+           "jax_model_steps_per_s": n * steps / jax_s,
+           "kingen_backend": sim.backend, "kingen_s": res.timings["solve_s"],
+           "kingen_model_steps_per_s": n * steps / res.timings["solve_s"]}
+    out["speedup_vs_jax"] = out["kingen_model_steps_per_s"] / out["jax_model_steps_per_s"]
+    log(f"    JAX {out['jax_model_steps_per_s']:.3e} vs kingen "
+        f"{out['kingen_model_steps_per_s']:.3e} model-steps/s: {out['speedup_vs_jax']:.1f}x")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="all", help="comma-separated stems, or all")
+    ap.add_argument("--backends", default="cpu,cuda")
+    ap.add_argument("--precisions", default="float64,float32")
+    ap.add_argument("--populations", default=",".join(map(str, POPULATIONS)))
+    ap.add_argument("--budget-s", type=float, default=15.0,
+                    help="skip a configuration predicted to take longer than this")
+    ap.add_argument("--dt", type=float, default=0.02, help="sampling interval, ms")
+    ap.add_argument("--no-scipy", action="store_true")
+    ap.add_argument("--jax", default="robert_howe_2003",
+                    help="schemes for the JAX baseline (comma-separated; '' for none)")
+    ap.add_argument("--jax-population", type=int, default=16384)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    paths = sorted((ROOT / "models").glob("*.toml"))
+    if args.models != "all":
+        keep = set(args.models.split(","))
+        paths = [p for p in paths if p.stem in keep]
+    status = cuda_status()
+    backends = [b for b in args.backends.split(",")
+                if b == "cpu" or (status.usable and not status.simulator)]
+    protocols = standard_set(dt=args.dt)
+    pops = [int(x) for x in args.populations.split(",")]
+    result = {
+        "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+        "device": status.device if status.usable else "none",
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_cores": os.cpu_count(),
+        "numba_threads": __import__("numba").config.NUMBA_NUM_THREADS,
+        "protocols": [p.name for p in protocols], "dt_ms": args.dt,
+        "schemes": {},
+    }
+    for path in paths:
+        scheme = Scheme.load(path)
+        entry: dict = {"states": scheme.n_states, "transitions": len(scheme.transitions),
+                       "runs": {}}
+        log(f"{path.stem}: {scheme.n_states} states, {len(scheme.transitions)} transitions")
+        for backend in backends:
+            for precision in args.precisions.split(","):
+                log(f"  {backend} {precision}")
+                entry["runs"][f"{backend}/{precision}"] = time_kingen(
+                    scheme, protocols, backend, precision, pops, args.budget_s, log)
+        if not args.no_scipy:
+            entry["baselines"] = time_scipy(scheme, protocols)
+            log(f"  scipy {entry['baselines']['scipy_lsoda_s_per_candidate']:.2f} s/candidate,"
+                f" exact {entry['baselines']['exact_reference_s_per_candidate']:.2f} s")
+        if path.stem in args.jax.split(","):
+            entry["jax"] = {}
+            for precision in args.precisions.split(","):
+                try:
+                    entry["jax"][precision] = time_jax(
+                        scheme, standard_protocol("desensitization", dt=args.dt), precision,
+                        args.jax_population, log)
+                except Exception as exc:  # JAX missing or broken must not lose the rest
+                    entry["jax"][precision] = {"error": f"JAX baseline failed: {exc!r}"}
+                    log(f"    JAX baseline failed: {exc!r}")
+        result["schemes"][path.stem] = entry
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
