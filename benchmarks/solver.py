@@ -67,17 +67,20 @@ def time_kingen(scheme, protocols, backend, precision, populations, budget_s, lo
     t0 = time.perf_counter()
     sim.run(candidates(scheme, 32), "objective")  # compile + warm-up
     warm = time.perf_counter() - t0
-    rows, rate = [], None
+    rows, last = [], None
     for n in populations:
-        predicted = None if rate is None else n * steps / rate
-        if predicted is not None and predicted > budget_s:
-            rows.append({"population": n, "skipped": True, "predicted_s": predicted})
-            log(f"    N={n:6d} skipped (predicted {predicted:.1f} s > budget)")
+        # Time grows at most linearly with N (less while the GPU is not yet full), so once a
+        # run takes half the budget the next, larger one is skipped.
+        if last is not None and last[1] > budget_s / 2:
+            predicted = last[1] * n / last[0]
+            rows.append({"population": n, "skipped": True, "predicted_s_at_most": predicted})
+            log(f"    N={n:6d} skipped (previous run {last[1]:.1f} s > budget/2)")
             continue
         params = candidates(scheme, n, seed=n)
         res = sim.run(params, "objective")
         solve = res.timings["solve_s"]
         rate = n * steps / solve
+        last = (n, solve)
         rows.append({"population": n, "solve_s": solve, "total_s": res.timings["total_s"],
                      "model_steps_per_s": rate, "failed": int((res.fail != 0).any(1).sum())})
         log(f"    N={n:6d} {solve:8.3f} s  {rate:.3e} model-steps/s")
@@ -168,7 +171,7 @@ def time_jax(scheme, protocol, precision: str, n: int, log) -> dict:
 
     def run_all():
         p, acc, s = p0, jnp.zeros(n, dtype=dtype), 1
-        for (t0, h, c, _), (nsteps, nrep, rec, _) in zip(sched.rows_f, sched.rows_i):
+        for (_, h, c, _), (nsteps, nrep, rec, _) in zip(sched.rows_f, sched.rows_i):
             p, acc = run_row(p, acc, P, dtype(c), dtype(h), int(nsteps), int(nrep) if rec
                              else 1, s)
             s += int(nrep) if rec else 0

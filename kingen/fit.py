@@ -99,6 +99,7 @@ class FitResult:
     features: dict[str, dict]
     timings: dict[str, Any]
     free: list[str] = field(default_factory=list)
+    status: dict[str, str] = field(default_factory=dict)
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
     evaluations: int = 0
     backend: str = ""
@@ -118,7 +119,7 @@ class FitResult:
         lines.append(f"{'parameter':<12}{'value':>14}  {'unit':<14}{'bounds':<24}status")
         for name, v in self.values.items():
             lo, hi = self.bounds.get(name, (math.nan, math.nan))
-            status = "free" if name in self.free else "held"
+            status = ("free" if name in self.free else self.status.get(name, "fixed"))
             lines.append(f"{name:<12}{v:>14.6g}  {self.units[name]:<14}"
                          f"{f'[{lo:.4g}, {hi:.4g}]':<24}{status}")
         lines.append("")
@@ -782,6 +783,9 @@ def _search(cfg: FitConfig, objective: Objective, store: Any, blob: bytes | None
                  "median": np.asarray(hist.get("median", []))},
         polish=report, features=features, timings=timings, free=cfg.pmap.gene_names,
         bounds={n: (lo[n], hi[n]) for n in lo},
+        status={p.name: ("derived" if p.derived else "tied" if p.name in cfg.ties else
+                         "free" if p.name in cfg.pmap.gene_names else "fixed")
+                for p in scheme.parameters},
         evaluations=engine.evaluations, backend=objective.simulator.backend,
         device=objective.simulator.device)
 

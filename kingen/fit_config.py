@@ -531,14 +531,14 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path) -> ProtocolData:
         dt = c.number(t, "dt", dt_default, w, lo=0.0, strict=True)
         protocol = standard_protocol(spec, exchange=exchange, dt=dt)
     else:
-        for key in ("exchange", "dt"):
-            if key in t:
-                raise c.error("only for standard protocols (set it in the protocol file)",
-                              f"{w}{key}", t[key])
         p = base / spec if not Path(spec).is_absolute() else Path(spec)
         if not p.is_file():
             raise c.error(f"not a standard protocol ({', '.join(STANDARD_PROTOCOLS)}) and no "
                           "such protocol file", f"{w}protocol", spec)
+        for key in ("exchange", "dt"):
+            if key in t:
+                raise c.error("only for standard protocols (set it in the protocol file)",
+                              f"{w}{key}", t[key])
         protocol = load_protocol(p)
     name = c.string(t, "name", w)
     if name is not None:

@@ -25,9 +25,11 @@ sweep (op 0: the sample of largest |g| in a range, op 1: the sum over a range):
 - peak: largest |g| from the pulse's onset to the next pulse's onset (or the sweep's end),
   minus the resting current (the first sample); time to peak from the pulse's 50 % rise;
 - steady state: the mean over the last 5 % of the pulse before its decay edge;
-- τ_deact and τ_des by the integral method, τ = ∫(I − I_ss) dt / (I_peak − I_ss) from the
-  peak on, which equals the amplitude-weighted τ of a multi-exponential decay; the area of
-  the rising phase (onset to peak) is taken as a triangle;
+- τ_deact and τ_des by the integral method, τ = ∫(I − I_ss) dt / (I_0 − I_ss), which equals
+  the amplitude-weighted τ of a multi-exponential decay: τ_deact from the end of the pulse's
+  decay edge (I_ss = the resting current), τ_des from the peak to the pulse's decay edge
+  (I_ss = the steady state; the area of the rising phase, onset to peak, is taken as a
+  triangle);
 - recovery ratio of a paired pulse: (peak 2 − the current just before pulse 2) / peak 1;
   τ_rec by fitting 1 − (1 − r0)·exp(−Δt/τ) to the ratios (log-spaced grid with parabolic
   refinement, vectorised over candidates);
@@ -191,6 +193,14 @@ def sweep_windows(sweep: Sweep, kind: str) -> np.ndarray:
     if kind == "desensitization":
         win[W_PEAK] = (on, stop, OP_PEAK)
         win[W_AREA] = (on, stop, OP_SUM)
+    elif kind == "deactivation":
+        # As kingen.features: the decay is measured once the agonist is gone (the end of
+        # the decay edge), where the current is its value at that sample.
+        after = _sample_at_or_after(pulse.end + edge_half_width(pulse.decay), dt, n)
+        win[W_PEAK] = (on, stop_peak, OP_PEAK)
+        win[W_AREA] = (after, stop_peak, OP_SUM)
+        win[W_SS] = (after, after, OP_PEAK)
+        return win
     else:
         win[W_PEAK] = (on, stop_peak, OP_PEAK)
         win[W_AREA] = (on, stop_peak, OP_SUM)
@@ -348,12 +358,14 @@ class _ProtocolPlan:
                 win = self.windows[0]
                 dt = s0.dt
                 n_area = win[W_AREA, 1] - win[W_AREA, 0] + 1
+                area = (w[:, 0, W_AREA, 0] - base[:, 0] * n_area) * dt
+                if key == "tau_deact_ms":
+                    start = w[:, 0, W_SS, 0] - base[:, 0]
+                    # trapezoid: the first sample counts half
+                    return (area - 0.5 * start * dt) / start
                 on_t = win[W_AREA, 0] * dt
                 t_peak = w[:, 0, W_PEAK, 1] * dt
-                area = (w[:, 0, W_AREA, 0] - base[:, 0] * n_area) * dt
                 after_peak = area - 0.5 * (t_peak - on_t) * peak[:, 0]
-                if key == "tau_deact_ms":
-                    return after_peak / peak[:, 0]
                 ss = cache.setdefault("ss", self._feature("ss", w, cache))[:, 0]
                 end_t = win[W_AREA, 1] * dt
                 return (after_peak - ss * (end_t - t_peak)) / (peak[:, 0] - ss)
@@ -455,6 +467,22 @@ def _hill_grid(lc: np.ndarray, y: np.ndarray, ec: np.ndarray, n: np.ndarray
     return ec[rows, ie], n[rows, ih]
 
 
+def solver_scheme(scheme: Scheme) -> Scheme:
+    """The scheme as the solver sees it: derived rates as plain parameters inside their
+    own bounds.
+
+    The step plan takes every parameter at its largest value inside the bounds. For a
+    derived rate, the largest value its cycle's other rates can produce may be orders of
+    magnitude beyond its declared bounds (a product of bound ratios), which would force
+    tiny steps on every candidate. Instead, the objective computes derived rates itself and
+    fails the candidates that take one outside its bounds (:meth:`Objective.guard`).
+    """
+    from dataclasses import replace
+
+    params = [replace(p, derived=False) for p in scheme.parameters]
+    return replace(scheme, parameters=params, derived_rules=[])
+
+
 class Objective:
     """Errors per protocol for batches of candidates.
 
@@ -505,7 +533,8 @@ class Objective:
         self.dd = np.array([float((self.weight[self._slice(p)] * self.data[self._slice(p)] ** 2)
                                   .sum()) for p in range(len(self.items))])
         self.proto_weight = np.array([it.weight for it in self.items], dtype=float)
-        self.simulator = Simulator(scheme, self.protocols, backend=backend,
+        self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
+        self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,
                                    precision=precision, step=step, courant=courant,
                                    objective=ObjectiveInputs(self.data, self.weight,
                                                              self.windows))
@@ -556,6 +585,18 @@ class Objective:
             raise KingenError("the recording is all zero", file=rec.source, field=where)
 
     # ------------------------------------------------------------------ evaluation
+    def guard(self, params: np.ndarray) -> np.ndarray:
+        """Parameters with derived rates recomputed; rows whose derived rates leave their
+        bounds become NaN, which the solver fails (code 4) without simulating them."""
+        p = self.scheme.complete(np.atleast_2d(np.asarray(params, dtype=np.float64)))
+        if self.derived.any():
+            d = p[:, self.derived]
+            lo = self.scheme.lower[self.derived] * (1 - 1e-9)
+            hi = self.scheme.upper[self.derived] * (1 + 1e-9)
+            out = ~np.all((d >= lo) & (d <= hi), axis=1)
+            p[out] = np.nan
+        return p
+
     @property
     def n_protocols(self) -> int:
         """Number of protocols."""
@@ -569,7 +610,7 @@ class Objective:
         params
             (N, n_params) internal units.
         """
-        result = self.simulator.run(params, "objective")
+        result = self.simulator.run(self.guard(params), "objective")
         return self.reduce(result.sgg, result.sgd, result.windows, result.fail), result
 
     def reduce(self, sgg: np.ndarray, sgd: np.ndarray, windows: np.ndarray,
@@ -646,7 +687,7 @@ class Objective:
         Computed from simulated traces (one solver call in trace mode), for local
         least-squares refinement. Failed candidates get residuals of 1e6.
         """
-        res = self.simulator.run(params, "traces")
+        res = self.simulator.run(self.guard(params), "traces")
         traces = res.traces
         n = traces.shape[0]
         parts = []
@@ -691,7 +732,7 @@ class Objective:
             Amplitude (channels) per protocol; NaN where none applies.
         """
         p = np.atleast_2d(np.asarray(params, dtype=float))
-        res = self.simulator.run(p, "traces")
+        res = self.simulator.run(self.guard(p), "traces")
         ev = self._eval_from_traces(p, res)
         out: dict[str, dict] = {}
         amps: dict[str, float] = {}
@@ -728,4 +769,4 @@ class Objective:
     def evaluate_traces(self, params: np.ndarray) -> Evaluation:
         """Score a batch from trace-mode simulation (host reduction; for checks and polish)."""
         p = np.atleast_2d(np.asarray(params, dtype=float))
-        return self._eval_from_traces(p, self.simulator.run(p, "traces"))
+        return self._eval_from_traces(p, self.simulator.run(self.guard(p), "traces"))

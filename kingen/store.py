@@ -22,14 +22,16 @@ SWMR forbids creating objects once the writer is in SWMR mode, so every dataset 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import os
 import platform
+import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import h5py
 import numpy as np
@@ -50,6 +52,98 @@ REQUIRED_GROUPS = ("config", "scheme", "protocols", "data", "targets", "environm
 _STR = h5py.string_dtype()
 _GZIP = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
 _ALREADY_OPEN = "already open for write"
+
+# The README's section on the run file; also stored in every file (root attribute `layout`).
+LAYOUT_DOC = """\
+## The run file
+
+`kingen fit` writes one HDF5 file per run (`output` in the configuration). It holds
+everything needed to understand, plot, export and resume the run, and it explains itself:
+every dataset carries its unit (`unit`, or `unit_<column>` for tables) and most a
+`description`; the root group carries this section as its `layout` attribute.
+
+It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mode:
+`kingen plot` and `kingen report` work on a live run, and a run killed at any moment
+(even with SIGKILL) leaves a file that opens and holds every completed generation;
+`kingen resume RUN.h5` continues it. Read it from Python with
+`kingen.store.RunStore.open(path)`, or with any HDF5 tool (h5py, HDFView, `h5dump`); open a
+live run with `h5py.File(path, "r", libver="latest", swmr=True)` and trust only the
+generations counted by `/run/commit`.
+
+Parameter values are in kingen's internal units (ms⁻¹ for first-order rates, mM⁻¹ ms⁻¹
+for binding rates); `/scheme/parameters` also gives them in the scheme file's units.
+Times are ms, concentrations mM, currents pA, potentials mV, conductances pS. Tables are
+HDF5 compound datasets. `P` is the number of rate constants, `R` the number of protocols,
+`N` the population size, `G` the generations completed.
+
+- `/` (attributes): `kingen_run = "kingen run file"` (the marker), `layout_version` (1),
+  `kingen_version`, `created` (ISO 8601, UTC), `layout` (this text)
+- `/config/text`: the configuration file as given (TOML)
+- `/config/settings`: the settings it resolved to, defaults filled in (JSON)
+- `/scheme/text`: the scheme file as read; `Scheme.loads` rebuilds the scheme from it
+- `/scheme` (attributes): `name`, `source`, `path`, `agonist`, `channels`, `file_units`,
+  `reversibility_tolerance`
+- `/scheme/states`: table: `name`, `conductance` (pS), `initial` (NaN: equilibrium at zero
+  agonist)
+- `/scheme/parameters`: table: `name`, `value`, `lower`, `upper`, `unit` (internal),
+  `file_value`, `file_lower`, `file_upper`, `file_unit` (the scheme file's), `order`, `scale`,
+  `fixed`, `derived`
+- `/scheme/transitions`: table: `source`, `target` (state names), `rate` (expression), `factor`,
+  `param`, `agonist`, `derived`
+- `/protocols` (attribute `names`): protocol names in error-column order (JSON); one group per
+  protocol, attributes `name`, `kind`, `source`
+- `/protocols/<p>/sweeps`: table: `label`, `duration`, `dt` (ms), `holding`, `reversal` (mV),
+  `x` (recovery interval, ms, or dose, mM; NaN if none)
+- `/protocols/<p>/pulses`: table: `sweep`, `start`, `duration` (ms), `concentration` (mM),
+  `rise`, `decay` (10–90 % exchange times, ms)
+- `/protocols/<p>/transients`: table: `sweep`, `start` (ms), `peak` (mM), `tau_decay`,
+  `tau_rise` (ms)
+- `/data/<p>/`: the recording fitted under protocol `p` (absent if none): `time_ms`,
+  `current_pA`, `concentration_mM` (optional) as (sweeps × samples) arrays, NaN padded;
+  `n_samples` per sweep; `labels`; attributes `source`, `holding_mV`, `meta` (JSON)
+- `/targets/<p>/`: summary targets (absent if none): `features` table (`name`, `value`,
+  `weight`, `sd`; units from the name's suffix), `dose_response` (`concentration` mM, `peak`,
+  `ss` pA), `recovery` (`interval` ms, `ratio`)
+- `/environment` (attributes): kingen, Python, NumPy, SciPy, h5py, HDF5, Numba, DEAP versions,
+  platform, device name, backend, precision
+- `/generations/generation`: (G,) generation numbers
+- `/generations/population`: (G, N, P) every candidate's parameters (internal units); attribute
+  `columns`
+- `/generations/errors`: (G, N, R) error of every candidate under each protocol; attribute
+  `columns`
+- `/generations/fitness`: (G, N) total weighted error, lower is better
+- `/generations/fail`: (G, N) failure code (0 = simulated fine; −1 = padding)
+- `/generations/size`: (G,) candidates in each generation (rows beyond are NaN padding)
+- `/generations/stats`, `stats_names`: (G, 32) summary statistics (`best`, `median`, `mean`,
+  `n_failed`, …), column names in `stats_names`
+- `/generations/timings`, `timings_names`: (G, 32) seconds per generation (`solver_s`, `ga_s`,
+  `io_s`, `total_s`, …)
+- `/generations/free_mask`: (P,) true for each rate constant the fit searched; attribute
+  `population_size` on the group
+- `/hall_of_fame/params`, `fitness`, `size`: the best candidates ever seen, best first; the
+  first `size` rows are valid
+- `/best/`: the best candidate, valid when `valid` = 1: `params` (P,), `fitness`, `errors` and
+  `amplitudes` (R,: channels fitted per recording; fitted current = amplitude × one-channel
+  current),
+  `generation`; `features` (JSON: per protocol, features of the fit and of the data), `polish`
+  (JSON: local polish before/after, or null)
+- `/best/traces/<p>/`: the best candidate's currents: `time_ms`, `fit_pA`, `data_pA` (sweeps ×
+  samples, NaN padded), `n_samples`; sweep labels in `/best/traces_info` (JSON)
+- `/resume/state_0`, `state_1`: opaque resume state (random states, population, hall of fame,
+  strategy; a pickle) of the last committed generation, in the slot `/run/commit[1]` names;
+  `length`, `generation`, `crc32` per slot
+- `/run/commit`: `[generations committed, resume slot, last generation number]`, written last
+  after each generation: readers trust only it
+- `/run/finished`: why the run stopped (`max_generations`, `no_improvement`, `target_error`,
+  `wall_time`, `interrupted`, …); empty while running or if the run was killed; `finished_unix`
+  when; attributes `resumed` (times the run was resumed), `writer_pid`, `writer_host`
+
+Errors say what is wrong in one line: a file that is not HDF5, an HDF5 file that is not a
+kingen run, a truncated or corrupt file, a file from a newer kingen (higher
+`layout_version`), a missing group. A run file is never half-written by `kingen plot`,
+`kingen report` or `kingen export`: they only read it, and write their own outputs through
+temporary files.
+"""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -151,6 +245,24 @@ def _default_environment() -> dict[str, str]:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _reading(fn: _F) -> _F:
+    """Turn HDF5 errors while reading into one-line KingenErrors naming the file."""
+
+    @functools.wraps(fn)
+    def wrapper(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except KingenError:
+            raise
+        except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
+            raise _corrupt(str(self.path), exc) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- the store
@@ -288,6 +400,7 @@ class RunStore:
             if mode == "a":
                 resumed = json.loads(_text(f["run"].attrs.get("resumed", "[]")))
                 f["run"].attrs["resumed"] = _dumps(resumed + [_now()])
+                f["run/finished"][()] = np.bytes_(b"")  # running again
                 _mark_writer(f["run"])
                 f.flush()
                 f.swmr_mode = True
@@ -450,8 +563,9 @@ class RunStore:
 
         ``traces[protocol]`` holds ``time_ms``, ``fit_pA``, ``data_pA`` (lists of arrays, one
         per sweep; ``data_pA`` may be None) and ``labels``. ``amplitudes[protocol]`` is the
-        factor the scheme's current (with its ``channels``) was multiplied by for that
-        protocol. ``features[protocol]`` is ``{"fit": {...}, "data": {...}}``.
+        number of channels fitted for that protocol's recording (the fitted current is
+        amplitude × the scheme's one-channel current); NaN or absent where none applies.
+        ``features[protocol]`` is ``{"fit": {...}, "data": {...}}``.
         """
         self._need_writer()
         f = self._f
@@ -510,25 +624,30 @@ class RunStore:
 
     # ------------------------------------------------------------------ reading: static
     @property
+    @_reading
     def config_text(self) -> str:
         """The configuration file's text."""
         return _text(self._f["config/text"][()])
 
     @property
+    @_reading
     def config(self) -> dict[str, Any]:
         """The resolved settings."""
         return json.loads(_text(self._f["config/settings"][()]))
 
     @property
+    @_reading
     def environment(self) -> dict[str, str]:
         """Versions, device, backend, precision of the run."""
         return {k: _text(v) for k, v in self._f["environment"].attrs.items()}
 
     @property
+    @_reading
     def created(self) -> str:
         """When the run file was created (ISO 8601, UTC)."""
         return _text(self._f.attrs.get("created", ""))
 
+    @_reading
     def scheme(self) -> Scheme:
         """The scheme, parsed again from its stored file text."""
         g = self._f["scheme"]
@@ -545,25 +664,30 @@ class RunStore:
         return list(self._param_names)
 
     @property
+    @_reading
     def free_mask(self) -> np.ndarray:
         """True for each parameter the fit searched."""
         return np.asarray(self._f["generations/free_mask"][()], dtype=bool)
 
     @property
+    @_reading
     def population_size(self) -> int:
         """Candidates per generation, as configured."""
         return int(self._f["generations"].attrs["population_size"])
 
+    @_reading
     def protocols(self) -> list[Protocol]:
         """The protocols, rebuilt from their tables."""
         return [_read_protocol(self._f["protocols"][_key(n)]) for n in self._protocol_names]
 
+    @_reading
     def recordings(self) -> dict[str, Recording | None]:
         """The recording fitted for each protocol (None where there was none)."""
         g = self._f["data"]
         return {n: _read_recording(g[_key(n)]) if _key(n) in g else None
                 for n in self._protocol_names}
 
+    @_reading
     def targets(self) -> dict[str, Targets | None]:
         """The summary targets of each protocol (None where there were none)."""
         g = self._f["targets"]
@@ -572,16 +696,19 @@ class RunStore:
 
     # ------------------------------------------------------------------ reading: the run
     @property
+    @_reading
     def n_generations(self) -> int:
         """Generations committed."""
         return int(self._commit()[0])
 
     @property
+    @_reading
     def finished(self) -> str | None:
         """Why the run stopped, or None while it runs (or if it was killed)."""
         text = _text(self._ds("run/finished")[()])
         return text or None
 
+    @_reading
     def history(self, *, population: bool = True) -> dict[str, Any]:
         """Every committed generation.
 
@@ -609,6 +736,19 @@ class RunStore:
             out[key] = out["stats"].get(key, np.full(g_n, np.nan))
         return out
 
+    @_reading
+    def generation(self, index: int = -1) -> dict[str, np.ndarray]:
+        """One committed generation (``index`` counts rows, negative from the end): its
+        ``population``, ``errors``, ``fitness`` and ``fail``, cut to its size."""
+        g_n = self.n_generations
+        row = index + g_n if index < 0 else index
+        if not 0 <= row < g_n:
+            raise IndexError(f"generation row {index} of {g_n}")
+        n = int(self._ds("generations/size")[row])
+        return {name: np.asarray(self._ds(f"generations/{name}")[row, :n])
+                for name in ("population", "errors", "fitness", "fail")}
+
+    @_reading
     def best_per_generation(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(generation numbers (G,), best candidate of each (G, n_params), its fitness (G,))."""
         g_n = self.n_generations
@@ -625,6 +765,7 @@ class RunStore:
                 best[g] = row[i]
         return gens, params, best
 
+    @_reading
     def last_state(self) -> tuple[int, bytes]:
         """(generation number, resume state) of the last committed generation.
 
@@ -645,6 +786,7 @@ class RunStore:
                               "mismatch)", file=str(self.path), field="/resume")
         return generation, blob
 
+    @_reading
     def hall_of_fame(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(params (K, n_params), fitness (K,)) or None when none was written."""
         k = int(self._ds("hall_of_fame/size")[()])
@@ -653,6 +795,7 @@ class RunStore:
         return (np.asarray(self._ds("hall_of_fame/params")[:k]),
                 np.asarray(self._ds("hall_of_fame/fitness")[:k]))
 
+    @_reading
     def best(self) -> dict[str, Any] | None:
         """The best candidate as written by :meth:`write_best`, or None.
 
@@ -733,6 +876,7 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     f.attrs["layout_version"] = LAYOUT_VERSION
     f.attrs["kingen_version"] = environment.get("kingen", "")
     f.attrs["created"] = _now()
+    f.attrs["layout"] = LAYOUT_DOC
     f.attrs["description"] = ("kingen fit of a kinetic scheme; layout: see the kingen README, "
                               "section 'The run file'")
 
@@ -808,8 +952,9 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     best["errors"].attrs["columns"] = _dumps([p.name for p in protocols])
     best.create_dataset("amplitudes", data=np.full(n_prot, np.nan))
     best["amplitudes"].attrs["columns"] = _dumps([p.name for p in protocols])
-    best["amplitudes"].attrs["description"] = ("factor the scheme's current (with its "
-                                               "channels) is multiplied by, per protocol")
+    best["amplitudes"].attrs["description"] = ("number of channels fitted per protocol: the "
+                                               "fitted current is amplitude x the scheme's "
+                                               "one-channel current; NaN: none applies")
     _json_blob(best, "features", "features per protocol: {protocol: {fit: {}, data: {}}}")
     _json_blob(best, "polish", "local polish: error before and after, or null")
     _json_blob(best, "traces_info", "sweep labels, has_data and n_sweeps per protocol")
@@ -1027,23 +1172,56 @@ def _read_targets(g: h5py.Group) -> Targets:
 # --------------------------------------------------------------------------- opening
 
 def _corrupt(name: str, exc: BaseException) -> KingenError:
-    detail = str(exc).split("(")[0].strip() or type(exc).__name__
-    return KingenError(f"corrupt or truncated run file ({detail}); the run may have been "
-                       "cut off while the file was copied", file=name)
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return KingenError(f"corrupt or truncated run file (HDF5 says: {detail})", file=name)
+
+
+def _superblock(p: Path) -> tuple[int, int] | None:
+    """(consistency flags, end-of-file address) of a version 2 or 3 HDF5 superblock.
+
+    None for other superblocks (or a user block before it): the checks that use it are
+    then left to HDF5.
+    """
+    with open(p, "rb") as fh:
+        head = fh.read(48)
+    if len(head) < 48 or head[:8] != b"\x89HDF\r\n\x1a\n" or head[8] not in (2, 3):
+        return None
+    if head[9] != 8:  # size of offsets: kingen files, like h5py's, use 8
+        return None
+    return head[11], struct.unpack("<Q", head[28:36])[0]
+
+
+def _check_eof(p: Path) -> tuple[int, int] | None:
+    """The superblock's (flags, end of file); KingenError if the file is shorter."""
+    info = _superblock(p)
+    size = p.stat().st_size
+    if info is not None and info[1] > size:
+        # Checked here because an SWMR reader skips HDF5's own check, then waits on
+        # metadata that is not there.
+        raise KingenError(f"truncated run file: {size} bytes where its HDF5 header says "
+                          f"{info[1]} (an incomplete copy?)", file=str(p))
+    return info
 
 
 def _open_read(p: Path) -> h5py.File:
-    try:
-        return h5py.File(p, "r", libver="latest", swmr=True, locking=False)
-    except OSError as first:
+    """Open for reading: as an SWMR reader when a writer has (or had) the file open."""
+    info = _check_eof(p)
+    swmr_first = info is None or info[0] != 0
+    attempts = (True, False) if swmr_first else (False,)
+    error: OSError | None = None
+    for swmr in attempts:
         try:
-            # Not written in SWMR mode (an HDF5 file from elsewhere): read it plainly.
+            if swmr:
+                return h5py.File(p, "r", libver="latest", swmr=True, locking=False)
             return h5py.File(p, "r", locking=False)
-        except OSError:
-            raise _corrupt(str(p), first) from None
+        except OSError as exc:
+            error = error or exc
+    assert error is not None
+    raise _corrupt(str(p), error) from None
 
 
 def _open_append(p: Path) -> h5py.File:
+    _check_eof(p)
     try:
         return h5py.File(p, "a", libver="latest")
     except OSError as exc:
@@ -1126,4 +1304,4 @@ def as_store(run: str | os.PathLike[str] | RunStore) -> tuple[RunStore, bool]:
     return RunStore.open(run, "r"), True
 
 
-__all__ = ["LAYOUT_VERSION", "RunStore", "as_store", "is_run_file"]
+__all__ = ["LAYOUT_DOC", "LAYOUT_VERSION", "RunStore", "as_store", "is_run_file"]

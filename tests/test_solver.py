@@ -1,7 +1,7 @@
 """The batched RK4 solver against the exact reference, on the CPU and on the CUDA kernel
 (under Numba's simulator, with tiny grids); objective mode; failure handling."""
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +18,12 @@ STANDARD = ["deactivation", "desensitization", "recovery", "dose_response"]
 TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _scheme(path: Path) -> Scheme:
     return Scheme.load(path)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reference(path: Path, name: str) -> list[np.ndarray]:
     return simulate_exact(_scheme(path), standard_protocol(name, exchange=0.2)).currents
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -295,6 +296,7 @@ class Simulator:
                    fail: np.ndarray, mode: str):
         """Upload what changes per call; return the launch and the device outputs."""
         from numba import cuda
+        from numba.core.errors import NumbaPerformanceWarning
 
         # Arrays that do not change between calls stay on the device.
         if not self._device_arrays:
@@ -325,7 +327,10 @@ class Simulator:
             TOLERANCE[self.precision],) + dev_extra + (dfail,)
 
         def call() -> None:
-            module.launch[blocks, config.block](*args)
+            with warnings.catch_warnings():
+                # small batches under-fill the GPU; that is expected, not the user's concern
+                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                module.launch[blocks, config.block](*args)
 
         return call, list(dev_extra) + [dfail]
 

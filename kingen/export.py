@@ -1,0 +1,329 @@
+"""Export a fit: the fitted model as a scheme file, the fitted traces as CSV and NWB.
+
+The model export rewrites the run's own scheme file with the fitted values (in the file's
+units), explicit bounds (the run's, so a refit searches the same box) and, when the fit
+scaled the current, ``model.channels``; states and transitions are kept as they were. The
+text is checked by parsing it with :meth:`Scheme.loads` before anything is written, and
+every file is written to a temporary name and moved into place.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kingen import __version__, units
+from kingen.data import Recording, write_csv, write_nwb
+from kingen.errors import KingenError
+from kingen.plot import FILE_MODE, safe_name
+from kingen.scheme import Scheme
+from kingen.store import RunStore, as_store
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+# --------------------------------------------------------------------------- values
+
+def file_factors(scheme: Scheme) -> np.ndarray:
+    """Per parameter: the factor from its file unit to the internal unit."""
+    return np.array([units.parse_rate_unit(p.unit)[0] for p in scheme.parameters])
+
+
+def to_file_units(scheme: Scheme, values: np.ndarray) -> np.ndarray:
+    """Parameter values (internal units) in the units the scheme file writes them in."""
+    return np.asarray(values, dtype=float) / file_factors(scheme)
+
+
+def fitted_params(store: RunStore) -> tuple[np.ndarray, str]:
+    """The fitted parameters (internal units, derived ones recomputed) and where they came
+    from: the best candidate, else the hall of fame's first, else the last generation's best.
+
+    Raises
+    ------
+    KingenError
+        If the run holds no candidate yet.
+    """
+    scheme = store.scheme()
+    best = store.best()
+    if best is not None and np.all(np.isfinite(best["params"])):
+        return scheme.complete(best["params"]), "best candidate"
+    hof = store.hall_of_fame()
+    if hof is not None:
+        return scheme.complete(hof[0][0]), "hall of fame (no best candidate written)"
+    _, params, fit = store.best_per_generation()
+    if fit.size and np.isfinite(fit[-1]):
+        return scheme.complete(params[-1]), f"best of generation {fit.size - 1}"
+    raise KingenError("no fitted candidate in the run file yet (no generation completed)",
+                      file=str(store.path))
+
+
+# --------------------------------------------------------------------------- TOML
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)  # shortest text that reads back to the same float
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }" if inner else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def dumps_toml(doc: dict[str, Any]) -> str:
+    """TOML text of a scheme-like document: top-level tables of values or inline tables,
+    and arrays of tables (``[[transitions]]``)."""
+    lines: list[str] = []
+    scalars = {k: v for k, v in doc.items() if not isinstance(v, (dict, list))
+               or (isinstance(v, list) and not all(isinstance(x, dict) for x in v))}
+    for k, v in scalars.items():
+        lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for k, v in doc.items():
+        if k in scalars:
+            continue
+        if isinstance(v, dict):
+            lines += ["", f"[{_toml_key(k)}]"]
+            lines += [f"{_toml_key(kk)} = {_toml_value(vv)}" for kk, vv in v.items()]
+        else:
+            for item in v:
+                lines += ["", f"[[{_toml_key(k)}]]"]
+                lines += [f"{_toml_key(kk)} = {_toml_value(vv)}" for kk, vv in item.items()]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _leading_comments(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            out.append(line)
+        elif line.strip():
+            break
+    return out
+
+
+def choose_amplitude(store: RunStore, protocol: str | None = None) -> tuple[float, str | None]:
+    """(number of channels, protocol it was fitted for), or (scheme's channels, None).
+
+    The fit's amplitude of a protocol is its number of channels: the fitted current is
+    amplitude × the scheme's one-channel current. ``protocol`` picks one; by default the
+    first protocol with an amplitude.
+    """
+    best = store.best()
+    amps = {} if best is None else best["amplitudes"]
+    if protocol is not None:
+        if protocol not in store.protocol_names:
+            raise KingenError(f"unknown protocol (protocols are "
+                              f"{', '.join(store.protocol_names)})", file=str(store.path),
+                              field="protocol", value=protocol)
+        if protocol not in amps:
+            raise KingenError("the run stores no amplitude for this protocol",
+                              file=str(store.path), field="protocol", value=protocol)
+        return amps[protocol], protocol
+    for name in store.protocol_names:
+        if name in amps:
+            return amps[name], name
+    return store.scheme().channels, None
+
+
+def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
+                       protocol: str | None = None) -> str:
+    """The fitted model as scheme-file text (see :func:`export_model`)."""
+    store, opened = as_store(run)
+    try:
+        scheme = store.scheme()
+        params, origin = fitted_params(store)
+        amp, amp_from = choose_amplitude(store, protocol)
+        best = store.best()
+        doc = tomllib.loads(scheme.text)
+        values = to_file_units(scheme, params)
+        lower = to_file_units(scheme, scheme.lower)
+        upper = to_file_units(scheme, scheme.upper)
+        table = doc.setdefault("parameters", {})
+        for k, p in enumerate(scheme.parameters):
+            spec = table.get(p.name)
+            spec = {} if not isinstance(spec, dict) else dict(spec)
+            spec["value"] = float(values[k])
+            spec["unit"] = p.unit
+            spec["bounds"] = [float(lower[k]), float(upper[k])]
+            table[p.name] = dict(sorted(spec.items(), key=lambda kv: _FIELD_ORDER.get(kv[0], 9)))
+        model = doc.setdefault("model", {})
+        stem = Path(str(store.path)).name
+        model["name"] = f"{scheme.name} (fitted, {stem})"
+        model["channels"] = float(amp)
+        fitness = math.nan if best is None else best["fitness"]
+        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        head = [
+            f"# Fitted by kingen {__version__} on {when}",
+            f"# from run file {store.path} ({store.n_generations} generations, "
+            f"finished: {store.finished or 'no'}),",
+            f"# {origin}, fitness {fitness:.6g}.",
+            f"# Original scheme: {scheme.path}",
+        ]
+        if amp_from is not None:
+            amps = "" if best is None else ", ".join(
+                f"{k} {v:.6g}" for k, v in best["amplitudes"].items())
+            head.append(f"# model.channels = {amp:.6g}: the amplitude (channels) fitted for "
+                        f"protocol {amp_from!r} (all: {amps})")
+        head.append("# Bounds are the run's; values and bounds in this file's units.")
+        original = _leading_comments(scheme.text)
+        if original:
+            head += ["#", "# The original file's header:"] + original
+        text = "\n".join(head) + "\n\n" + dumps_toml(doc)
+        # Never hand out a file that kingen cannot read back.
+        try:
+            Scheme.loads(text, path="<exported scheme>")
+        except KingenError as exc:
+            if "reversibility" not in str(exc):
+                raise
+            # A scheme without derived rates lets a fit break a cycle's balance; the file
+            # must still reproduce the fit, so it says so and skips the check.
+            model["check_reversibility"] = False
+            head.append(f"# NOTE: the fitted rates break microscopic reversibility "
+                        f"({exc.message}); model.check_reversibility is set to false.")
+            text = "\n".join(head) + "\n\n" + dumps_toml(doc)
+            Scheme.loads(text, path="<exported scheme>")
+        return text
+    finally:
+        if opened:
+            store.close()
+
+
+_FIELD_ORDER = {"value": 0, "unit": 1, "bounds": 2, "scale": 3, "fixed": 4, "description": 5}
+
+
+def export_model(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[str], *,
+                 protocol: str | None = None) -> Path:
+    """Write the fitted model as a new scheme TOML file.
+
+    Same states, transitions and bounds as the run's scheme, the fitted values, and a header
+    comment saying where they came from. The current scale the fit found for ``protocol``
+    (default: the first protocol with one), its number of channels, becomes
+    ``model.channels``, so the file
+    simulates that protocol's fitted current.
+
+    Returns
+    -------
+    Path
+        The file written.
+    """
+    path = Path(out)
+    text = fitted_scheme_text(run, protocol=protocol)
+    write_text_atomic(path, text)
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then move it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------- traces
+
+def fitted_recordings(store: RunStore) -> dict[str, Recording]:
+    """The best candidate's currents per protocol, as recordings (with the agonist)."""
+    best = store.best()
+    if best is None or not best["traces"]:
+        raise KingenError("no fitted traces in the run file (the fit wrote no best "
+                          "candidate yet)", file=str(store.path))
+    protocols = {p.name: p for p in store.protocols()}
+    out = {}
+    for name, tr in best["traces"].items():
+        protocol = protocols[name]
+        times = [np.asarray(t) for t in tr["time_ms"]]
+        conc = [sweep.concentration(t) for sweep, t in zip(protocol.sweeps, times,
+                                                               strict=False)]
+        if len(conc) != len(times):
+            conc = None
+        holding = protocol.sweeps[0].holding if protocol.sweeps else None
+        out[name] = Recording(
+            name, times, [np.asarray(y) for y in tr["fit_pA"]], list(tr["labels"]),
+            concentration_mM=conc, holding_mV=holding, source=str(store.path),
+            meta={"synthetic": "kingen fitted model current, not a recording",
+                  "kingen_run": str(store.path), "fitness": best["fitness"]})
+    return out
+
+
+def export_csv(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLike[str],
+               ) -> list[Path]:
+    """Write the fitted traces as one trace CSV per protocol, ``<out_dir>/<protocol>.csv``."""
+    store, opened = as_store(run)
+    try:
+        paths = []
+        for name, rec in fitted_recordings(store).items():
+            path = Path(out_dir) / f"{safe_name(name)}.csv"
+            write_csv(rec, path)
+            paths.append(path)
+        return paths
+    finally:
+        if opened:
+            store.close()
+
+
+def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[str], *,
+               protocol: str | None = None) -> list[Path]:
+    """Write the fitted traces as NWB.
+
+    With ``protocol``, or when the run has one protocol, ``out`` is that protocol's file;
+    otherwise one file per protocol, ``<out stem>_<protocol>.nwb`` beside ``out``.
+    """
+    store, opened = as_store(run)
+    try:
+        recs = fitted_recordings(store)
+        base = Path(out)
+        if protocol is not None:
+            if protocol not in recs:
+                raise KingenError(f"no fitted traces for this protocol (have "
+                                  f"{', '.join(recs)})", file=str(store.path),
+                                  field="protocol", value=protocol)
+            recs = {protocol: recs[protocol]}
+        paths = []
+        for name, rec in recs.items():
+            path = base if len(recs) == 1 else base.with_name(
+                f"{base.stem}_{safe_name(name)}{base.suffix or '.nwb'}")
+            write_nwb(rec, path, session_description=f"kingen fitted currents: {name}")
+            paths.append(path)
+        return paths
+    finally:
+        if opened:
+            store.close()
+
+
+__all__ = ["dumps_toml", "export_csv", "export_model", "export_nwb", "fitted_params",
+           "fitted_recordings", "fitted_scheme_text", "to_file_units"]

@@ -1,0 +1,93 @@
+"""``kingen fit`` and ``kingen resume``: thin shells over :func:`kingen.fit.fit` and
+:func:`kingen.fit.resume`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+
+from kingen.errors import KingenError
+
+DEMO_OUTPUT = "kingen_demo.h5"
+
+
+def demo_config() -> Path:
+    """The bundled demo configuration (``kingen/bundled/demo.toml``)."""
+    path = Path(str(resources.files("kingen") / "bundled" / "demo.toml"))
+    if not path.is_file():
+        raise KingenError("the bundled demo is missing from this installation (reinstall "
+                          "kingen)", file=str(path))
+    return path
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``fit`` and ``resume`` subcommands."""
+    p = subparsers.add_parser(
+        "fit", help="fit a scheme's rate constants to recordings",
+        description="Fit the rate constants of a kinetic scheme to recordings and summary "
+                    "targets with a genetic algorithm (see the README's 'Fitting' section "
+                    "for the configuration file). --demo fits the bundled SYNTHETIC example.")
+    p.add_argument("config", nargs="?", type=Path, help="fit configuration (TOML)")
+    p.add_argument("--demo", action="store_true",
+                   help="fit the bundled example (Jonas 1993 scheme, synthetic recordings)")
+    p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default=None,
+                   help="where the solver runs (default: the configuration's, else auto)")
+    p.add_argument("--precision", choices=("float64", "float32"), default=None)
+    p.add_argument("--generations", type=int, default=None, help="maximum generations")
+    p.add_argument("--population", type=int, default=None,
+                   help="population size μ (offspring λ becomes the same)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("-o", "--output", type=Path, default=None, help="run file (HDF5)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run file")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.set_defaults(handler=cmd_fit)
+
+    r = subparsers.add_parser(
+        "resume", help="continue a fit from its run file",
+        description="Continue a fit from the last completed generation in its run file.")
+    r.add_argument("run", type=Path, help="run file (HDF5) of an interrupted fit")
+    r.add_argument("--generations", type=int, default=None,
+                   help="new maximum number of generations")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.set_defaults(handler=cmd_resume)
+
+
+def _positive(value: int | None, flag: str, low: int = 1) -> None:
+    if value is not None and value < low:
+        raise KingenError(f"must be >= {low}", field=flag, value=value)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """Run ``kingen fit``."""
+    from kingen.fit import fit
+
+    if args.demo == (args.config is not None):
+        raise KingenError("give a configuration file or --demo (one of them)",
+                          field="kingen fit")
+    _positive(args.generations, "--generations")
+    _positive(args.population, "--population", 2)
+    _positive(args.seed, "--seed", 0)
+    config = demo_config() if args.demo else args.config
+    output = args.output
+    if args.demo and output is None:
+        output = Path(DEMO_OUTPUT)
+    overrides = {"backend": args.backend, "precision": args.precision,
+                 "generations": args.generations, "population": args.population,
+                 "seed": args.seed, "output": None if output is None else str(output)}
+    result = fit(config, overwrite=args.overwrite, progress=not args.quiet,
+                 overrides=overrides)
+    print(result.summary())
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Run ``kingen resume``."""
+    from kingen.fit import resume
+
+    _positive(args.generations, "--generations")
+    result = resume(args.run, progress=not args.quiet, generations=args.generations)
+    print(result.summary())
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,156 @@
+"""The search: batched evaluation, determinism, operators, CMA-ES, resume, the demo files."""
+
+from __future__ import annotations
+
+import filecmp
+import io
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from deap import tools
+from test_fit_helpers import ROOT, write_problem
+
+import kingen.solve.batch as batch
+from kingen.fit import (
+    Progress,
+    fit,
+    np_poly_bounded,
+    np_sbx_bounded,
+    np_sel_tournament,
+    resume,
+)
+from kingen.fit_cli import demo_config
+from kingen.fit_config import load_config
+
+
+@pytest.fixture
+def solver_calls(monkeypatch):
+    calls: list[tuple[str, int]] = []
+    original = batch.Simulator.run
+
+    def counting(self, params, mode="objective", **kw):
+        calls.append((mode, np.atleast_2d(params).shape[0]))
+        return original(self, params, mode, **kw)
+
+    monkeypatch.setattr(batch.Simulator, "run", counting)
+    return calls
+
+
+def test_one_batched_solver_call_per_generation(tmp_path, solver_calls):
+    cfg = write_problem(tmp_path, ga="offspring = 12")
+    result = fit(cfg, progress=False)
+    objective_calls = [n for mode, n in solver_calls if mode == "objective"]
+    # generation 0 (μ = 8), 3 generations (at most λ = 12 each), the final best: one each
+    assert len(objective_calls) == 1 + 3 + 1
+    assert objective_calls[0] == 8 and all(n <= 12 for n in objective_calls[1:4])
+    assert sum(objective_calls[1:4]) > 12  # whole offspring batches, not single candidates
+    assert [m for m, _ in solver_calls].count("traces") == 1  # traces of the best only
+    assert result.generations == 3 and np.isfinite(result.fitness)
+    assert len(result.timings["solver_s"]) == 4
+
+
+def test_same_seed_same_result_and_another_seed_differs(tmp_path):
+    runs = []
+    for name, seed in (("a", None), ("b", None), ("c", 99)):
+        d = tmp_path / name
+        d.mkdir()
+        runs.append(fit(write_problem(d), progress=False, overrides={"seed": seed}))
+    a, b, c = runs
+    np.testing.assert_array_equal(a.params, b.params)
+    np.testing.assert_array_equal(a.history["best"], b.history["best"])
+    assert not np.array_equal(a.params, c.params)
+
+
+def test_numpy_operators_and_cmaes_are_deterministic(tmp_path):
+    results = []
+    for k in range(2):
+        d = tmp_path / str(k)
+        d.mkdir()
+        results.append(fit(write_problem(d, ga='operators = "numpy"'), progress=False))
+    np.testing.assert_array_equal(results[0].params, results[1].params)
+    d = tmp_path / "cma"
+    d.mkdir()
+    r = fit(write_problem(d, ga='algorithm = "cmaes"\noffspring = 10\ngenerations = 4'),
+            progress=False)
+    assert r.generations == 4 and np.isfinite(r.fitness)
+    assert r.history["best"][-1] <= r.history["best"][0]
+
+
+def test_numpy_operators_follow_deaps_formulas():
+    rng = np.random.default_rng(0)
+    low, up = np.zeros(5), np.ones(5)
+    p1, p2 = rng.random((20000, 5)), rng.random((20000, 5))
+    kids = np_sbx_bounded(p1, p2, 15.0, low, up, rng)
+    assert np.all((kids >= 0) & (kids <= 1))
+    # the same statistics as DEAP's operator on the same parents
+    random.seed(0)
+    deap_kids = np.array([tools.cxSimulatedBinaryBounded(list(a), list(b), 15.0, 0.0, 1.0)[0]
+                          for a, b in zip(p1, p2, strict=True)])
+    for x in (kids, deap_kids):
+        changed = np.mean(np.abs(x - p1) > 1e-12)
+        assert 0.4 < changed < 0.6  # each gene crosses with probability 0.5
+    assert np.mean(np.abs(kids - p1)) == pytest.approx(np.mean(np.abs(deap_kids - p1)),
+                                                       rel=0.05)
+    m = np_poly_bounded(p1, 20.0, low, up, 0.2, rng)
+    assert np.mean(m != p1) == pytest.approx(0.2, abs=0.01)
+    random.seed(1)
+    dm = np.array([tools.mutPolynomialBounded(list(a), 20.0, 0.0, 1.0, 0.2)[0] for a in p1])
+    assert np.mean(np.abs(m - p1)) == pytest.approx(np.mean(np.abs(dm - p1)), rel=0.1)
+    fit_ = np.array([3.0, 1.0, 2.0, 0.5])
+    chosen = np_sel_tournament(fit_, 4000, 3, rng)
+    # P(best of 4 wins a 3-tournament) = 1 - (3/4)^3
+    assert np.mean(chosen == 3) == pytest.approx(1 - 0.75 ** 3, abs=0.03)
+
+
+def test_resume_ends_as_an_uninterrupted_run(tmp_path):
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    full = fit(write_problem(whole, ga="generations = 4"), progress=False)
+    part = tmp_path / "part"
+    part.mkdir()
+    cfg = write_problem(part, ga="generations = 4")
+    fit(cfg, progress=False, overrides={"generations": 2})
+    resumed = resume(part / "run.h5", progress=False, generations=4)
+    assert resumed.generations == 4
+    np.testing.assert_array_equal(resumed.params, full.params)
+    np.testing.assert_array_equal(resumed.history["best"], full.history["best"])
+
+
+def test_progress_line_on_a_terminal_and_in_a_log():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, log = Tty(), io.StringIO()
+    for stream in (tty, log):
+        p = Progress(10, stream=stream)
+        p.update(1, 0.5, 0.9, 1234.0, 65.0)
+        p.update(2, 0.4, 0.8, 1234.0, 5.0)
+        p.close()
+    assert tty.getvalue().count("\r") == 2 and tty.getvalue().endswith("\n")
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2 and "gen 1/10" in lines[0] and "ETA 1m05s" in lines[0]
+    assert "cand/s" in lines[1]
+
+
+def test_polish_reports_before_and_after(tmp_path):
+    r = fit(write_problem(tmp_path, extra="polish = true\npolish_evaluations = 5"),
+            progress=False)
+    assert r.polish is not None
+    assert r.polish["fitness_after"] <= r.polish["fitness_before"] or not r.polish["accepted"]
+    assert "polish: fitness" in r.summary()
+
+
+def test_bundled_demo_matches_the_example_data():
+    cfg = demo_config()
+    bundled = cfg.parent / "demo"
+    for f in bundled.iterdir():
+        assert filecmp.cmp(f, ROOT / "data" / f.name, shallow=False), f.name
+    loaded = load_config(cfg, overrides={"backend": "cpu"})
+    assert [p.protocol.kind for p in loaded.protocols] == [
+        "deactivation", "desensitization", "recovery", "dose_response"]
+    assert all(p.recording is not None and p.recording.meta.get("synthetic")
+               for p in loaded.protocols)
+    assert Path(loaded.output).name == "kingen_demo.h5"

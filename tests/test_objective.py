@@ -1,0 +1,135 @@
+"""The objective: closed-form amplitude, relative errors, window targets, failures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_fit_helpers import TRUTH_MODEL, synthetic_recording
+
+from kingen.data import Recording, Target, Targets
+from kingen.errors import KingenError
+from kingen.features import edge_half_width, protocol_features
+from kingen.objective import Objective, ProtocolData, fit_hill_batch, fit_recovery_batch
+from kingen.protocol import standard_protocol
+from kingen.scheme import Scheme
+from kingen.solve import simulate_exact
+
+SCHEME = Scheme.load(TRUTH_MODEL)
+DEACT = standard_protocol("deactivation", exchange=0.2, dt=0.02)
+DESENS = standard_protocol("desensitization", exchange=0.2, dt=0.02)
+
+
+def clean_recording(protocol, scale=1.0):
+    tr = simulate_exact(SCHEME, protocol)
+    return Recording(protocol.name, [s.times() for s in protocol.sweeps],
+                     [s.current * scale for s in tr.sweeps], [s.label for s in protocol.sweeps])
+
+
+def test_noise_free_data_give_zero_error_and_the_true_amplitude():
+    obj = Objective(SCHEME, [ProtocolData(DEACT, clean_recording(DEACT)),
+                             ProtocolData(DESENS, clean_recording(DESENS, 3.0))], backend="cpu")
+    ev, _ = obj.evaluate(SCHEME.values[None, :])
+    assert ev.fail[0] == 0
+    assert ev.errors[0] == pytest.approx([0.0, 0.0], abs=1e-9)
+    # amplitude = channels: 100 in the file, 300 for the scaled recording
+    assert ev.amplitudes[0] == pytest.approx([100.0, 300.0], rel=1e-6)
+
+
+def test_relative_error_is_independent_of_size_and_matches_a_direct_computation():
+    rng = np.random.default_rng(1)
+    rec, clean = synthetic_recording(SCHEME, DEACT, 0.02, rng)
+    obj = Objective(SCHEME, [ProtocolData(DEACT, rec)], backend="cpu")
+    p = SCHEME.values.copy()
+    p[SCHEME.param_names.index("k2o")] *= 1.3
+    ev, _ = obj.evaluate(p[None, :])
+    # direct: least-squares amplitude, SSE / sum d^2 (data baseline-subtracted)
+    g = simulate_exact(SCHEME, DEACT, params=p).sweeps[0].current / SCHEME.channels
+    d = rec.sweep_current(0)
+    d = d - d[DEACT.sweeps[0].times() < 2.0 - edge_half_width(0.2)].mean()
+    a = (g @ d) / (g @ g)
+    assert ev.amplitudes[0, 0] == pytest.approx(a, rel=1e-5)
+    assert ev.errors[0, 0] == pytest.approx(((a * g - d) ** 2).sum() / (d @ d), rel=1e-4)
+    big = Recording(rec.protocol, rec.time_ms, rec.current_pA * 10.0, rec.sweep_labels)
+    ev10, _ = Objective(SCHEME, [ProtocolData(DEACT, big)], backend="cpu").evaluate(p[None, :])
+    assert ev10.errors[0, 0] == pytest.approx(ev.errors[0, 0], rel=1e-9)
+
+
+def test_failed_candidates_get_worst_fitness_without_disturbing_others():
+    rng = np.random.default_rng(2)
+    rec, _ = synthetic_recording(SCHEME, DEACT, 0.02, rng)
+    obj = Objective(SCHEME, [ProtocolData(DEACT, rec)], backend="cpu")
+    good = np.vstack([SCHEME.values, SCHEME.values * 1.2])
+    alone, _ = obj.evaluate(good)
+    bad = SCHEME.values.copy()
+    bad[0] = -1.0
+    mixed, _ = obj.evaluate(np.vstack([good[0], bad, good[1]]))
+    assert mixed.fail.tolist() == [0, 4, 0]
+    assert np.isinf(mixed.fitness[1]) and np.all(np.isinf(mixed.errors[1]))
+    np.testing.assert_array_equal(mixed.fitness[[0, 2]], alone.fitness)
+
+
+def test_kernel_windows_and_residuals_agree_with_the_host_reduction():
+    targets = Targets({"peak_pA": Target(-40.0), "tau_des_ms": Target(18.0),
+                       "ss_to_peak": Target(0.03)})
+    rng = np.random.default_rng(3)
+    rec, _ = synthetic_recording(SCHEME, DEACT, 0.02, rng)
+    obj = Objective(SCHEME, [ProtocolData(DEACT, rec, weight=2.0),
+                             ProtocolData(DESENS, None, targets)], backend="cpu")
+    p = np.vstack([SCHEME.values, SCHEME.values * 0.8])
+    ev, _ = obj.evaluate(p)
+    ev_host = obj.evaluate_traces(p)
+    np.testing.assert_allclose(ev.errors, ev_host.errors, rtol=1e-9)
+    r = obj.residuals(p)
+    np.testing.assert_allclose((r * r).sum(axis=1), ev.fitness, rtol=1e-9)
+
+
+def test_window_targets_match_the_features_of_the_simulated_currents():
+    """Targets measured by kingen.features on the model's own currents are met at the truth."""
+    recov = standard_protocol("recovery", exchange=0.2, dt=0.05)
+    items = []
+    for proto in (DEACT, DESENS, recov):
+        tr = simulate_exact(SCHEME, proto)
+        f = protocol_features(proto, None, tr.currents)
+        keys = {"deactivation": ("peak_pA", "tau_deact_ms", "time_to_peak_ms"),
+                "desensitization": ("ss_to_peak", "tau_des_ms"),
+                "recovery": ("tau_rec_ms",)}[proto.kind]
+        t = Targets({k: Target(f[k]) for k in keys})
+        if proto.kind == "recovery":
+            from kingen.data import RecoveryTable
+
+            rows = np.array(f["recovery"])
+            t.recovery = RecoveryTable(rows[:, 0], rows[:, 1])
+        items.append(ProtocolData(proto, None, t))
+    obj = Objective(SCHEME, items, backend="cpu")
+    ev, _ = obj.evaluate(SCHEME.values[None, :])
+    # integral tau vs fitted tau and the grid fit of tau_rec agree to a few per cent
+    assert np.all(ev.errors[0] < 0.03 ** 2), ev.errors
+    assert ev.amplitudes[0, 0] == pytest.approx(100.0, rel=1e-3)
+    # a 30 % slower opening is clearly worse
+    p = SCHEME.values.copy()
+    p[SCHEME.param_names.index("k2o")] *= 0.7
+    worse, _ = obj.evaluate(p[None, :])
+    assert worse.fitness[0] > 10 * ev.fitness[0]
+
+
+def test_vectorised_recovery_and_hill_fits():
+    x = np.array([5.0, 10, 20, 50, 100, 200, 500])
+    r = 1 - 0.9 * np.exp(-x / 60.0)
+    np.testing.assert_allclose(fit_recovery_batch(x, r[None, :]), [60.0], rtol=0.01)
+    c = np.array([0.01, 0.03, 0.1, 0.3, 1, 3, 10])
+    y = -50 / (1 + (0.4 / c) ** 1.5)
+    ec50, n = fit_hill_batch(c, y[None, :])
+    assert ec50[0] == pytest.approx(0.4, rel=0.02) and n[0] == pytest.approx(1.5, rel=0.05)
+
+
+def test_recording_that_does_not_match_the_protocol_is_an_error():
+    rec = clean_recording(DEACT)
+    recov = standard_protocol("recovery")
+    with pytest.raises(KingenError, match="recorded sweeps for a protocol of 9"):
+        Objective(SCHEME, [ProtocolData(recov, rec)], backend="cpu")
+    late = Recording("deactivation", rec.time_ms + 1000.0, rec.current_pA, rec.sweep_labels)
+    with pytest.raises(KingenError, match="no recorded sample"):
+        Objective(SCHEME, [ProtocolData(DEACT, late)], backend="cpu")
+    with pytest.raises(KingenError, match="not available for a deactivation"):
+        Objective(SCHEME, [ProtocolData(DEACT, None, Targets({"ec50_peak_mM": Target(1)}))],
+                  backend="cpu")

@@ -1,0 +1,81 @@
+"""Genes ↔ rate constants: bounds, scales, fixed, tied and derived parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_fit_helpers import TRUTH_MODEL
+
+from kingen.errors import KingenError
+from kingen.params import ParameterMap, apply_overrides, apply_ties, to_file_units
+from kingen.scheme import Scheme
+
+SCHEME = Scheme.load(TRUTH_MODEL)
+
+
+def test_genes_are_log10_inside_bounds_and_round_trip():
+    pmap = ParameterMap(SCHEME)
+    names = pmap.gene_names
+    assert "k42" not in names and "k54" not in names  # derived
+    assert pmap.n_genes == SCHEME.n_params - 2
+    i = names.index("k01")
+    assert pmap.lower[i] == pytest.approx(np.log10(0.459))
+    assert pmap.upper[i] == pytest.approx(np.log10(45.9))
+    genes = pmap.start_genes()
+    params = pmap.to_params(genes[None, :])[0]
+    np.testing.assert_allclose(params, SCHEME.values, rtol=1e-12)
+    np.testing.assert_allclose(pmap.to_genes(params)[0], genes, rtol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1))
+def test_derived_rates_keep_every_cycle_exactly_reversible(seed):
+    pmap = ParameterMap(SCHEME)
+    rng = np.random.default_rng(seed)
+    genes = rng.uniform(pmap.lower, pmap.upper, size=(4, pmap.n_genes))
+    for p in pmap.to_params(genes):
+        for fwd, bwd in SCHEME.cycle_products(p):
+            assert fwd == pytest.approx(bwd, rel=1e-10)
+
+
+def test_fixed_linear_and_tied_parameters():
+    s = apply_overrides(SCHEME, {"k01": {"fixed": True, "value": 5.0},
+                                 "k2o": {"scale": "linear", "bounds": [1.0, 20.0]}})
+    s = apply_ties(s, {"k12": ("k01", 2.0)})
+    pmap = ParameterMap(s, {"k12": ("k01", 2.0)})
+    assert "k01" not in pmap.gene_names and "k12" not in pmap.gene_names
+    j = pmap.gene_names.index("k2o")
+    assert (pmap.lower[j], pmap.upper[j]) == (1.0, 20.0)  # linear scale: no log
+    genes = np.tile(pmap.start_genes(), (3, 1))
+    genes[:, j] = [1.0, 7.5, 20.0]
+    p = pmap.to_params(genes)
+    names = s.param_names
+    np.testing.assert_allclose(p[:, names.index("k01")], 5.0)
+    np.testing.assert_allclose(p[:, names.index("k12")], 10.0)
+    np.testing.assert_allclose(p[:, names.index("k2o")], [1.0, 7.5, 20.0])
+    assert to_file_units(s, p[0])["k01"] == pytest.approx(5.0)
+
+
+def test_file_units_are_reported_in_the_files_units():
+    text = TRUTH_MODEL.read_text().replace('unit = "ms^-1",       bounds = [0.426, 42.6]',
+                                           'unit = "s^-1", bounds = [426, 42600]')
+    text = text.replace("k10 = { value = 4.26,", "k10 = { value = 4260,")
+    s = Scheme.loads(text)
+    assert s.values[s.param_names.index("k10")] == pytest.approx(4.26)
+    assert to_file_units(s, s.values)["k10"] == pytest.approx(4260.0)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"kx": {"fixed": True}}, "unknown parameter"),
+    ({"k01": {"bounds": [10.0, 1.0]}}, "lower bound must be below"),
+    ({"k01": {"bounds": [-1.0, 1.0]}}, "bounds must be > 0"),
+    ({"k01": {"value": 100.0}}, "outside its bounds"),
+    ({"k42": {"fixed": True}}, "derived"),
+])
+def test_bad_overrides_are_one_line_errors(override, message):
+    with pytest.raises(KingenError) as info:
+        apply_overrides(SCHEME, override, file="fit.toml")
+    text = str(info.value)
+    assert message in text and "\n" not in text and text.startswith("fit.toml: parameters.")
