@@ -1,0 +1,149 @@
+"""The kingen command: simulate, info, and one-line errors with a non-zero exit."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.linalg import expm
+
+from kingen.cli import main
+from kingen.features import protocol_features
+from kingen.protocol import standard_protocol
+
+ROOT = Path(__file__).resolve().parents[1]
+JONAS = ROOT / "models" / "jonas_1993.toml"
+
+# Jonas, Major & Sakmann 1993 written out by hand from the published table (ms, mM), so the
+# check does not go through kingen's parser: (from, to, rate, binds agonist)
+JONAS_RATES = [
+    ("C0", "C1", 4.59, True), ("C1", "C0", 4.26, False), ("C1", "C2", 28.4, True),
+    ("C2", "C1", 3.26, False), ("C2", "O", 4.24, False), ("O", "C2", 0.90, False),
+    ("C1", "C3", 2.89, False), ("C3", "C1", 0.0392, False), ("C2", "C4", 0.172, False),
+    ("C4", "C2", 0.000727, False), ("O", "C5", 0.0177, False), ("C5", "O", 0.004, False),
+    ("C3", "C4", 1.27, True), ("C4", "C3", 0.0457, False), ("C4", "C5", 0.0168, False),
+    ("C5", "C4", 0.1904, False),
+]
+STATES = ["C0", "C1", "C2", "O", "C3", "C4", "C5"]
+
+
+def _independent_currents(protocol) -> list[np.ndarray]:
+    """Ideal-step protocols: p(t+τ) = p(t) expm(Q(c) τ), sample by sample; 100 channels of
+    10 pS at −60 mV."""
+    def q(c):
+        m = np.zeros((7, 7))
+        for a, b, k, ag in JONAS_RATES:
+            m[STATES.index(a), STATES.index(b)] = k * (c if ag else 1.0)
+        return m - np.diag(m.sum(1))
+
+    out = []
+    for sweep in protocol.sweeps:
+        t = sweep.times()
+        p = np.zeros(7)
+        p[0] = 1.0
+        cur = [0.0]
+        for t0, t1 in zip(t[:-1], t[1:]):
+            c = float(sweep.concentration(0.5 * (t0 + t1)))  # steps sit on samples
+            p = p @ expm(q(c) * (t1 - t0))
+            cur.append(100 * 10 * p[3] * -60 * 1e-3)
+        out.append(np.array(cur))
+    return out
+
+
+@pytest.mark.parametrize("name", ["deactivation", "desensitization", "recovery",
+                                  "dose_response"])
+def test_simulate_json_agrees_with_independent_expm(name, capsys):
+    assert main(["simulate", str(JONAS), "--protocol", name, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    protocol = standard_protocol(name)
+    want = protocol_features(protocol, [s.times() for s in protocol.sweeps],
+                             _independent_currents(protocol))
+    assert set(got) == set(want)
+    for key, value in want.items():
+        if key in ("recovery", "dose_response"):
+            np.testing.assert_allclose(np.array(got[key], float), np.array(value, float),
+                                       rtol=1e-6, atol=1e-9)
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-6), key
+    expected_keys = {
+        "deactivation": {"peak_pA", "time_to_peak_ms", "tau_deact_ms"},
+        "desensitization": {"peak_pA", "time_to_peak_ms", "ss_to_peak", "tau_des_ms"},
+        "recovery": {"recovery", "tau_rec_ms"},
+        "dose_response": {"ec50_peak_mM", "ec50_ss_mM", "hill_peak"},
+    }[name]
+    assert expected_keys <= set(got)
+
+
+def test_simulate_rk4_matches_exact_and_writes_csv(tmp_path, capsys):
+    out = tmp_path / "d.csv"
+    assert main(["simulate", str(JONAS), "--protocol", "deactivation", "--solver", "rk4",
+                 "--backend", "cpu", "--csv", str(out), "--json"]) == 0
+    rk4 = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(JONAS), "--protocol", "deactivation", "--json"]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert rk4["peak_pA"] == pytest.approx(exact["peak_pA"], rel=1e-6)
+    assert rk4["tau_deact_ms"] == pytest.approx(exact["tau_deact_ms"], rel=1e-5)
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("#") and lines[1] == "time_ms,current_pA"
+    table = np.loadtxt(out, delimiter=",", skiprows=2)
+    assert table.shape == (1501, 2)
+    assert table[:, 1].min() == pytest.approx(rk4["peak_pA"], rel=1e-6)
+
+
+def test_simulate_multi_sweep_csv_has_one_column_per_sweep(tmp_path):
+    out = tmp_path / "r.csv"
+    assert main(["simulate", str(JONAS), "--protocol", "dose_response", "--csv",
+                 str(out)]) == 0
+    header = out.read_text().splitlines()[1].split(",")
+    assert header[0] == "time_ms"
+    assert header[1:] == [f"current_pA_{s.label}" for s in
+                          standard_protocol("dose_response").sweeps]
+
+
+def test_info_lists_cycles(capsys):
+    assert main(["info", str(JONAS)]) == 0
+    out = capsys.readouterr().out
+    assert "independent cycles: 2" in out and "C3-C4-C2-C1-C3" in out
+
+
+BAD = [
+    (["simulate", "missing.toml", "--protocol", "deactivation"], "scheme file not found"),
+    (["simulate", str(JONAS), "--protocol", "sensitization"], "unknown protocol"),
+    (["simulate", str(JONAS), "--protocol", "nothere.toml"], "protocol file not found"),
+    (["simulate", str(JONAS), "--protocol", "deactivation", "--step", "0.001"],
+     "--step applies to --solver rk4"),
+    (["simulate", str(JONAS), "--protocol", "deactivation", "--solver", "rk4",
+      "--backend", "cuda"], "the cuda backend cannot run here"),
+    (["simulate", str(JONAS), "--protocol", "deactivation", "--csv", "/no/such/dir/x.csv"],
+     "folder does not exist"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[m for _, m in BAD])
+def test_bad_input_gives_one_line_error_and_exit_2(argv, message, capsys, monkeypatch):
+    from kingen.solve import backends
+
+    monkeypatch.setattr(backends, "cuda_status",
+                        lambda: backends.CudaStatus(False, False, "", "no CUDA GPU found"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kingen: error: ") and message in err
+    assert "\n" not in err
+
+
+@pytest.mark.parametrize("mutation,message", [
+    ("value = 4.59,", "value = -4.59,"),
+    ('"C2 -> O" = "k2o"', '"C2 -> Q" = "k2o"'),
+    ("[states]", "[states\n"),
+])
+def test_bad_scheme_files_fail_from_the_command_line(tmp_path, mutation, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(JONAS.read_text().replace(mutation, message, 1))
+    proc = subprocess.run([sys.executable, "-m", "kingen.cli", "simulate", str(bad),
+                           "--protocol", "deactivation"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kingen: error: {bad}")
+    assert "Traceback" not in proc.stderr
