@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jax", default="robert_howe_2003",
                     help="schemes for the JAX baseline (comma-separated; '' for none)")
     ap.add_argument("--jax-population", type=int, default=16384)
+    ap.add_argument("--jax-precisions", default="float64,float32")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 f" exact {entry['baselines']['exact_reference_s_per_candidate']:.2f} s")
         if path.stem in args.jax.split(","):
             entry["jax"] = {}
-            for precision in args.precisions.split(","):
+            for precision in args.jax_precisions.split(","):
                 try:
                     entry["jax"][precision] = time_jax(
                         scheme, standard_protocol("desensitization", dt=args.dt), precision,

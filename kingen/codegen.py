@@ -188,6 +188,9 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
         if mode == "objective":
             a(f"{ind}if code != 0:")
             a(f"{ind}    fail[w, c] = code")
+            # every output is written by its thread: the host need not clear them first
+            for k in range(N_OUT):
+                a(f"{ind}    out[w, {k}, c] = 0.0")
             a(f"{ind}    return")
             a(f"{ind}d = data[gs]")
             a(f"{ind}wt = weight[gs]")
@@ -289,6 +292,7 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
     a(f"{ind3}        smp += 1")
     record(ind3 + "        ")
     if mode == "objective":
+        a(f"{ind}fail[w, c] = 0")
         a(f"{ind}out[w, 0, c] = sgg")
         a(f"{ind}out[w, 1, c] = sgd")
         for q in range(N_WINDOWS):

@@ -334,6 +334,8 @@ class _Engine:
         self.evaluations = 0
         self._eval_clock: dict[str, float] = {}
         self._toolbox = None
+        self._writer = None
+        self._pending = None
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, genes: np.ndarray) -> Evaluation:
@@ -373,6 +375,11 @@ class _Engine:
 
     def _update_hof(self, state: dict, genes: np.ndarray, fitness: np.ndarray) -> None:
         k = self.ga.hall_of_fame
+        if fitness.size > k:
+            # Only the k best of a batch can enter: keeps the row-unique step small at large λ.
+            keep = np.argpartition(np.where(np.isfinite(fitness), fitness, np.inf), k)[:k]
+            keep.sort()
+            genes, fitness = genes[keep], fitness[keep]
         g = np.vstack([state["hof_genes"], genes])
         f = np.concatenate([state["hof_fitness"], fitness])
         ok = np.isfinite(f)
@@ -519,8 +526,12 @@ class _Engine:
         self.evaluations = int(s.get("evaluations", 0))
         return s
 
-    def record(self, state: dict, t_start: float, io_prev: float) -> float:
-        """Write the generation through the store; returns the time the write took."""
+    def record(self, state: dict, t_start: float) -> None:
+        """Write the generation through the store.
+
+        The write (compression, flush) runs on a background thread while the next
+        generation is computed; the generation waits only for the previous write to finish.
+        """
         f = state["fitness"]
         finite = f[np.isfinite(f)]
         best = float(state["hof_fitness"][0]) if state["hof_fitness"].size else math.inf
@@ -532,30 +543,46 @@ class _Engine:
         elif state["generation"] > 0:
             state["since_improvement"] += 1
         state["best"] = best
-        c = self._eval_clock
-        now = time.perf_counter()
-        timing = {"solver_s": c.get("solver_s", 0.0), "kernel_s": c.get("kernel_s", 0.0),
-                  "objective_s": c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0),
-                  "io_s": io_prev, "total_s": now - t_start + io_prev}
-        timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io_prev, 0.0)
         stats = {"best": best, "median": float(np.median(finite)) if finite.size else math.inf,
                  "mean": float(finite.mean()) if finite.size else math.inf,
                  "population_best": float(finite.min()) if finite.size else math.inf,
                  "n_failed": float(int((state["fail"] != 0).sum())),
                  "evaluations": float(self.evaluations)}
-        state["elapsed"] += now - t_start
         t_io = time.perf_counter()
-        self.store.append_generation(
-            generation=state["generation"], population=self.pmap.to_params(state["genes"]),
-            errors=state["errors"], fitness=state["fitness"], fail=state["fail"],
-            stats=stats, timings=timing, state=self.pack(state))
-        io = time.perf_counter() - t_io
+        state["elapsed"] += t_io - t_start
+        population = self.pmap.to_params(state["genes"])
+        blob = self.pack(state)
+        self.flush()
+        now = time.perf_counter()
+        io = now - t_io
         state["elapsed"] += io
-        timing = dict(timing)
-        timing["io_write_s"] = io
-        self.timings.append(timing)
+        c = self._eval_clock
+        timing = {"solver_s": c.get("solver_s", 0.0), "kernel_s": c.get("kernel_s", 0.0),
+                  "objective_s": c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0),
+                  "io_s": io, "total_s": now - t_start}
+        timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io, 0.0)
+        self.timings.append(dict(timing))
         self._eval_clock = {}
-        return io
+        index = len(self.timings) - 1
+        args = dict(generation=state["generation"], population=population,
+                    errors=state["errors"], fitness=state["fitness"], fail=state["fail"],
+                    stats=stats, timings=timing, state=blob)
+
+        def write() -> None:
+            t = time.perf_counter()
+            self.store.append_generation(**args)
+            self.timings[index]["write_s"] = time.perf_counter() - t
+
+        if self._writer is None:
+            write()
+        else:
+            self._pending = self._writer.submit(write)
+
+    def flush(self) -> None:
+        """Wait for the last generation's write (and raise its error, if any)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def stop_reason(self, state: dict) -> str | None:
         s = self.stop
@@ -570,24 +597,31 @@ class _Engine:
         return None
 
     def run(self, state: dict | None) -> tuple[dict, str]:
-        io = 0.0
-        if state is None:
-            t0 = time.perf_counter()
-            state = self.initial()
-            io = self.record(state, t0, 0.0)
-            self._show(state)
-        while True:
-            reason = self.stop_reason(state)
-            if reason is not None:
-                return state, reason
-            t0 = time.perf_counter()
-            state["generation"] += 1
-            if self.ga.algorithm == "cmaes":
-                state = self._cma_generation(state)
-            else:
-                state = self.mu_plus_lambda_generation(state)
-            io = self.record(state, t0, io)
-            self._show(state)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-store") as pool:
+            self._writer = pool
+            try:
+                if state is None:
+                    t0 = time.perf_counter()
+                    state = self.initial()
+                    self.record(state, t0)
+                    self._show(state)
+                while True:
+                    reason = self.stop_reason(state)
+                    if reason is not None:
+                        return state, reason
+                    t0 = time.perf_counter()
+                    state["generation"] += 1
+                    if self.ga.algorithm == "cmaes":
+                        state = self._cma_generation(state)
+                    else:
+                        state = self.mu_plus_lambda_generation(state)
+                    self.record(state, t0)
+                    self._show(state)
+            finally:
+                self.flush()
+                self._writer = None
 
     def _show(self, state: dict) -> None:
         t = self.timings[-1]
@@ -712,11 +746,13 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     generations
         A new maximum number of generations (default: the run's own).
     """
+    with _store_class().open(path, mode="r") as reader:
+        finished = reader.finished  # opening to append clears it: read it first
+    if finished and generations is None:
+        raise KingenError(f"the run has already finished ({finished}); give --generations "
+                          "to continue it further", file=str(path))
     store = _store_class().open(path, mode="a")
     with store:
-        if store.finished and generations is None:
-            raise KingenError(f"the run has already finished ({store.finished}); give "
-                              "--generations to continue it further", file=str(path))
         settings = store.config
         cfg_path = settings.get("config_path", "<config>")
         base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")

@@ -279,6 +279,14 @@ class Scheme:
         p = self.values if params is None else np.asarray(params, dtype=float)
         if self.initial is not None:
             return np.broadcast_to(self.initial, p.shape[:-1] + (self.n_states,)).copy()
+        sink = self.rest_sink()
+        if sink is not None:
+            # every positive rate set rests in the sink: no linear solve per candidate
+            out = np.zeros(p.shape[:-1] + (self.n_states,))
+            out[..., sink] = 1.0
+            ok = np.all(np.isfinite(p) & (p > 0), axis=-1)
+            out[~ok] = np.nan
+            return out
         q = self.Q(0.0, p)
         a = np.swapaxes(q, -1, -2).copy()
         a[..., -1, :] = 1.0
@@ -297,6 +305,35 @@ class Scheme:
                     except np.linalg.LinAlgError:
                         pass
         return np.clip(occ, 0.0, 1.0) / np.clip(occ, 0.0, 1.0).sum(axis=-1, keepdims=True)
+
+    def rest_sink(self) -> int | None:
+        """The state where every receptor ends without agonist, if the structure forces one.
+
+        When exactly one state has no agonist-free exit and every state reaches it by
+        agonist-free transitions, the equilibrium without agonist is all in that state for
+        every positive rate set (e.g. C0 in most AMPA schemes). Otherwise None: the rest
+        distribution depends on the rates (e.g. apo-desensitization) and is solved for.
+        """
+        if not hasattr(self, "_sink"):
+            exits: dict[int, list[int]] = {i: [] for i in range(self.n_states)}
+            for t in self.transitions:
+                if not t.agonist:
+                    exits[t.source].append(t.target)
+            sinks = [i for i, out in exits.items() if not out]
+            sink = None
+            if len(sinks) == 1:
+                reach = {sinks[0]}
+                changed = True
+                while changed:
+                    changed = False
+                    for i, out in exits.items():
+                        if i not in reach and any(j in reach for j in out):
+                            reach.add(i)
+                            changed = True
+                if len(reach) == self.n_states:
+                    sink = sinks[0]
+            self._sink = sink
+        return self._sink
 
     def current(self, occupancy: np.ndarray, driving_force_mV: float,
                 channels: float | None = None) -> np.ndarray:

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
 
 
 @pytest.mark.parametrize("target,names", [
-    ("stencil", {"stencil_naive", "stencil_tiled", "stencil_tiled_x4", "stencil_naive3d",
-                 "stencil_tiled3d"}),
+    ("stencil", {"stencil_naive", "stencil_zreg", "stencil_tiled"}),
     ("sgemm", {"sgemm_naive", "sgemm_tiled", "sgemm_reg4x4", "sgemm_reg8x8"}),
 ])
 def test_variants_match_numpy(target, names):
@@ -34,6 +33,24 @@ def test_declared_counts():
     assert st.flops == 8 * 6 * 7 * 9 and st.bytes == 8 * 8 * 9 * 11
     sg = cases_for("sgemm", "tiny")[0]
     assert sg.flops == 2 * 20 * 24 * 18 and sg.bytes == 4 * (20 * 18 + 18 * 24 + 20 * 24)
+
+
+def test_stencil_regex_names_the_kernel_function():
+    # ncu -k matches the kernel's function name ("stencil_zreg[abi:...]"), not the case name:
+    # each case's regex must match its own function and no other.
+    import re
+
+    from kingen.analysis.kernels import stencil
+
+    cases = cases_for("stencil", "tiny")
+    for c in cases:
+        c.launch()
+    fnames = {getattr(k, "py_func", getattr(k, "fn", None)).__name__
+              for k in stencil._cache.values()}
+    assert len(fnames) == len(cases)
+    for c in cases:
+        hits = [f for f in fnames if re.search(c.kernel_regex, f + "[abi:v1,cw51cXTLSUwv1]")]
+        assert hits == [c.name], (c.name, c.kernel_regex, sorted(fnames))
 
 
 def test_poisoned_output_fails_the_check():

@@ -200,3 +200,20 @@ def test_one_way_cycle_rejected_and_derived_needs_a_cycle():
 def test_missing_file_error():
     with pytest.raises(KingenError, match="nope.toml: scheme file not found"):
         Scheme.load("nope.toml")
+
+
+def test_rest_sink_shortcut_equals_the_equilibrium_solve():
+    """The structural shortcut (all receptors rest in one state) must agree with solving
+    p Q(0) = 0 for arbitrary rates; schemes with apo-desensitization have no sink."""
+    rng = np.random.default_rng(5)
+    for path in sorted(MODELS.glob("*.toml")):
+        s = Scheme.load(path)
+        p = s.complete(np.exp(rng.uniform(np.log(s.lower), np.log(s.upper),
+                                          (20, s.n_params))))
+        solved = Scheme.load(path)
+        solved._sink = None
+        np.testing.assert_allclose(s.rest_occupancy(p), solved.rest_occupancy(p), atol=1e-12)
+        rest = solved.rest_occupancy(p)
+        np.testing.assert_allclose(np.einsum("ns,nst->nt", rest, s.Q(0.0, p)), 0, atol=1e-12)
+    assert Scheme.load(MODELS / "jonas_1993.toml").rest_sink() == 0
+    assert Scheme.load(MODELS / "coombs_2017.toml").rest_sink() is None

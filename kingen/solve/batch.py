@@ -314,10 +314,13 @@ class Simulator:
         d = self._device_arrays
         dP, dS0 = cuda.to_device(P), cuda.to_device(S0)
         if mode == "objective":
-            dev_extra = (d["data"], d["weight"], d["win"], cuda.to_device(extra[3]))
+            # every thread writes all its outputs and its failure code: allocate, don't upload
+            dev_extra = (d["data"], d["weight"], d["win"],
+                         cuda.device_array(extra[3].shape, dtype=extra[3].dtype))
+            dfail = cuda.device_array(fail.shape, dtype=fail.dtype)
         else:
             dev_extra = tuple(cuda.to_device(x) for x in extra)
-        dfail = cuda.to_device(fail)
+            dfail = cuda.to_device(fail)
         n = P.shape[1]
         total = n * self.n_sweeps
         blocks = (total + config.block - 1) // config.block
