@@ -71,12 +71,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
     _positive(args.seed, "--seed", 0)
     config = demo_config() if args.demo else args.config
     output = args.output
+    overwrite = args.overwrite
     if args.demo and output is None:
+        # the demo's own default file: running the quickstart twice must just work
         output = Path(DEMO_OUTPUT)
+        overwrite = True
     overrides = {"backend": args.backend, "precision": args.precision,
                  "generations": args.generations, "population": args.population,
                  "seed": args.seed, "output": None if output is None else str(output)}
-    result = fit(config, overwrite=args.overwrite, progress=not args.quiet,
+    result = fit(config, overwrite=overwrite, progress=not args.quiet,
                  overrides=overrides)
     print(result.summary())
     return 0
