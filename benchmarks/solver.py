@@ -49,7 +49,7 @@ def objective_inputs(scheme: Scheme, protocols) -> ObjectiveInputs:
     """Data = the file's own currents plus noise, weight 1, a peak window per sweep."""
     probe = Simulator(scheme, protocols, backend="cpu")
     n = probe.schedule.n_samples
-    trace = probe.run(scheme.values[None], "traces").traces[0] * scheme.channels
+    trace = np.concatenate([c for p in protocols for c in simulate_exact(scheme, p).currents])
     windows = np.full((probe.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
     for w in range(probe.n_sweeps):
         m = int(probe.schedule.sample_start[w + 1] - probe.schedule.sample_start[w])
@@ -65,7 +65,7 @@ def time_kingen(scheme, protocols, backend, precision, populations, budget_s, lo
     sim = Simulator(scheme, protocols, backend=backend, precision=precision, objective=obj)
     steps = sim.schedule.total_steps  # per candidate, all sweeps
     t0 = time.perf_counter()
-    sim.run(candidates(scheme, 32), "objective")  # compile + warm-up
+    sim.run(candidates(scheme, 4), "objective")  # compile + warm-up
     warm = time.perf_counter() - t0
     rows, last = [], None
     for n in populations:
@@ -114,9 +114,13 @@ def time_scipy(scheme, protocols, repeats: int = 1) -> dict:
     return {"scipy_lsoda_s_per_candidate": scipy_s, "exact_reference_s_per_candidate": exact_s}
 
 
-def time_jax(scheme, protocol, precision: str, n: int, log) -> dict:
-    """A vmapped JAX RK4 with kingen's schedule (same steps, same precision), and kingen's
-    kernel on the same protocol and population for comparison."""
+def time_jax(scheme, protocol, precision: str, n: int, max_steps: int, log) -> dict:
+    """Vmapped JAX RK4 with kingen's schedule (same steps, same precision), in two forms:
+    ``dense`` (dp/dt = p·Q with Q built per candidate: what a user would write) and
+    ``sparse`` (fluxes k·p[source] times the ±1 incidence matrix: the best a user could do
+    without generated code). Both run the protocol's first rows up to ``max_steps`` steps
+    (a dense step moves N·S² numbers, so whole protocols take hours) and are compared in
+    model-steps/s with kingen's kernel on the whole protocol, same N and precision."""
     import jax
 
     jax.config.update("jax_enable_x64", precision == "float64")
@@ -127,72 +131,115 @@ def time_jax(scheme, protocol, precision: str, n: int, log) -> dict:
     sim = Simulator(scheme, [protocol], backend="auto", precision=precision, objective=obj)
     sched = sim.schedule
     assert not sched.rows_i[:, 3].any(), "JAX baseline runs ideal-step protocols"
-    S = scheme.n_states
+    S, T = scheme.n_states, len(scheme.transitions)
     src = np.array([t.source for t in scheme.transitions])
     tgt = np.array([t.target for t in scheme.transitions])
     par = np.array([t.param for t in scheme.transitions])
     fac = np.array([t.factor for t in scheme.transitions])
     ag = np.array([t.agonist for t in scheme.transitions], dtype=float)
+    incidence = np.zeros((T, S))
+    incidence[np.arange(T), tgt] += 1.0
+    incidence[np.arange(T), src] -= 1.0
+    inc = jnp.asarray(incidence, dtype=dtype)
     cond = jnp.asarray(scheme.conductance, dtype=dtype)
     drive = float(protocol.sweeps[0].driving_force * 1e-3)
     data = jnp.asarray(obj.data, dtype=dtype)
 
-    def generator(params, c):
-        k = params[:, par] * fac * jnp.where(ag > 0, c, 1.0)
+    def rates(params, c):
+        return params[:, par] * fac * jnp.where(ag > 0, c, 1.0)
+
+    def dense_f(params, c):
+        k = rates(params, c)
         q = jnp.zeros((params.shape[0], S, S), dtype=dtype).at[:, src, tgt].add(k)
-        return q - jnp.eye(S, dtype=dtype)[None] * q.sum(-1)[:, :, None]
+        q = q - jnp.eye(S, dtype=dtype)[None] * q.sum(-1)[:, :, None]
+        return lambda y: jnp.einsum("ns,nst->nt", y, q)
 
-    @jax.jit
-    def run_row(p, acc, params, c, h, nsteps, nrep, s0):
-        q = generator(params, c)
+    def sparse_f(params, c):
+        k = rates(params, c)
+        return lambda y: (k * y[:, src]) @ inc
 
-        def f(y):
-            return jnp.einsum("ns,nst->nt", y, q)
+    def make_row(make_f):
+        @jax.jit
+        def run_row(p, acc, params, c, h, nsteps, nrep, s0):
+            f = make_f(params, c)
 
-        def step(_, y):
-            k1 = f(y)
-            k2 = f(y + 0.5 * h * k1)
-            k3 = f(y + 0.5 * h * k2)
-            k4 = f(y + h * k3)
-            return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+            def step(_, y):
+                k1 = f(y)
+                k2 = f(y + 0.5 * h * k1)
+                k3 = f(y + 0.5 * h * k2)
+                k4 = f(y + h * k3)
+                return y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
-        def rep(r, carry):
-            y, a = carry
-            y = jax.lax.fori_loop(0, nsteps, step, y)
-            g = (y @ cond) * drive
-            d = data[s0 + r]
-            return y, a + (g * g - 2 * g * d)
+            def rep(r, carry):
+                y, a = carry
+                y = jax.lax.fori_loop(0, nsteps, step, y)
+                g = (y @ cond) * drive
+                return y, a + (g * g - 2 * g * data[s0 + r])
 
-        return jax.lax.fori_loop(0, nrep, rep, (p, acc))
+            return jax.lax.fori_loop(0, nrep, rep, (p, acc))
+        return run_row
 
     params = candidates(scheme, n, seed=7)
     P = jnp.asarray(params, dtype=dtype)
     p0 = jnp.asarray(scheme.rest_occupancy(params), dtype=dtype)
 
-    def run_all():
-        p, acc, s = p0, jnp.zeros(n, dtype=dtype), 1
+    def run_all(run_row, budget):
+        p, acc, s, done = p0, jnp.zeros(n, dtype=dtype), 1, 0
         for (_, h, c, _), (nsteps, nrep, rec, _) in zip(sched.rows_f, sched.rows_i):
-            p, acc = run_row(p, acc, P, dtype(c), dtype(h), int(nsteps), int(nrep) if rec
-                             else 1, s)
-            s += int(nrep) if rec else 0
-        return acc.block_until_ready()
+            reps = int(nrep)
+            if done + nsteps * reps > budget:
+                reps = max(1, (budget - done) // int(nsteps))
+            p, acc = run_row(p, acc, P, dtype(c), dtype(h), int(nsteps), reps, s)
+            s += reps if rec else 0
+            done += int(nsteps) * reps
+            if done >= budget:
+                break
+        acc.block_until_ready()
+        return done
 
-    run_all()  # compile
-    t0 = time.perf_counter()
-    run_all()
-    jax_s = time.perf_counter() - t0
+    out = {"protocol": protocol.name, "population": n, "jax_device": str(jax.devices()[0]),
+           "jax_max_steps": max_steps}
+    for form, make_f in (("sparse", sparse_f), ("dense", dense_f)):
+        run_row = make_row(make_f)
+        run_all(run_row, 50)  # compile
+        t0 = time.perf_counter()
+        steps = run_all(run_row, max_steps)
+        took = time.perf_counter() - t0
+        out[f"jax_{form}_steps"] = steps
+        out[f"jax_{form}_s"] = took
+        out[f"jax_{form}_model_steps_per_s"] = n * steps / took
     steps = sched.total_steps
     sim.run(params[:32], "objective")
     res = sim.run(params, "objective")
-    out = {"protocol": protocol.name, "population": n, "steps_per_candidate": steps,
-           "jax_device": str(jax.devices()[0]), "jax_s": jax_s,
-           "jax_model_steps_per_s": n * steps / jax_s,
-           "kingen_backend": sim.backend, "kingen_s": res.timings["solve_s"],
-           "kingen_model_steps_per_s": n * steps / res.timings["solve_s"]}
-    out["speedup_vs_jax"] = out["kingen_model_steps_per_s"] / out["jax_model_steps_per_s"]
-    log(f"    JAX {out['jax_model_steps_per_s']:.3e} vs kingen "
-        f"{out['kingen_model_steps_per_s']:.3e} model-steps/s: {out['speedup_vs_jax']:.1f}x")
+    out.update({"steps_per_candidate": steps, "kingen_backend": sim.backend,
+                "kingen_device": sim.device, "kingen_s": res.timings["solve_s"],
+                "kingen_model_steps_per_s": n * steps / res.timings["solve_s"]})
+    for form in ("sparse", "dense"):
+        out[f"speedup_vs_jax_{form}"] = (out["kingen_model_steps_per_s"]
+                                         / out[f"jax_{form}_model_steps_per_s"])
+    log(f"    JAX sparse {out['jax_sparse_model_steps_per_s']:.3e}, dense "
+        f"{out['jax_dense_model_steps_per_s']:.3e}, kingen "
+        f"{out['kingen_model_steps_per_s']:.3e} model-steps/s: "
+        f"{out['speedup_vs_jax_sparse']:.1f}x / {out['speedup_vs_jax_dense']:.1f}x")
     return out
+
+
+def _threading_layer() -> str:
+    """Numba's CPU threading layer (after one parallel call), for the record."""
+    import numba
+
+    @numba.njit(parallel=True)
+    def touch(n):
+        s = 0.0
+        for i in numba.prange(n):
+            s += i
+        return s
+
+    touch(1000)
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="schemes for the JAX baseline (comma-separated; '' for none)")
     ap.add_argument("--jax-population", type=int, default=16384)
     ap.add_argument("--jax-precisions", default="float64,float32")
+    ap.add_argument("--jax-max-steps", type=int, default=4000,
+                    help="RK4 steps the JAX baselines run (throughput is compared)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -230,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": platform.processor() or platform.machine(),
         "cpu_cores": os.cpu_count(),
         "numba_threads": __import__("numba").config.NUMBA_NUM_THREADS,
+        "numba_threading_layer": _threading_layer(),
         "protocols": [p.name for p in protocols], "dt_ms": args.dt,
         "schemes": {},
     }
@@ -253,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     entry["jax"][precision] = time_jax(
                         scheme, standard_protocol("desensitization", dt=args.dt), precision,
-                        args.jax_population, log)
+                        args.jax_population, args.jax_max_steps, log)
                 except Exception as exc:  # JAX missing or broken must not lose the rest
                     entry["jax"][precision] = {"error": f"JAX baseline failed: {exc!r}"}
                     log(f"    JAX baseline failed: {exc!r}")

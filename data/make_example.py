@@ -245,14 +245,16 @@ if __name__ == "__main__":
 
 RICH_SEED = 19930616
 RICH_DT_MS = 0.02      # 50 kHz
-RICH_REPEATS = 10      # repeats of the deactivation and desensitization sweeps
+# Repeats (independent noise each) of each standard protocol, chosen from the Fisher
+# standard errors of the rates (data/README.md).
+RICH_REPEATS = {"deactivation": 20, "desensitization": 5, "recovery": 3, "dose_response": 3}
 
 RICH_FIT_TOML = """\
 # Full-size parameter-recovery check (data/check_recovery.py): the Jonas et al. (1993)
 # scheme fitted to a richer SYNTHETIC experiment made by data/make_example.py
-# (write_recovery_experiment): {khz:g} kHz, {repeats} repeats (independent noise) of the
-# deactivation and desensitization sweeps, the standard recovery and dose-response
-# protocols, exchange {exchange:g} ms, noise SD {noise:g} % of the 10 mM peak.
+# (write_recovery_experiment): the standard protocols sampled at {khz:g} kHz with exchange
+# {exchange:g} ms, each recorded several times with independent noise of SD {noise:g} % of
+# the 10 mM peak ({repeats}).
 # Protocol weights are proportional to each protocol's sum of squared data, so that the
 # fitness is the plain sum of squared residuals over all samples / a constant: the
 # maximum-likelihood fit for white Gaussian noise, whose Fisher information gives the
@@ -284,82 +286,82 @@ mutpb = 0.3
 """
 
 
-def repeated_protocol_toml(name: str, repeats: int, *, dt_ms: float, exchange_ms: float
-                           ) -> str:
-    """A standard single-sweep protocol (``deactivation`` or ``desensitization``) as a
-    protocol file of ``repeats`` identical sweeps labelled r1, r2, ..."""
-    one = standard_protocol(name, exchange=exchange_ms, dt=dt_ms).sweeps[0]
-    pulse = one.pulses[0]
-    head = (f"# The standard {name} sweep, recorded {repeats} times (SYNTHETIC example).\n"
-            f"[protocol]\nname = \"{name}\"\nkind = \"{name}\"\ndt = {dt_ms}\n"
-            f"holding = {one.holding:g}\nreversal = {one.reversal:g}\n"
-            f"exchange = {exchange_ms}\n")
-    return head + "".join(
-        f"\n[[sweeps]]\nlabel = \"r{r + 1}\"\nduration = {one.duration:g}\n"
-        f"pulses = [{{ start = {pulse.start:g}, duration = {pulse.duration:g}, "
-        f"concentration = {pulse.concentration:g} }}]\n" for r in range(repeats))
+def repeated_protocol_toml(protocol, repeats: int) -> str:
+    """``protocol`` (a :class:`~kingen.protocol.Protocol`) as a protocol file whose sweeps
+    are its own, recorded ``repeats`` times in a row (labels ``r<k>_<label>``)."""
+    first = protocol.sweeps[0]
+    text = (f"# The standard {protocol.name} protocol, each sweep recorded {repeats} times "
+            f"(SYNTHETIC example).\n[protocol]\nname = \"{protocol.name}\"\n"
+            f"kind = \"{protocol.kind}\"\ndt = {first.dt!r}\nholding = {first.holding!r}\n"
+            f"reversal = {first.reversal!r}\n")
+    for r in range(repeats):
+        for s in protocol.sweeps:
+            pulses = ", ".join(
+                f"{{ start = {p.start!r}, duration = {p.duration!r}, concentration = "
+                f"{p.concentration!r}, rise = {p.rise!r}, decay = {p.decay!r} }}"
+                for p in s.pulses)
+            x = "" if s.x is None else f"x = {float(s.x)!r}\n"
+            text += (f"\n[[sweeps]]\nlabel = \"r{r + 1}_{s.label}\"\n{x}"
+                     f"duration = {s.duration!r}\npulses = [{pulses}]\n")
+    return text
 
 
 def write_recovery_experiment(folder: str | Path, *, dt_ms: float = RICH_DT_MS,
-                              repeats: int = RICH_REPEATS, seed: int = RICH_SEED,
+                              repeats: dict[str, int] | None = None, seed: int = RICH_SEED,
                               exchange_ms: float = EXCHANGE_MS,
-                              noise_fraction: float = NOISE_FRACTION,
-                              protocols: tuple[str, ...] = PROTOCOLS) -> Path:
+                              noise_fraction: float = NOISE_FRACTION) -> Path:
     """Write a richer SYNTHETIC experiment from the example's ground truth into ``folder``.
 
-    ``repeats`` sweeps (independent noise each) of the standard deactivation and
-    desensitization protocols, one of each of the standard recovery and dose-response
-    sweeps, all sampled every ``dt_ms`` with exchange ``exchange_ms``, Gaussian noise of SD
-    ``noise_fraction`` × the 10 mM peak. Writes the model, the repeated protocols, the noisy
-    recordings (``<protocol>.csv``), the noise-free ones (``truth/<protocol>.csv``),
-    ``ground_truth.json`` and the fit configuration ``fit.toml``, whose path it returns.
+    The four standard protocols (``kingen.protocol.standard_protocol``) sampled every
+    ``dt_ms`` with exchange ``exchange_ms``, each sweep recorded ``repeats[protocol]`` times
+    (default :data:`RICH_REPEATS`) with independent Gaussian noise of SD ``noise_fraction``
+    × the 10 mM peak. Writes the model, one protocol file per protocol (its sweeps
+    repeated), the noisy recordings ``<protocol>.csv``, the noise-free ones
+    ``truth/<protocol>.csv``, ``ground_truth.json`` and the fit configuration ``fit.toml``,
+    whose path it returns.
     """
     out = Path(folder)
     (out / "truth").mkdir(parents=True, exist_ok=True)
+    repeats = dict(RICH_REPEATS if repeats is None else repeats)
     rng = np.random.default_rng(seed)
     (out / "jonas_1993_reversible.toml").write_text(reversible_model_text(), encoding="utf-8")
     scheme = Scheme.load(out / "jonas_1993_reversible.toml")
-    protos, specs = {}, {}
-    for name in protocols:
-        if name in ("deactivation", "desensitization"):
-            f = out / f"{name}.toml"
-            f.write_text(repeated_protocol_toml(name, repeats, dt_ms=dt_ms,
-                                                exchange_ms=exchange_ms), encoding="utf-8")
-            protos[name] = load_protocol(f)
-            specs[name] = f'protocol = "{f.name}"'
-        else:
-            protos[name] = standard_protocol(name, exchange=exchange_ms, dt=dt_ms)
-            specs[name] = f'protocol = "{name}"\nexchange = {exchange_ms}\ndt = {dt_ms}'
-    clean = {name: simulate_exact(scheme, p) for name, p in protos.items()}
-    peak = float(np.max(np.abs(simulate_exact(scheme, standard_protocol(
-        "desensitization", exchange=exchange_ms, dt=dt_ms)).sweeps[0].current)))
-    sd = noise_fraction * peak
     meta = {"synthetic": True, "generator": "data/make_example.py write_recovery_experiment",
-            "model": "jonas_1993_reversible.toml", "exchange_ms": exchange_ms,
-            "noise_sd_pA": round(sd, 6), "seed": seed}
-    blocks = []
-    for name in protocols:
-        p = protos[name]
-        labels = [s.label for s in p.sweeps]
-        times = [s.times() for s in p.sweeps]
-        truth = [np.asarray(s.current, dtype=float) for s in clean[name].sweeps]
-        noisy = [c + rng.normal(0.0, sd, c.size) for c in truth]
-        for kind, currents, where in (("noisy", noisy, out), ("noise-free", truth,
-                                                               out / "truth")):
+            "model": "jonas_1993_reversible.toml", "exchange_ms": exchange_ms, "seed": seed}
+    sd = peak = None
+    recorded = []
+    for name in PROTOCOLS:
+        n = int(repeats.get(name, 0))
+        if n < 1:
+            continue
+        one = standard_protocol(name, exchange=exchange_ms, dt=dt_ms)
+        f = out / f"{name}.toml"
+        f.write_text(repeated_protocol_toml(one, n), encoding="utf-8")
+        proto = load_protocol(f)
+        clean = [np.asarray(s.current, dtype=float)
+                 for s in simulate_exact(scheme, one).sweeps] * n  # same sweeps, n times
+        if sd is None:
+            peak = float(np.max(np.abs(simulate_exact(scheme, standard_protocol(
+                "desensitization", exchange=exchange_ms, dt=dt_ms)).sweeps[0].current)))
+            sd = noise_fraction * peak
+            meta["noise_sd_pA"] = round(sd, 6)
+        noisy = [c + rng.normal(0.0, sd, c.size) for c in clean]
+        labels = [s.label for s in proto.sweeps]
+        times = [s.times() for s in proto.sweeps]
+        for kind, currents, where in (("noisy", noisy, out),
+                                      ("noise-free", clean, out / "truth")):
             write_csv(Recording(name, times, currents, labels, holding_mV=-60.0,
                                 source=f"{name}.csv",
                                 meta={**meta, "comments": [SYNTHETIC, f"currents: {kind}"],
                                       "noise": kind}), where / f"{name}.csv")
-        # weight ∝ Σ d² of the protocol: the fitness becomes Σ residuals² / const (see the
-        # configuration's header)
-        dd = float(sum(np.sum(c ** 2) for c in noisy))
-        blocks.append((name, dd))
-    total = sum(dd for _, dd in blocks)
-    text = "".join(f'\n[[protocols]]\n{specs[name]}\nrecording = "{name}.csv"\n'
-                   f"weight = {len(blocks) * dd / total:.6g}\n" for name, dd in blocks)
+        recorded.append((name, n, float(sum(np.sum(c ** 2) for c in noisy))))
+    total = sum(dd for *_, dd in recorded)
+    blocks = "".join(f'\n[[protocols]]\nprotocol = "{name}.toml"\nrecording = "{name}.csv"\n'
+                     f"weight = {len(recorded) * dd / total:.6g}\n" for name, _, dd in recorded)
     (out / "fit.toml").write_text(RICH_FIT_TOML.format(
-        khz=1.0 / dt_ms, repeats=repeats, exchange=exchange_ms, noise=100 * noise_fraction,
-        protocols=text), encoding="utf-8")
+        khz=1.0 / dt_ms, exchange=exchange_ms, noise=100 * noise_fraction,
+        repeats=", ".join(f"{name} ×{n}" for name, n, _ in recorded), protocols=blocks),
+        encoding="utf-8")
     truth_json = {
         "synthetic": True, "description": SYNTHETIC,
         "generator": "data/make_example.py write_recovery_experiment",
@@ -367,9 +369,8 @@ def write_recovery_experiment(folder: str | Path, *, dt_ms: float = RICH_DT_MS,
         "parameters_file_units": to_file_units(scheme, scheme.values),
         "channels": scheme.channels, "peak_10mM_pA": peak, "noise_sd_pA": sd,
         "noise_fraction_of_peak": noise_fraction, "seed": seed, "exchange_ms": exchange_ms,
-        "dt_ms": dt_ms, "repeats": {n: repeats for n in protocols
-                                    if n in ("deactivation", "desensitization")},
-        "protocols": {n: [s.label for s in protos[n].sweeps] for n in protocols},
+        "dt_ms": dt_ms, "repeats": {name: n for name, n, _ in recorded},
+        "protocols": "the standard protocols of kingen.protocol.standard_protocol",
     }
     (out / "ground_truth.json").write_text(json.dumps(truth_json, indent=2) + "\n",
                                            encoding="utf-8")
