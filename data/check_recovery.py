@@ -19,10 +19,11 @@ desensitization ×5, recovery ×3, dose-response ×3), protocol weights making t
 the plain sum of squared residuals (maximum likelihood). With it every asserted rate has
 SE ≤ 7.5 % (data/README.md). ``--data bundled`` fits the small bundled data
 (``data/demo.toml``: one sweep per condition, 20 kHz), on which several rates have SE of
-12–47 % and are therefore only reported::
+12–47 % and are therefore only reported. The recorded full-size run (H200, about 70 s;
+about 6 candidates/s on a 2-core CPU, so use a tiny population there)::
 
-    python data/check_recovery.py --population 4096 --generations 80 \\
-        --out benchmarks/results/fit_recovery.json
+    python data/check_recovery.py --population 2048 --generations 80 --wall-time 100 \\
+        --polish-evaluations 40 --out benchmarks/results/fit_recovery.json
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="rich: repeats of deactivation, desensitization, recovery, "
                          "dose_response")
     ap.add_argument("--population", type=int, default=2048)
-    ap.add_argument("--generations", type=int, default=60)
+    ap.add_argument("--generations", type=int, default=80)
     ap.add_argument("--wall-time", type=float, default=0.0,
                     help="stop the search after this many seconds (0: off), then polish")
     ap.add_argument("--polish-evaluations", type=int, default=60)
