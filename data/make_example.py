@@ -90,6 +90,20 @@ tail = 18
 concentrations = [{", ".join(f"{c:g}" for c in DOSES_MM)}]
 """
 
+# The search space of both fits (bounds in the model file's units): the slow rates into and
+# out of the doubly-bound and open desensitized states are held, the other ten searched.
+SEARCH = """fixed = ["k34", "k43", "k45", "k5o"]
+k01 = { bounds = [1, 20] }
+k10 = { bounds = [1, 20] }
+k12 = { bounds = [5, 100] }
+k21 = { bounds = [0.5, 10] }
+k2o = { bounds = [1, 20] }
+ko2 = { bounds = [0.2, 4] }
+k13 = { bounds = [0.5, 10] }
+k31 = { bounds = [0.01, 0.2] }
+k24 = { bounds = [0.03, 0.6] }
+ko5 = { bounds = [0.004, 0.08] }"""
+
 DEMO_TOML = """\
 # kingen fit --demo: fit the Jonas et al. (1993) AMPA scheme to the SYNTHETIC example
 # recordings (made by data/make_example.py; the ground truth is data/ground_truth.json).
@@ -121,17 +135,7 @@ recording = "{prefix}dose_response.csv"
 [parameters]
 # The slow rates into and out of the doubly-bound and open desensitized states are poorly
 # determined by these protocols: hold them, search the other ten.
-fixed = ["k34", "k43", "k45", "k5o"]
-k01 = {{ bounds = [1, 20] }}
-k10 = {{ bounds = [1, 20] }}
-k12 = {{ bounds = [5, 100] }}
-k21 = {{ bounds = [0.5, 10] }}
-k2o = {{ bounds = [1, 20] }}
-ko2 = {{ bounds = [0.2, 4] }}
-k13 = {{ bounds = [0.5, 10] }}
-k31 = {{ bounds = [0.01, 0.2] }}
-k24 = {{ bounds = [0.03, 0.6] }}
-ko5 = {{ bounds = [0.004, 0.08] }}
+{search}
 
 [ga]
 population = 48
@@ -218,11 +222,13 @@ def main() -> int:
     (HERE / "ground_truth.json").write_text(json.dumps(truth_json, indent=2) + "\n",
                                             encoding="utf-8")
     (HERE / "demo.toml").write_text(DEMO_TOML.format(model="jonas_1993_reversible.toml",
-                                                     prefix=""), encoding="utf-8")
+                                                     prefix="", search=SEARCH),
+                                    encoding="utf-8")
     bundled = ROOT / "kingen" / "bundled"
     (bundled / "demo").mkdir(parents=True, exist_ok=True)
     (bundled / "demo.toml").write_text(DEMO_TOML.format(model="demo/jonas_1993_reversible.toml",
-                                                        prefix="demo/"), encoding="utf-8")
+                                                        prefix="demo/", search=SEARCH),
+                                       encoding="utf-8")
     for f in ("jonas_1993_reversible.toml", "recovery.toml", "dose_response.toml",
               *(f"{n}.csv" for n in PROTOCOLS)):
         shutil.copyfile(HERE / f, bundled / "demo" / f)
@@ -266,17 +272,7 @@ polish = true
 polish_evaluations = 60
 {protocols}
 [parameters]
-fixed = ["k34", "k43", "k45", "k5o"]
-k01 = {{ bounds = [1, 20] }}
-k10 = {{ bounds = [1, 20] }}
-k12 = {{ bounds = [5, 100] }}
-k21 = {{ bounds = [0.5, 10] }}
-k2o = {{ bounds = [1, 20] }}
-ko2 = {{ bounds = [0.2, 4] }}
-k13 = {{ bounds = [0.5, 10] }}
-k31 = {{ bounds = [0.01, 0.2] }}
-k24 = {{ bounds = [0.03, 0.6] }}
-ko5 = {{ bounds = [0.004, 0.08] }}
+{search}
 
 [ga]
 population = 64
@@ -360,7 +356,8 @@ def write_recovery_experiment(folder: str | Path, *, dt_ms: float = RICH_DT_MS,
                      f"weight = {len(recorded) * dd / total:.6g}\n" for name, _, dd in recorded)
     (out / "fit.toml").write_text(RICH_FIT_TOML.format(
         khz=1.0 / dt_ms, exchange=exchange_ms, noise=100 * noise_fraction,
-        repeats=", ".join(f"{name} ×{n}" for name, n, _ in recorded), protocols=blocks),
+        repeats=", ".join(f"{name} ×{n}" for name, n, _ in recorded), protocols=blocks,
+        search=SEARCH),
         encoding="utf-8")
     truth_json = {
         "synthetic": True, "description": SYNTHETIC,

@@ -16,7 +16,6 @@ datasheet values beside them.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -134,8 +133,11 @@ def read_properties() -> DeviceInfo:
 
 
 def cache_dir() -> Path:
-    """``$KINGEN_CACHE`` or ``~/.cache/kingen``."""
-    return Path(os.environ.get("KINGEN_CACHE", Path.home() / ".cache" / "kingen"))
+    """kingen's cache folder (``$KINGEN_CACHE`` or ``~/.cache/kingen``), shared with the
+    solver's compiled kernels and its tuned launch choices."""
+    from kingen.solve.compiled import cache_dir as solver_cache_dir
+
+    return solver_cache_dir()
 
 
 def _device_key(info: DeviceInfo) -> str:
