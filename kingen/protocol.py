@@ -147,7 +147,8 @@ class Sweep:
     @property
     def n_samples(self) -> int:
         """Number of samples, including t = 0 and t = duration."""
-        return int(round(self.duration / self.dt)) + 1
+        # floor, not round: a last sample past ``duration`` would never be solved
+        return int(math.floor(self.duration / self.dt + 1e-6)) + 1
 
     def times(self) -> np.ndarray:
         """Sample times, ms."""
@@ -192,6 +193,9 @@ class Sweep:
         piece's concentration is evaluated at its midpoint (exact, since it is constant).
         """
         points = {0.0, self.duration}
+        # discontinuities: solvers evaluate ideal steps at a segment's midpoint, so a
+        # smooth segment must never be merged across one
+        jumps: set[float] = set()
         smooth_spans: list[tuple[float, float]] = []
         for p in self.pulses:
             for t0, tau in ((p.start, p.rise), (p.end, p.decay)):
@@ -200,8 +204,10 @@ class Sweep:
                     smooth_spans.append((t0 - half, t0 + half))
                 else:
                     points.add(t0)
+                    jumps.add(t0)
         for tr in self.transients:
             points.add(tr.start)
+            jumps.add(tr.start)
             smooth_spans.append((tr.start, tr.end))
         for a, b in smooth_spans:
             points.update((a, b))
@@ -213,7 +219,7 @@ class Sweep:
             mid = 0.5 * (a + b)
             smooth = any(lo < mid < hi for lo, hi in smooth_spans)
             conc = 0.0 if smooth else float(self.concentration(mid))
-            if segments and segments[-1].smooth and smooth:
+            if segments and segments[-1].smooth and smooth and a not in jumps:
                 segments[-1] = replace(segments[-1], end=b)
             elif (segments and not smooth and not segments[-1].smooth
                   and segments[-1].concentration == conc):
@@ -311,6 +317,10 @@ def standard_protocol(
     concentration
         Agonist concentration of the deactivation, desensitization and recovery pulses, mM.
     """
+    if not (math.isfinite(float(dt)) and dt > 0):
+        raise KingenError("sampling interval must be > 0 ms", field="dt", value=dt)
+    if not (math.isfinite(float(exchange)) and exchange >= 0):
+        raise KingenError("exchange time must be >= 0 ms", field="exchange", value=exchange)
     onset = 2.0
     common = dict(dt=dt, holding=holding, reversal=reversal)
     if name == "deactivation":
@@ -444,9 +454,12 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>") -> Pr
         transients = tuple(reader.transient(p, f"{where}.transients[{j}]", tf, cf)
                            for j, p in enumerate(s.get("transients", [])))
         duration = reader.positive(s, "duration", None, where) * tf
+        # x is an interval (time units) for recovery, a concentration for dose_response
+        x = None if s.get("x") is None else reader.number(s, "x", None, where) * (
+            tf if kind == "recovery" else cf if kind == "dose_response" else 1.0)
         sweeps.append(Sweep(str(s.get("label", i)), duration, pulses=pulses,
                             transients=transients,
-                            x=s.get("x"), **{**common,
+                            x=x, **{**common,
                                             "holding": reader.number(s, "holding", holding,
                                                                      where),
                                             "reversal": reader.number(s, "reversal",

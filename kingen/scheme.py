@@ -382,6 +382,12 @@ class _Parser:
             if key not in known:
                 raise self.error(f"unknown table (tables are {', '.join(sorted(known))})", key)
         model = self.table("model")
+        known_model = ("name", "source", "agonist", "channels", "reversibility_tolerance",
+                       "check_reversibility", "description")
+        for key in model:
+            if key not in known_model:
+                raise self.error(f"unknown field (use {', '.join(known_model)})",
+                                 f"model.{key}")
         unit_table = self.doc.get("units", {})
         if not isinstance(unit_table, dict):
             raise self.error("must be a table", "units")
@@ -409,7 +415,12 @@ class _Parser:
             raise self.error("must be > 0", "model.channels", channels)
         tolerance = self.number(model, "reversibility_tolerance",
                                 DEFAULT_REVERSIBILITY_TOLERANCE, "model")
+        if tolerance < 0:
+            raise self.error("must be >= 0", "model.reversibility_tolerance", tolerance)
         check_rev = model.get("check_reversibility", True)
+        if not isinstance(check_rev, bool):
+            raise self.error("must be true or false (no quotes)", "model.check_reversibility",
+                             check_rev)
 
         states, conductance, initial = self.states(gf)
         params_raw = self.parameters_raw()
@@ -666,9 +677,10 @@ class _Parser:
         return out
 
     def _default_unit(self, order: int) -> str:
+        # spelled so that units.parse_rate_unit reads it back ("mol/l" -> "M", "MS" -> "ms")
         u = self.doc.get("units", {})
-        t = u.get("time", "ms")
-        c = u.get("concentration", "mM")
+        t = units.canonical("time", str(u.get("time", "ms")))
+        c = units.canonical("concentration", str(u.get("concentration", "mM")))
         return f"{t}^-1" if order == 1 else f"{c}^-1 {t}^-1"
 
     def check_reachable(self, states: list[str], transitions: list[Transition],

@@ -60,6 +60,13 @@ def factor(kind: str, unit: str, *, file: str | None = None, field: str | None =
                       value=unit)
 
 
+def canonical(kind: str, unit: str) -> str:
+    """The first spelling in the table of ``kind`` with the same factor as ``unit``
+    (e.g. ``mol/l`` -> ``M``): one that :func:`parse_rate_unit` can read."""
+    value = factor(kind, unit)
+    return next(name for name, v in _KINDS[kind].items() if v == value)
+
+
 def internal_unit(kind: str) -> str:
     """The internal unit of ``kind`` (``ms``, ``mM``, ``pS``, ``pA`` or ``mV``)."""
     return _INTERNAL[kind]

@@ -9,6 +9,7 @@ from kingen.protocol import (
     STANDARD_RECOVERY_INTERVALS_MS,
     Pulse,
     Sweep,
+    Transient,
     load_protocol,
     standard_protocol,
 )
@@ -94,3 +95,64 @@ def test_train_protocol_file(tmp_path):
     p = load_protocol(f)
     starts = [pl.start for pl in p.sweeps[0].pulses]
     np.testing.assert_allclose(starts, [2, 12, 22, 32, 42])
+
+
+def _as_solvers_see_it(sweep, t):
+    """Concentration as the solvers evaluate it: ideal steps at each segment's midpoint."""
+    out = np.full_like(t, np.nan)
+    for seg in sweep.segments():
+        inside = (t > seg.start + 1e-9) & (t < seg.end - 1e-9)
+        out[inside] = sweep.concentration(t[inside], steps_at=0.5 * (seg.start + seg.end))
+    return out
+
+
+@pytest.mark.parametrize("sweep", [
+    # an ideal pulse during a synaptic transient's decay
+    Sweep("t", 30.0, 0.02, pulses=(Pulse(5.0, 2.0, 10.0),),
+          transients=(Transient(1.0, 0.1, 1.0),)),
+    # an ideal decay inside the smooth span of a finite rise
+    Sweep("r", 3.0, 0.01, pulses=(Pulse(1.0, 0.1, 10.0, rise=0.2, decay=0.0),)),
+], ids=["pulse-in-transient", "ideal-decay-in-rise-edge"])
+def test_smooth_segments_are_not_merged_across_ideal_steps(sweep):
+    t = np.linspace(0.0, sweep.duration, 20001)
+    seen = _as_solvers_see_it(sweep, t)
+    inside = np.isfinite(seen)  # segment boundaries themselves are left out
+    assert inside.sum() > 19000
+    np.testing.assert_allclose(seen[inside], sweep.concentration(t[inside]), atol=1e-12)
+
+
+def test_no_sample_lies_beyond_the_sweep():
+    for duration in (10.015, 10.01, 10.0, 47.03, 30.0):
+        s = Sweep("x", duration, 0.02)
+        assert s.times()[-1] <= duration + 1e-9
+        assert s.times()[-1] > duration - 0.02
+
+
+def test_standard_protocol_rejects_bad_dt_and_exchange():
+    with pytest.raises(KingenError, match="dt = 0"):
+        standard_protocol("deactivation", dt=0.0)
+    with pytest.raises(KingenError, match="dt = -0.02"):
+        standard_protocol("deactivation", dt=-0.02)
+    with pytest.raises(KingenError, match="exchange = -1"):
+        standard_protocol("deactivation", exchange=-1.0)
+
+
+def test_sweep_x_is_validated_and_converted_to_internal_units(tmp_path):
+    f = tmp_path / "x.toml"
+    body = """
+[protocol]
+kind = "recovery"
+dt = 0.00002
+[units]
+time = "s"
+[[sweeps]]
+duration = 0.05
+x = {x}
+pulses = [{{start = 0.002, duration = 0.01, concentration = 10}},
+          {{start = 0.022, duration = 0.01, concentration = 10}}]
+"""
+    f.write_text(body.format(x="0.01"))
+    assert load_protocol(f).sweeps[0].x == pytest.approx(10.0)  # ms
+    f.write_text(body.format(x='"ten"'))
+    with pytest.raises(KingenError, match=r"sweeps\[0\]\.x = 'ten': must be a finite number"):
+        load_protocol(f)

@@ -124,6 +124,13 @@ BAD_CASES = {
     "self transition": (lambda t: _replace(t, '"O -> C" = "koff"', '"O -> O" = "koff"'),
                         "to itself"),
     "unknown table": (lambda t: t + '[[extra]]\n', "unknown table"),
+    "misspelt model field": (lambda t: _replace(t, 'name = "two-state"',
+                                                'name = "two-state"\ncheck_reversiblity = false'),
+                             "model.check_reversiblity: unknown field"),
+    "string for a boolean": (
+        lambda t: _replace(t, 'name = "two-state"',
+                           'name = "two-state"\ncheck_reversibility = "false"'),
+        "must be true or false"),
     "no conducting state": (lambda t: _replace(t, "conductance = 20", "conductance = 0"),
                             "no conducting state"),
     "non-positive rate": (lambda t: _replace(t, "value = 500,", "value = -5,"), "must be > 0"),
@@ -217,3 +224,21 @@ def test_rest_sink_shortcut_equals_the_equilibrium_solve():
         np.testing.assert_allclose(np.einsum("ns,nst->nt", rest, s.Q(0.0, p)), 0, atol=1e-12)
     assert Scheme.load(MODELS / "jonas_1993.toml").rest_sink() == 0
     assert Scheme.load(MODELS / "coombs_2017.toml").rest_sink() is None
+
+
+def test_default_rate_units_can_be_read_back_for_every_concentration_unit():
+    from kingen.params import to_file_units
+
+    text = TWO_STATE.replace('concentration = "M"', 'concentration = "mol/l"').replace(
+        ', unit = "M^-1 s^-1"', "")
+    s = Scheme.loads(text, "moll.toml")
+    assert s.values[0] == pytest.approx(10.0)
+    back = to_file_units(s, s.values)  # raised "not a rate unit" for 'mol/l^-1 s^-1'
+    assert back["kon"] == pytest.approx(1e7)
+
+
+def test_negative_reversibility_tolerance_is_a_clear_error():
+    text = (MODELS / "jonas_1993.toml").read_text().replace(
+        "[units]", "reversibility_tolerance = -1\n[units]", 1)
+    with pytest.raises(KingenError, match="model.reversibility_tolerance = -1.0: must be >= 0"):
+        Scheme.loads(text, "tol.toml")

@@ -72,9 +72,9 @@ def cache_dir() -> Path:
     path = Path(root) if root else Path.home() / ".cache" / "kingen"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        # a probe of its own: a shared name races with other processes probing at once
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test."):
+            pass
     except OSError:
         path = Path(tempfile.gettempdir()) / "kingen-cache"
         path.mkdir(parents=True, exist_ok=True)

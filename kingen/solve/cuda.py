@@ -19,6 +19,11 @@ import numpy as np
 
 from kingen.solve.compiled import cache_dir
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock
+    fcntl = None
+
 DEFAULT_BLOCK = 128
 
 
@@ -74,15 +79,20 @@ def record_tuning(device: str, scheme, precision: str, config: LaunchConfig,
                   evidence: dict) -> Path:
     """Store a tuned choice (atomically) and the timings that justify it."""
     path = _tuning_file()
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
-    table[tuning_key(device, scheme_key(scheme), precision)] = {**asdict(config),
-                                                                "evidence": evidence}
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    os.replace(tmp, path)
+    key = tuning_key(device, scheme_key(scheme), precision)
+    # read-modify-write under a lock: concurrent `kingen tune` runs (one per GPU) must not
+    # drop each other's entries
+    with open(path.with_suffix(".lock"), "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, ValueError):
+            table = {}
+        table[key] = {**asdict(config), "evidence": evidence}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table, indent=1))
+        os.replace(tmp, path)
     return path
 
 
