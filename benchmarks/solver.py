@@ -67,6 +67,7 @@ def time_kingen(scheme, protocols, backend, precision, populations, budget_s, lo
     t0 = time.perf_counter()
     sim.run(candidates(scheme, 4), "objective")  # compile + warm-up
     warm = time.perf_counter() - t0
+    log(f"    warm-up (compile + 4 candidates): {warm:.1f} s")
     rows, last = [], None
     for n in populations:
         # Time grows at most linearly with N (less while the GPU is not yet full), so once a
@@ -273,13 +274,16 @@ def main(argv: list[str] | None = None) -> int:
                 if b == "cpu" or (status.usable and not status.simulator)]
     protocols = standard_set(dt=args.dt)
     pops = [int(x) for x in args.populations.split(",")]
+    layer = _threading_layer()
+    log(f"numba {__import__('numba').__version__}: {__import__('numba').config.NUMBA_NUM_THREADS}"
+        f" threads, threading layer {layer}; GPU: {status.device or status.reason}")
     result = {
         "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
         "device": status.device if status.usable else "none",
         "cpu": platform.processor() or platform.machine(),
         "cpu_cores": os.cpu_count(),
         "numba_threads": __import__("numba").config.NUMBA_NUM_THREADS,
-        "numba_threading_layer": _threading_layer(),
+        "numba_threading_layer": layer,
         "protocols": [p.name for p in protocols], "dt_ms": args.dt,
         "schemes": {},
     }
