@@ -49,12 +49,9 @@ def factor(kind: str, unit: str, *, file: str | None = None, field: str | None =
     """
     table = _KINDS[kind]
     key = unit.strip() if isinstance(unit, str) else unit
-    if key in table:
+    # Exact spellings only: case carries meaning in units (mS is not MS, mM is not MM).
+    if isinstance(key, str) and key in table:
         return table[key]
-    if isinstance(key, str):
-        for name, value in table.items():
-            if name.lower() == key.lower() and name not in ("M", "mM") and key not in ("m",):
-                return value
     known = ", ".join(table)
     raise KingenError(f"unknown {kind} unit (use one of {known})", file=file, field=field,
                       value=unit)

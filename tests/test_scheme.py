@@ -242,3 +242,13 @@ def test_negative_reversibility_tolerance_is_a_clear_error():
         "[units]", "reversibility_tolerance = -1\n[units]", 1)
     with pytest.raises(KingenError, match="model.reversibility_tolerance = -1.0: must be >= 0"):
         Scheme.loads(text, "tol.toml")
+
+
+def test_unit_spellings_are_exact_because_case_carries_meaning():
+    from kingen import units
+
+    assert units.factor("conductance", "mS") == 1e9
+    assert units.factor("time", "s") == 1e3 and units.factor("concentration", "uM") == 1e-3
+    for kind, unit in (("conductance", "MS"), ("concentration", "MM"), ("time", "MS")):
+        with pytest.raises(KingenError, match=f"unknown {kind} unit"):
+            units.factor(kind, unit, file="f.toml", field="units.x")
