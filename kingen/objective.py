@@ -468,14 +468,11 @@ def _hill_grid(lc: np.ndarray, y: np.ndarray, ec: np.ndarray, n: np.ndarray
 
 
 def solver_scheme(scheme: Scheme) -> Scheme:
-    """The scheme as the solver sees it: derived rates as plain parameters inside their
-    own bounds.
+    """The scheme as the solver sees it: derived rates as plain parameters.
 
-    The step plan takes every parameter at its largest value inside the bounds. For a
-    derived rate, the largest value its cycle's other rates can produce may be orders of
-    magnitude beyond its declared bounds (a product of bound ratios), which would force
-    tiny steps on every candidate. Instead, the objective computes derived rates itself and
-    fails the candidates that take one outside its bounds (:meth:`Objective.guard`).
+    :meth:`Objective.guard` has already computed every derived rate and failed the
+    candidates that take one outside its bounds, so the solver must not recompute them
+    (``Scheme.complete`` on every candidate, every generation).
     """
     from dataclasses import replace
 

@@ -228,18 +228,6 @@ class Sweep:
                 segments.append(Segment(a, b, smooth, conc))
         return segments
 
-    def max_concentration(self) -> float:
-        """Highest concentration the waveform reaches, mM (upper bound for transients)."""
-        total = 0.0
-        for p in self.pulses:
-            total = max(total, p.concentration)
-        peak_sum = sum(tr.peak for tr in self.transients)
-        if self.pulses:
-            # Overlapping pulses add; bound by the sum when any two overlap.
-            spans = sorted((p.start, p.end, p.concentration) for p in self.pulses)
-            total = max(total, _max_overlap(spans))
-        return total + peak_sum
-
 
 @dataclass(frozen=True)
 class Protocol:
@@ -274,19 +262,6 @@ def _edge(s: np.ndarray, ten_ninety: float) -> np.ndarray:
     value = 0.5 * (1.0 + erf(z / math.sqrt(2.0)))
     return np.where(z <= -EDGE_HALF_WIDTH_SIGMAS, 0.0,
                     np.where(z >= EDGE_HALF_WIDTH_SIGMAS, 1.0, value))
-
-
-def _max_overlap(spans: list[tuple[float, float, float]]) -> float:
-    events = []
-    for a, b, c in spans:
-        events.append((a, c))
-        events.append((b, -c))
-    events.sort(key=lambda e: (e[0], e[1]))
-    level = best = 0.0
-    for _, dc in events:
-        level += dc
-        best = max(best, level)
-    return best
 
 
 # --------------------------------------------------------------------------- standard set
@@ -552,18 +527,20 @@ class _Reader:
     def pulse(self, p: dict, where: str, tf: float, cf: float, exchange: float) -> Pulse:
         if not isinstance(p, dict):
             raise KingenError("must be a table", file=self.source, field=where)
-        rise = p.get("rise", p.get("exchange"))
-        decay = p.get("decay", p.get("exchange"))
+
+        def edge(key: str) -> float:
+            # a pulse's own rise/decay, else its exchange, else the protocol's exchange
+            name = key if key in p else "exchange"
+            if name not in p:
+                return exchange
+            return self.nonnegative(p, name, None, where) * tf
+
         return Pulse(
             start=self.nonnegative(p, "start", None, where) * tf,
             duration=self.positive(p, "duration", None, where) * tf,
             concentration=self.nonnegative(p, "concentration", None, where) * cf,
-            rise=exchange if rise is None else self.nonnegative(p, "rise" if "rise" in p
-                                                                else "exchange", None,
-                                                                where) * tf,
-            decay=exchange if decay is None else self.nonnegative(p, "decay" if "decay" in p
-                                                                  else "exchange", None,
-                                                                  where) * tf,
+            rise=edge("rise"),
+            decay=edge("decay"),
         )
 
     def transient(self, p: dict, where: str, tf: float, cf: float) -> Transient:

@@ -28,7 +28,6 @@ log = logging.getLogger("kingen")
 PRECISIONS = ("float64", "float32")
 # Tolerance on probabilities (range and conservation) before a candidate is failed.
 TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
-CUDA_BLOCK = 128
 
 
 @dataclass
@@ -140,6 +139,11 @@ class Simulator:
         self.pulses, self.pulse_start, self.transients, self.transient_start = \
             waveform_tables(self.sweeps)
         self.drive = np.array([s.driving_force * 1e-3 for s in self.sweeps])
+        if objective is not None:
+            # cast once here, not on every generation's call
+            objective = ObjectiveInputs(np.ascontiguousarray(objective.data, np.float64),
+                                       np.ascontiguousarray(objective.weight, np.float64),
+                                       np.ascontiguousarray(objective.windows, np.int64))
         self.objective = objective
         if objective is not None:
             n = self.schedule.n_samples
@@ -188,8 +192,7 @@ class Simulator:
         if mode == "objective":
             out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
             obj = self.objective
-            extra = (obj.data.astype(np.float64), obj.weight.astype(np.float64),
-                     obj.windows.astype(np.int64), out)
+            extra = (obj.data, obj.weight, obj.windows, out)
         else:
             traces = np.full((n, self.schedule.n_samples), np.nan, dtype=np.float64)
             occ_shape = ((n, self.schedule.n_samples, self.scheme.n_states) if with_occupancy
@@ -305,12 +308,9 @@ class Simulator:
             for name, arr in zip(names, self._common_args(P, S0)[2:]):
                 self._device_arrays[name] = cuda.to_device(arr)
             if self.objective is not None:
-                self._device_arrays["data"] = cuda.to_device(
-                    self.objective.data.astype(np.float64))
-                self._device_arrays["weight"] = cuda.to_device(
-                    self.objective.weight.astype(np.float64))
-                self._device_arrays["win"] = cuda.to_device(
-                    self.objective.windows.astype(np.int64))
+                self._device_arrays["data"] = cuda.to_device(self.objective.data)
+                self._device_arrays["weight"] = cuda.to_device(self.objective.weight)
+                self._device_arrays["win"] = cuda.to_device(self.objective.windows)
         d = self._device_arrays
         dP, dS0 = cuda.to_device(P), cuda.to_device(S0)
         if mode == "objective":
