@@ -46,19 +46,20 @@ def main() -> int:
     (out / "ceilings.json").write_text(json.dumps(dev.to_json(), indent=2))
     work = out / "run"
     run_analyze(a.target, work, use_ncu=True, size=a.size)
-    tuned = {}
-    for key, cases in ((f"stencil-{a.size}", stencil.cases(a.size)),
-                       (f"sgemm-{a.size}", [c for c in sgemm.cases(a.size)
-                                            if c.name != "sgemm_cublas"])):
-        tuned[key] = tune(cases, key=key, use_cache=False).to_json()
-        print("tune:", json.dumps(tuned[key]))
-    (out / "tune.json").write_text(json.dumps(tuned, indent=2))
+    # the analysis' files first, so that a run cut short during tuning keeps them
     with tarfile.open(out / "ncu_raw.tar.gz", "w:gz") as tf:
         tf.add(work / "ncu", arcname="ncu")
     shutil.rmtree(work / "ncu")
     for f in work.iterdir():
         shutil.move(str(f), out / f.name)
     work.rmdir()
+    tuned = {}
+    for key, cases in ((f"stencil-{a.size}", stencil.cases(a.size)),
+                       (f"sgemm-{a.size}", [c for c in sgemm.cases(a.size)
+                                            if c.name != "sgemm_cublas"])):
+        tuned[key] = tune(cases, key=key, use_cache=False).to_json()
+        print("tune:", json.dumps(tuned[key]))
+        (out / "tune.json").write_text(json.dumps(tuned, indent=2))
     return 0
 
 

@@ -266,9 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     paths = sorted((ROOT / "models").glob("*.toml"))
-    if args.models != "all":
-        keep = set(args.models.split(","))
-        paths = [p for p in paths if p.stem in keep]
+    if args.models != "all":  # in the order given: a run cut short keeps the first ones
+        by_stem = {p.stem: p for p in paths}
+        paths = [by_stem[m] for m in args.models.split(",") if m in by_stem]
     status = cuda_status()
     backends = [b for b in args.backends.split(",")
                 if b == "cpu" or (status.usable and not status.simulator)]
@@ -292,11 +292,18 @@ def main(argv: list[str] | None = None) -> int:
         entry: dict = {"states": scheme.n_states, "transitions": len(scheme.transitions),
                        "runs": {}}
         log(f"{path.stem}: {scheme.n_states} states, {len(scheme.transitions)} transitions")
+        result["schemes"][path.stem] = entry
+
+        def save() -> None:  # after every configuration: a run cut short keeps what it did
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+
         for backend in backends:
             for precision in args.precisions.split(","):
                 log(f"  {backend} {precision}")
                 entry["runs"][f"{backend}/{precision}"] = time_kingen(
                     scheme, protocols, backend, precision, pops, args.budget_s, log)
+                save()
         if not args.no_scipy:
             entry["baselines"] = time_scipy(scheme, protocols)
             log(f"  scipy {entry['baselines']['scipy_lsoda_s_per_candidate']:.2f} s/candidate,"
@@ -311,9 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 except Exception as exc:  # JAX missing or broken must not lose the rest
                     entry["jax"][precision] = {"error": f"JAX baseline failed: {exc!r}"}
                     log(f"    JAX baseline failed: {exc!r}")
-        result["schemes"][path.stem] = entry
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+        save()
     log(f"wrote {args.out}")
     return 0
 

@@ -9,9 +9,11 @@ Search. Genes are log10 rate constants (linear for ``scale = "linear"``) inside 
 ``tools.selTournament`` over parents and offspring, a ``tools.HallOfFame``. The toolbox's
 ``map`` is replaced by a batched evaluator, so every individual a generation must evaluate
 goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM`` offspring on (or with
-``operators = "numpy"``), varOr, the two operators and the tournament run as numpy array
-code with the same formulas and probabilities (DEAP spends more time in its
-per-individual Python than the GPU spends solving at such sizes). ``cmaes`` is
+``operators = "numpy"``), varOr, the two operators and the tournament run as array code
+(numpy, and compiled loops for the per-gene arithmetic) with the same formulas and
+probabilities (DEAP spends more time in its per-individual Python than the GPU spends
+solving at such sizes); given the same random numbers, the children are DEAP's exactly.
+``cmaes`` is
 ``deap.cma.Strategy`` in genes scaled to [0, 1] per gene (samples outside are clipped for
 evaluation and penalised by their squared distance).
 
@@ -23,6 +25,7 @@ ends as an uninterrupted one would.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import pickle
@@ -30,10 +33,12 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numba
 import numpy as np
 
 from kingen.errors import KingenError
@@ -196,67 +201,166 @@ def _duration(s: float) -> str:
 
 # ---------------------------------------------------------------------- vectorised operators
 
-def np_sbx_bounded(p1: np.ndarray, p2: np.ndarray, eta: float, low: np.ndarray,
-                   up: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """First child of ``tools.cxSimulatedBinaryBounded`` for each row pair (numpy).
+# The operators' per-gene arithmetic runs in compiled loops that read the parents from the
+# population and write each child straight into the offspring array: as numpy array code,
+# the temporaries, masks and gathers cost more than the arithmetic at 65k offspring. The
+# loops run on all cores (each child is computed alone, so the result does not depend on
+# their number). The random numbers are still drawn by the caller's numpy generator, as
+# whole arrays, in a fixed order.
+_KERNEL = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy"}
+
+
+@numba.njit(**_KERNEL)
+def _sbx_kernel(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: float,
+                low: np.ndarray, up: np.ndarray, draws: np.ndarray, out: np.ndarray,
+                rows: np.ndarray) -> None:
+    e1 = 1.0 / (eta + 1.0)
+    for k in numba.prange(first.size):
+        p, q, i = first[k], second[k], rows[k]
+        for j in range(pop.shape[1]):
+            x, y = pop[p, j], pop[q, j]
+            if not (draws[0, k, j] <= 0.5 and abs(x - y) > 1e-14):
+                out[i, j] = x
+                continue
+            x1, x2 = min(x, y), max(x, y)
+            lo, hi, r = low[j], up[j], draws[1, k, j]
+            span = x2 - x1
+            # Only the child that ends up first is built: DEAP's second child (c2) when the
+            # pair swaps, else its first (c1); both use the same random number.
+            swap = draws[2, k, j] <= 0.5
+            beta = 1.0 + 2.0 * ((hi - x2) if swap else (x1 - lo)) / span
+            alpha = 2.0 - beta ** -(eta + 1.0)
+            ra = r * alpha
+            beta_q = (ra if r <= 1.0 / alpha else 1.0 / (2.0 - ra)) ** e1
+            step = beta_q * span
+            c = 0.5 * (x1 + x2 + (step if swap else -step))
+            out[i, j] = min(max(c, lo), hi)
+
+
+@numba.njit(**_KERNEL)
+def _poly_kernel(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.ndarray,
+                 up: np.ndarray, indpb: float, draws: np.ndarray, out: np.ndarray,
+                 rows: np.ndarray) -> None:
+    mut_pow = 1.0 / (eta + 1.0)
+    for k in numba.prange(parents.size):
+        p, i = parents[k], rows[k]
+        for j in range(pop.shape[1]):
+            v = pop[p, j]
+            if not draws[0, k, j] <= indpb:
+                out[i, j] = v
+                continue
+            lo, hi, r = low[j], up[j], draws[1, k, j]
+            if r < 0.5:
+                xy = 1.0 - (v - lo) / (hi - lo)
+                val = 2.0 * r + (1.0 - 2.0 * r) * xy ** (eta + 1.0)
+                delta_q = val ** mut_pow - 1.0
+            else:
+                xy = 1.0 - (hi - v) / (hi - lo)
+                val = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * xy ** (eta + 1.0)
+                delta_q = 1.0 - val ** mut_pow
+            out[i, j] = min(max(v + delta_q * (hi - lo), lo), hi)
+
+
+def _indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
+    """``idx`` as the kernels take it; they do not check bounds, so it is checked here."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise IndexError(f"{what} out of range [0, {size})")
+    return idx
+
+
+def _bounds(low: np.ndarray, up: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(up, dtype=np.float64)
+    if lo.shape != (m,) or hi.shape != (m,):
+        raise ValueError(f"low and up must have one bound per gene ({m})")
+    return lo, hi
+
+
+def _destination(out: np.ndarray | None, rows: np.ndarray | None, n: int, m: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    if out is None:
+        return np.empty((n, m)), np.arange(n)
+    if out.dtype != np.float64 or out.ndim != 2 or out.shape[1] != m:
+        raise ValueError(f"out must be a float64 array of {m} columns")
+    rows = _indices(rows, out.shape[0], "rows")
+    if rows.size != n:
+        raise ValueError(f"{rows.size} rows for {n} children")
+    return out, rows
+
+
+def np_sbx_bounded(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: float,
+                   low: np.ndarray, up: np.ndarray, rng: np.random.Generator,
+                   out: np.ndarray | None = None, rows: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """First child of ``tools.cxSimulatedBinaryBounded`` for each pair of parents.
 
     Same formulas and probabilities as DEAP: each gene crosses with probability 0.5 (and only
     if the parents differ by more than 1e-14); the two children's genes swap with
-    probability 0.5. The powers are evaluated only for the genes that cross (a third of
-    the work at 65k offspring, where this step bounded the GA's share of a generation).
+    probability 0.5. Three (n, m) arrays of uniform numbers are drawn from ``rng``, in this
+    order: crossing, the spread factor, swapping.
+
+    Parameters
+    ----------
+    pop
+        (μ, m) genes of the parents.
+    first, second
+        (n,) rows of ``pop``: pair k is ``(pop[first[k]], pop[second[k]])``, in DEAP's
+        argument order.
+    out, rows
+        Where the children go: pair k's child is written to ``out[rows[k]]``. By default, a
+        new (n, m) array in pair order.
     """
-    n, m = p1.shape
-    cross = (rng.random((n, m)) <= 0.5) & (np.abs(p1 - p2) > 1e-14)
-    rand = rng.random((n, m))
-    swap = rng.random((n, m)) <= 0.5
-    out = p1.copy()
-    rows, cols = np.nonzero(cross)
-    if rows.size == 0:
-        return out
-    a, b = p1[rows, cols], p2[rows, cols]
-    x1, x2 = np.minimum(a, b), np.maximum(a, b)
-    lo, hi, r = low[cols], up[cols], rand[rows, cols]
-    span = x2 - x1
-    e1 = 1.0 / (eta + 1.0)
-
-    def beta_q(beta: np.ndarray) -> np.ndarray:
-        alpha = 2.0 - beta ** -(eta + 1.0)
-        ra = r * alpha
-        return np.where(r <= 1.0 / alpha, ra, 1.0 / (2.0 - ra)) ** e1
-
-    with np.errstate(all="ignore"):
-        c1 = 0.5 * (x1 + x2 - beta_q(1.0 + 2.0 * (x1 - lo) / span) * span)
-        c2 = 0.5 * (x1 + x2 + beta_q(1.0 + 2.0 * (hi - x2) / span) * span)
-    c1 = np.clip(c1, lo, hi)
-    c2 = np.clip(c2, lo, hi)
-    out[rows, cols] = np.where(swap[rows, cols], c2, c1)
+    pop = np.ascontiguousarray(pop, dtype=np.float64)
+    first = _indices(first, pop.shape[0], "first")
+    second = _indices(second, pop.shape[0], "second")
+    n, m = first.size, pop.shape[1]
+    draws = rng.random((3, n, m))
+    out, rows = _destination(out, rows, n, m)
+    _sbx_kernel(pop, first, second, float(eta), *_bounds(low, up, m), draws, out, rows)
     return out
 
 
-def np_poly_bounded(x: np.ndarray, eta: float, low: np.ndarray, up: np.ndarray, indpb: float,
-                    rng: np.random.Generator) -> np.ndarray:
-    """``tools.mutPolynomialBounded`` applied to each row (numpy, same formulas); the
-    powers are evaluated only for the genes that mutate."""
-    n, m = x.shape
-    mutate = rng.random((n, m)) <= indpb
-    rand = rng.random((n, m))
-    out = x.copy()
-    rows, cols = np.nonzero(mutate)
-    if rows.size == 0:
-        return out
-    v, r = x[rows, cols], rand[rows, cols]
-    lo, hi = low[cols], up[cols]
-    d1 = (v - lo) / (hi - lo)
-    d2 = (hi - v) / (hi - lo)
-    mut_pow = 1.0 / (eta + 1.0)
-    below = r < 0.5
-    with np.errstate(all="ignore"):
-        lo_val = 2.0 * r + (1.0 - 2.0 * r) * np.where(below, 1.0 - d1, 1.0) ** (eta + 1.0)
-        hi_val = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * np.where(below, 1.0, 1.0 - d2) ** (
-            eta + 1.0)
-        val = np.where(below, lo_val, hi_val) ** mut_pow
-    dq = np.where(below, val - 1.0, 1.0 - val)
-    out[rows, cols] = np.clip(v + dq * (hi - lo), lo, hi)
+def np_poly_bounded(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.ndarray,
+                    up: np.ndarray, indpb: float, rng: np.random.Generator,
+                    out: np.ndarray | None = None, rows: np.ndarray | None = None
+                    ) -> np.ndarray:
+    """``tools.mutPolynomialBounded`` applied to copies of rows of ``pop`` (same formulas).
+
+    Two (n, m) arrays of uniform numbers are drawn from ``rng``, in this order: whether the
+    gene mutates, the perturbation.
+
+    Parameters
+    ----------
+    pop
+        (μ, m) genes of the parents.
+    parents
+        (n,) rows of ``pop`` to mutate.
+    out, rows
+        Where the mutants go: mutant k is written to ``out[rows[k]]``. By default, a new
+        (n, m) array in the order of ``parents``.
+    """
+    pop = np.ascontiguousarray(pop, dtype=np.float64)
+    parents = _indices(parents, pop.shape[0], "parents")
+    n, m = parents.size, pop.shape[1]
+    draws = rng.random((2, n, m))
+    out, rows = _destination(out, rows, n, m)
+    _poly_kernel(pop, parents, float(eta), *_bounds(low, up, m), float(indpb), draws, out,
+                 rows)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarray:
+    out = np.empty(aspirants.shape[0], dtype=np.int64)
+    for i in range(aspirants.shape[0]):
+        best = aspirants[i, 0]
+        for t in range(1, aspirants.shape[1]):
+            c = aspirants[i, t]
+            # np.argmin's choice: the first lowest, and the first NaN before any number
+            if fitness[c] < fitness[best] or (fitness[c] != fitness[c]
+                                              and fitness[best] == fitness[best]):
+                best = c
+        out[i] = best
     return out
 
 
@@ -264,7 +368,7 @@ def np_sel_tournament(fitness: np.ndarray, k: int, tournsize: int,
                       rng: np.random.Generator) -> np.ndarray:
     """Indices chosen by ``tools.selTournament`` (minimisation; first best wins ties)."""
     aspirants = rng.integers(0, fitness.size, size=(k, tournsize))
-    return aspirants[np.arange(k), np.argmin(fitness[aspirants], axis=1)]
+    return _tournament_winners(np.asarray(fitness, dtype=np.float64), aspirants)
 
 
 def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
@@ -279,23 +383,22 @@ def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: 
     u = rng.random(lambda_)
     cx = u < cxpb
     mut = (~cx) & (u < cxpb + mutpb)
-    rep = ~(cx | mut)
     out = np.empty((lambda_, pop.shape[1]))
     source = np.full(lambda_, -1, dtype=np.int64)
-    ncx = int(cx.sum())
-    if ncx:
-        a = rng.integers(0, mu, ncx)
-        b = (a + rng.integers(1, mu, ncx)) % mu  # two distinct parents, as random.sample
-        out[cx] = np_sbx_bounded(pop[a], pop[b], eta_cx, low, up, rng)
-    nmut = int(mut.sum())
-    if nmut:
-        out[mut] = np_poly_bounded(pop[rng.integers(0, mu, nmut)], eta_mut, low, up, indpb,
-                                   rng)
-    nrep = int(rep.sum())
-    if nrep:
-        idx = rng.integers(0, mu, nrep)
-        out[rep] = pop[idx]
-        source[rep] = idx
+    rows = np.flatnonzero(cx)
+    if rows.size:
+        a = rng.integers(0, mu, rows.size)
+        b = (a + rng.integers(1, mu, rows.size)) % mu  # two distinct parents, as random.sample
+        np_sbx_bounded(pop, a, b, eta_cx, low, up, rng, out=out, rows=rows)
+    rows = np.flatnonzero(mut)
+    if rows.size:
+        np_poly_bounded(pop, rng.integers(0, mu, rows.size), eta_mut, low, up, indpb, rng,
+                        out=out, rows=rows)
+    rows = np.flatnonzero(~(cx | mut))
+    if rows.size:
+        idx = rng.integers(0, mu, rows.size)
+        out[rows] = pop.take(idx, axis=0)
+        source[rows] = idx
     return out, source
 
 
@@ -310,7 +413,6 @@ def _store_class():
 
 def _environment(objective: Objective, precision: str) -> dict[str, str]:
     import deap
-    import numba
     import scipy
 
     import kingen
@@ -353,14 +455,18 @@ class _Engine:
         self._eval_clock: dict[str, float] = {}
         self._toolbox = None
         self._writer = None
+        self._queued: Callable[[], None] | None = None
         self._pending = None
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, genes: np.ndarray) -> Evaluation:
         """Score rows of genes: ONE batched solver call."""
         t0 = time.perf_counter()
-        params = self.pmap.to_params(self.pmap.clip(genes))
-        ev, res = self.obj.evaluate(params)
+        params = self.pmap.to_params(genes, clip=True)
+        # The last generation's write runs during the solve, not during the array work here.
+        self._start_write()
+        # to_params has just computed the derived rates, from the objective's scheme
+        ev, res = self.obj.evaluate(params, complete=False)
         c = self._eval_clock
         c["solver_s"] = c.get("solver_s", 0.0) + res.timings.get("total_s", 0.0)
         c["kernel_s"] = c.get("kernel_s", 0.0) + res.timings.get("solve_s", 0.0)
@@ -461,24 +567,26 @@ class _Engine:
             fit = np.empty(self.lambda_)
             err = np.empty((self.lambda_, self.obj.n_protocols))
             fail = np.zeros(self.lambda_, dtype=np.int64)
-            copy = source >= 0
-            fit[copy] = state["fitness"][source[copy]]
-            err[copy] = state["errors"][source[copy]]
-            fail[copy] = state["fail"][source[copy]]
-            new = ~copy
-            if new.any():
-                ev = self.evaluate(kids[new])
+            copied = np.flatnonzero(source >= 0)
+            parent = source[copied]
+            fit[copied] = state["fitness"].take(parent)
+            err[copied] = state["errors"].take(parent, axis=0)
+            fail[copied] = state["fail"].take(parent)
+            new = np.flatnonzero(source < 0)
+            new_genes = kids.take(new, axis=0)
+            if new.size:
+                ev = self.evaluate(new_genes)
                 fit[new], err[new], fail[new] = ev.fitness, ev.errors, ev.fail
-            self._update_hof(state, kids[new], fit[new])
-            pool_g = np.vstack([state["genes"], kids])
+            self._update_hof(state, new_genes, fit.take(new))
             pool_f = np.concatenate([state["fitness"], fit])
-            pool_e = np.vstack([state["errors"], err])
-            pool_x = np.concatenate([state["fail"], fail])
             t = time.perf_counter()
             chosen = np_sel_tournament(pool_f, self.ga.population, self.ga.tournament, self.rng)
             self._eval_clock["select_s"] = time.perf_counter() - t
-            state.update(genes=pool_g[chosen], fitness=pool_f[chosen], errors=pool_e[chosen],
-                         fail=pool_x[chosen])
+            # take, not fancy indexing: several times faster for whole rows
+            state.update({key: np.concatenate([state[key], offspring]).take(chosen, axis=0)
+                          for key, offspring in (("genes", kids), ("errors", err),
+                                                 ("fail", fail))},
+                         fitness=pool_f.take(chosen))
             return state
         from deap import algorithms
 
@@ -525,13 +633,21 @@ class _Engine:
         return state
 
     # ------------------------------------------------------------------ the loop
-    def pack(self, state: dict) -> bytes:
+    def snapshot(self, state: dict) -> dict:
+        """The resume state as of now (pickled later, on the writer's thread).
+
+        The random generators' states are copied now. The arrays are shared with ``state``:
+        a generation replaces them and never writes into them. CMA-ES's strategy is
+        updated in place, so it is copied.
+        """
         s = dict(state)
+        if "cma" in s:
+            s["cma"] = copy.deepcopy(s["cma"])
         s["random"] = random.getstate()
         s["np_global"] = np.random.get_state()  # noqa: NPY002
         s["rng"] = self.rng.bit_generator.state
         s["evaluations"] = self.evaluations
-        return pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL)
+        return s
 
     def unpack(self, blob: bytes) -> dict:
         s = pickle.loads(blob)
@@ -544,11 +660,12 @@ class _Engine:
         self.evaluations = int(s.get("evaluations", 0))
         return s
 
-    def record(self, state: dict, t_start: float) -> None:
-        """Write the generation through the store.
+    def record(self, state: dict, t_start: float) -> dict[str, float]:
+        """Write the generation through the store; returns the generation's statistics.
 
-        The write (compression, flush) runs on a background thread while the next
-        generation is computed; the generation waits only for the previous write to finish.
+        The write (the population's parameters, pickling the resume state, compression,
+        flush) runs on a background thread during the next generation's solver call; the
+        next generation's record waits for it to finish.
         """
         f = state["fitness"]
         finite = f[np.isfinite(f)]
@@ -568,8 +685,7 @@ class _Engine:
                  "evaluations": float(self.evaluations)}
         t_io = time.perf_counter()
         state["elapsed"] += t_io - t_start
-        population = self.pmap.to_params(state["genes"])
-        blob = self.pack(state)
+        snapshot = self.snapshot(state)
         self.flush()
         now = time.perf_counter()
         io = now - t_io
@@ -582,22 +698,30 @@ class _Engine:
         self.timings.append(dict(timing))
         self._eval_clock = {}
         index = len(self.timings) - 1
-        args = dict(generation=state["generation"], population=population,
-                    errors=state["errors"], fitness=state["fitness"], fail=state["fail"],
-                    stats=stats, timings=timing, state=blob)
 
         def write() -> None:
             t = time.perf_counter()
-            self.store.append_generation(**args)
+            self.store.append_generation(
+                generation=snapshot["generation"], population=self.pmap.to_params(
+                    snapshot["genes"]), errors=snapshot["errors"], fitness=snapshot["fitness"],
+                fail=snapshot["fail"], stats=stats, timings=timing,
+                state=pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL))
             self.timings[index]["write_s"] = time.perf_counter() - t
 
-        if self._writer is None:
-            write()
-        else:
-            self._pending = self._writer.submit(write)
+        self._queued = write
+        return stats
+
+    def _start_write(self) -> None:
+        if self._queued is not None:
+            job, self._queued = self._queued, None
+            if self._writer is None:
+                job()
+            else:
+                self._pending = self._writer.submit(job)
 
     def flush(self) -> None:
-        """Wait for the last generation's write (and raise its error, if any)."""
+        """Finish the last generation's write (and raise its error, if any)."""
+        self._start_write()
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()
@@ -623,8 +747,7 @@ class _Engine:
                 if state is None:
                     t0 = time.perf_counter()
                     state = self.initial()
-                    self.record(state, t0)
-                    self._show(state)
+                    self._show(state, self.record(state, t0))
                 while True:
                     reason = self.stop_reason(state)
                     if reason is not None:
@@ -635,25 +758,21 @@ class _Engine:
                         state = self._cma_generation(state)
                     else:
                         state = self.mu_plus_lambda_generation(state)
-                    self.record(state, t0)
-                    self._show(state)
+                    self._show(state, self.record(state, t0))
             finally:
                 self.flush()
                 self._writer = None
 
-    def _show(self, state: dict) -> None:
+    def _show(self, state: dict, stats: dict[str, float]) -> None:
         t = self.timings[-1]
-        f = state["fitness"]
-        finite = f[np.isfinite(f)]
-        n_eval = self.lambda_ if state["generation"] else len(f)
+        n_eval = self.lambda_ if state["generation"] else len(state["fitness"])
         rate = n_eval / max(t["total_s"], 1e-9)
         recent = [x["total_s"] for x in self.timings[-5:]]
         left = self.ga.generations - state["generation"]
         eta = left * float(np.mean(recent))
         if self.stop.wall_time > 0:
             eta = min(eta, max(self.stop.wall_time - state["elapsed"], 0.0))
-        self.progress.update(state["generation"], float(state["best"]),
-                             float(np.median(finite)) if finite.size else math.inf, rate, eta)
+        self.progress.update(state["generation"], stats["best"], stats["median"], rate, eta)
 
 
 def _no_single_evaluation(*_args: Any) -> None:

@@ -53,6 +53,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
 from kingen.codegen import FAIL_NONFINITE, N_WINDOWS
@@ -467,6 +468,48 @@ def _hill_grid(lc: np.ndarray, y: np.ndarray, ec: np.ndarray, n: np.ndarray
     return ec[rows, ie], n[rows, ih]
 
 
+@numba.njit(cache=True, nogil=True)
+def _recording_errors(sgg: np.ndarray, sgd: np.ndarray, spans: np.ndarray, dd: np.ndarray,
+                      recorded: np.ndarray, fixed: np.ndarray, errors: np.ndarray,
+                      amps: np.ndarray) -> None:
+    """Add each recorded protocol's trace error to ``errors`` and set its amplitude in
+    ``amps`` (both (N, n_protocols)).
+
+    The sums over the protocol's sweeps (in sweep order), the amplitude (``fixed[p]``
+    unless NaN, else least squares clamped at 0) and e_trace as in the module docstring,
+    with numpy's arithmetic, row by row: as array code over 65k rows, the sums over a few
+    sweeps and the temporaries cost several times as much.
+    """
+    for i in range(sgg.shape[0]):
+        for p in range(spans.shape[0]):
+            if not recorded[p]:
+                continue
+            s_gg, s_gd = sgg[i, spans[p, 0]], sgd[i, spans[p, 0]]
+            for k in range(spans[p, 0] + 1, spans[p, 1]):
+                s_gg += sgg[i, k]
+                s_gd += sgd[i, k]
+            if fixed[p] == fixed[p]:
+                amp = fixed[p]
+            else:
+                amp = s_gd / s_gg if s_gg > 0 else 0.0
+                amp = amp if amp >= 0.0 or amp != amp else 0.0  # np.maximum(amp, 0.0)
+            sse = dd[p] - 2.0 * amp * s_gd + amp * amp * s_gg
+            errors[i, p] += (sse if sse >= 0.0 or sse != sse else 0.0) / dd[p]
+            amps[i, p] = amp
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_failure(fail: np.ndarray) -> np.ndarray:
+    """(N,) int64: each row's first nonzero failure code (by sweep), 0 if none."""
+    out = np.zeros(fail.shape[0], dtype=np.int64)
+    for i in range(fail.shape[0]):
+        for k in range(fail.shape[1]):
+            if fail[i, k] != 0:
+                out[i] = fail[i, k]
+                break
+    return out
+
+
 def solver_scheme(scheme: Scheme) -> Scheme:
     """The scheme as the solver sees it: derived rates as plain parameters.
 
@@ -582,16 +625,34 @@ class Objective:
             raise KingenError("the recording is all zero", file=rec.source, field=where)
 
     # ------------------------------------------------------------------ evaluation
-    def guard(self, params: np.ndarray) -> np.ndarray:
+    def guard(self, params: np.ndarray, *, complete: bool = True) -> np.ndarray:
         """Parameters with derived rates recomputed; rows whose derived rates leave their
-        bounds become NaN, which the solver fails (code 4) without simulating them."""
-        p = self.scheme.complete(np.atleast_2d(np.asarray(params, dtype=np.float64)))
+        bounds become NaN, which the solver fails (code 4) without simulating them.
+
+        Parameters
+        ----------
+        params
+            (N, n_params) internal units.
+        complete
+            False: the derived rates of ``params`` are already computed
+            (:meth:`~kingen.params.ParameterMap.to_params` does it), only their bounds are
+            checked. Either way ``params`` itself is never written into.
+        """
+        p = np.atleast_2d(np.asarray(params, dtype=np.float64))
+        if complete:
+            p = self.scheme.complete(p)
         if self.derived.any():
-            d = p[:, self.derived]
-            lo = self.scheme.lower[self.derived] * (1 - 1e-9)
-            hi = self.scheme.upper[self.derived] * (1 + 1e-9)
-            out = ~np.all((d >= lo) & (d <= hi), axis=1)
-            p[out] = np.nan
+            inside = np.ones(p.shape[0], dtype=bool)
+            # column by column: a boolean column mask of a (65k, P) array costs more
+            for j in np.flatnonzero(self.derived):
+                d = p[:, j]
+                inside &= (d >= self.scheme.lower[j] * (1 - 1e-9)) & (
+                    d <= self.scheme.upper[j] * (1 + 1e-9))
+            out = ~inside
+            if out.any():
+                if not complete:
+                    p = p.copy()
+                p[out] = np.nan
         return p
 
     @property
@@ -599,15 +660,19 @@ class Objective:
         """Number of protocols."""
         return len(self.items)
 
-    def evaluate(self, params: np.ndarray) -> tuple[Evaluation, BatchResult]:
+    def evaluate(self, params: np.ndarray, *, complete: bool = True
+                 ) -> tuple[Evaluation, BatchResult]:
         """Score a batch: ONE solver call for all candidates and sweeps.
 
         Parameters
         ----------
         params
             (N, n_params) internal units.
+        complete
+            False when the derived rates of ``params`` are already computed (see
+            :meth:`guard`).
         """
-        result = self.simulator.run(self.guard(params), "objective")
+        result = self.simulator.run(self.guard(params, complete=complete), "objective")
         return self.reduce(result.sgg, result.sgd, result.windows, result.fail), result
 
     def reduce(self, sgg: np.ndarray, sgd: np.ndarray, windows: np.ndarray,
@@ -626,25 +691,25 @@ class Objective:
         n = sgg.shape[0]
         errors = np.zeros((n, self.n_protocols))
         amps = np.full((n, self.n_protocols), np.nan)
+        recorded = np.array([item.recording is not None for item in self.items])
+        fixed = np.array([np.nan if item.amplitude is None else float(item.amplitude)
+                          for item in self.items])
+        _recording_errors(np.asarray(sgg, dtype=np.float64), np.asarray(sgd, dtype=np.float64),
+                          np.array(self.spans, dtype=np.int64), self.dd, recorded, fixed,
+                          errors, amps)
         with np.errstate(all="ignore"):
             for p, (item, plan) in enumerate(zip(self.items, self.plans, strict=True)):
-                a, b = self.spans[p]
-                amp = None
-                if item.recording is not None:
-                    s_gg = sgg[:, a:b].sum(axis=1)
-                    s_gd = sgd[:, a:b].sum(axis=1)
-                    amp = self._amplitude(item, s_gd, s_gg)
-                    sse = self.dd[p] - 2.0 * amp * s_gd + amp * amp * s_gg
-                    errors[:, p] += np.maximum(sse, 0.0) / self.dd[p]
                 if plan.targets:
+                    amp = amps[:, p] if item.recording is not None else None
                     err, amp = self._target_error(plan, windows, amp)
                     errors[:, p] += err
-                if amp is not None:
-                    amps[:, p] = amp
-            fitness = errors @ self.proto_weight
-        code = np.where(fail != 0, fail, 0)
-        first = np.argmax(code != 0, axis=1)
-        fcode = code[np.arange(n), first].astype(np.int64)
+                    if amp is not None:
+                        amps[:, p] = amp
+            # Σ_p weight_p · error_p term by term, not by BLAS (see Scheme.complete)
+            fitness = np.zeros(n)
+            for p, w in enumerate(self.proto_weight):
+                fitness += w * errors[:, p]
+        fcode = _first_failure(fail)
         bad = ~np.isfinite(fitness) & (fcode == 0)
         fcode[bad] = FAIL_NONFINITE
         failed = fcode != 0

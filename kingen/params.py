@@ -15,6 +15,7 @@ parameter's bounds. :class:`ParameterMap` turns a batch of genes into full param
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,6 +23,8 @@ import numpy as np
 from kingen.errors import KingenError
 from kingen.scheme import Scheme
 from kingen.units import parse_rate_unit
+
+_LN10 = math.log(10.0)
 
 
 @dataclass(frozen=True)
@@ -84,20 +87,35 @@ class ParameterMap:
         return mask
 
     # ------------------------------------------------------------------ maps
-    def to_params(self, genes: np.ndarray) -> np.ndarray:
+    def to_params(self, genes: np.ndarray, *, clip: bool = False) -> np.ndarray:
         """Full parameter arrays (N, n_params), internal units, from genes (N, n_genes).
 
-        Genes outside the bounds are taken as given (callers clip when they must).
+        Parameters
+        ----------
+        genes
+            (N, n_genes) genes.
+        clip
+            Clip the genes into the bounds first (as :meth:`clip`); by default genes outside
+            the bounds are taken as given.
         """
         g = np.atleast_2d(np.asarray(genes, dtype=np.float64))
         if g.shape[-1] != self.n_genes:
             raise ValueError(f"genes must have {self.n_genes} columns, got {g.shape}")
         out = np.repeat(self.base[None, :], g.shape[0], axis=0)
-        out[:, self.free_index] = np.where(self.log, 10.0 ** g, g)
-        for tie in self.ties:
-            out[:, tie.target] = tie.factor * out[:, tie.source]
+        # One (N, n_genes) temporary, worked in place: at 65k candidates fresh pages cost as
+        # much as the arithmetic.
+        values = self.clip(g) if clip else g.copy()
+        linear = None if self.log.all() else values[:, ~self.log]
         with np.errstate(all="ignore"):
-            return self.scheme.complete(out)
+            # exp(g ln 10): 10**g to 1e-15 relative, at a third of the cost
+            np.multiply(values, _LN10, out=values)
+            np.exp(values, out=values)
+            out[:, self.free_index] = values
+            if linear is not None:
+                out[:, self.free_index[~self.log]] = linear
+            for tie in self.ties:
+                out[:, tie.target] = tie.factor * out[:, tie.source]
+            return self.scheme.complete(out, copy=False)
 
     def to_genes(self, params: np.ndarray) -> np.ndarray:
         """Genes (N, n_genes) of parameter arrays (N, n_params) (inverse of :meth:`to_params`)."""

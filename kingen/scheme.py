@@ -211,21 +211,32 @@ class Scheme:
                               file=self.path, field="state", value=name) from None
 
     # ------------------------------------------------------------------ rates
-    def complete(self, params: np.ndarray) -> np.ndarray:
+    def complete(self, params: np.ndarray, *, copy: bool = True) -> np.ndarray:
         """Recompute derived parameters so that every cycle is exactly reversible.
 
         Parameters
         ----------
         params
             Array (..., n_params), internal units; derived entries are overwritten.
+        copy
+            False: overwrite the derived entries of ``params`` itself (a float64 array) and
+            return it, instead of a completed copy.
         """
-        out = np.array(params, dtype=float, copy=True)
+        out = np.array(params, dtype=float, copy=True) if copy else params
         if not self.derived_rules:
             return out
         with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(np.where(out > 0, out, np.nan))
+            logs = np.log(out)
+        # A rate of 0 (log -inf) makes the derived rates NaN, as a negative rate does, not
+        # 0 or inf.
+        logs[logs == -np.inf] = np.nan
         for rule in self.derived_rules:
-            out[..., rule.param] = np.exp(rule.log_const + logs @ rule.exponents)
+            # Term by term, not logs @ exponents: BLAS's threads busy-wait for ~0.1 s after
+            # each call, taking the cores from the work that follows.
+            total = np.full(out.shape[:-1], rule.log_const)
+            for j in np.flatnonzero(rule.exponents):
+                total += rule.exponents[j] * logs[..., j]
+            out[..., rule.param] = np.exp(total)
         return out
 
     def rates(self, params: np.ndarray | None, concentration: float | np.ndarray) -> np.ndarray:

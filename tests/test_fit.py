@@ -82,7 +82,8 @@ def test_numpy_operators_follow_deaps_formulas():
     rng = np.random.default_rng(0)
     low, up = np.zeros(5), np.ones(5)
     p1, p2 = rng.random((20000, 5)), rng.random((20000, 5))
-    kids = np_sbx_bounded(p1, p2, 15.0, low, up, rng)
+    rows = np.arange(20000)
+    kids = np_sbx_bounded(np.vstack([p1, p2]), rows, rows + 20000, 15.0, low, up, rng)
     assert np.all((kids >= 0) & (kids <= 1))
     # the same statistics as DEAP's operator on the same parents
     random.seed(0)
@@ -93,7 +94,7 @@ def test_numpy_operators_follow_deaps_formulas():
         assert 0.4 < changed < 0.6  # each gene crosses with probability 0.5
     assert np.mean(np.abs(kids - p1)) == pytest.approx(np.mean(np.abs(deap_kids - p1)),
                                                        rel=0.05)
-    m = np_poly_bounded(p1, 20.0, low, up, 0.2, rng)
+    m = np_poly_bounded(p1, rows, 20.0, low, up, 0.2, rng)
     assert np.mean(m != p1) == pytest.approx(0.2, abs=0.01)
     random.seed(1)
     dm = np.array([tools.mutPolynomialBounded(list(a), 20.0, 0.0, 1.0, 0.2)[0] for a in p1])
@@ -102,6 +103,63 @@ def test_numpy_operators_follow_deaps_formulas():
     chosen = np_sel_tournament(fit_, 4000, 3, rng)
     # P(best of 4 wins a 3-tournament) = 1 - (3/4)^3
     assert np.mean(chosen == 3) == pytest.approx(1 - 0.75 ** 3, abs=0.03)
+
+
+def _feed(monkeypatch, values):
+    """Make DEAP's operators draw ``values`` from random.random, in order."""
+    it = iter(values)
+    monkeypatch.setattr(random, "random", lambda: float(next(it)))
+
+
+def test_numpy_operators_give_deaps_children_exactly(monkeypatch):
+    rng = np.random.default_rng(3)
+    n, m = 300, 6
+    low, up = rng.uniform(-3.0, 0.0, m), rng.uniform(0.5, 3.0, m)
+    pop = rng.uniform(low, up, (2 * n, m))
+    pop[n: n + 20] = pop[:20]  # identical parents do not cross
+    first, second = np.arange(n), np.arange(n, 2 * n)
+    kids = np_sbx_bounded(pop, first, second, 15.0, low, up, np.random.default_rng(7))
+    cross, spread, swap = np.random.default_rng(7).random((3, n, m))
+    for k in range(n):
+        p1, p2 = pop[first[k]], pop[second[k]]
+        draws = []
+        for j in range(m):
+            draws.append(cross[k, j])
+            if cross[k, j] <= 0.5 and abs(p1[j] - p2[j]) > 1e-14:
+                draws += [spread[k, j], swap[k, j]]
+        _feed(monkeypatch, draws)
+        child = tools.cxSimulatedBinaryBounded(list(p1), list(p2), 15.0, list(low), list(up))[0]
+        np.testing.assert_array_equal(kids[k], child)
+
+    parents = rng.integers(0, 2 * n, n)
+    out, rows = np.full((n + 5, m), np.nan), rng.permutation(n + 5)[:n]
+    np_poly_bounded(pop, parents, 20.0, low, up, 0.3, np.random.default_rng(8), out=out,
+                    rows=rows)
+    mutate, rand = np.random.default_rng(8).random((2, n, m))
+    for k in range(n):
+        draws = []
+        for j in range(m):
+            draws.append(mutate[k, j])
+            if mutate[k, j] <= 0.3:
+                draws.append(rand[k, j])
+        _feed(monkeypatch, draws)
+        mutant = tools.mutPolynomialBounded(list(pop[parents[k]]), 20.0, list(low), list(up),
+                                            0.3)[0]
+        np.testing.assert_array_equal(out[rows[k]], mutant)
+    assert np.isnan(out[np.setdiff1d(np.arange(n + 5), rows)]).all()  # other rows untouched
+    with pytest.raises(IndexError):
+        np_poly_bounded(pop, [2 * n], 20.0, low, up, 0.3, rng)
+
+
+def test_tournament_picks_as_argmin_with_ties_infinities_and_nans():
+    rng = np.random.default_rng(4)
+    fitness = rng.integers(0, 4, 50).astype(float)
+    fitness[rng.random(50) < 0.2] = np.inf
+    fitness[rng.random(50) < 0.1] = np.nan
+    chosen = np_sel_tournament(fitness, 2000, 3, np.random.default_rng(5))
+    aspirants = np.random.default_rng(5).integers(0, 50, size=(2000, 3))
+    expected = aspirants[np.arange(2000), np.argmin(fitness[aspirants], axis=1)]
+    np.testing.assert_array_equal(chosen, expected)
 
 
 def test_resume_ends_as_an_uninterrupted_run(tmp_path):

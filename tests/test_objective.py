@@ -10,6 +10,7 @@ from kingen.data import Recording, Target, Targets
 from kingen.errors import KingenError
 from kingen.features import edge_half_width, protocol_features
 from kingen.objective import Objective, ProtocolData, fit_hill_batch, fit_recovery_batch
+from kingen.params import ParameterMap
 from kingen.protocol import standard_protocol
 from kingen.scheme import Scheme
 from kingen.solve import simulate_exact
@@ -66,6 +67,27 @@ def test_failed_candidates_get_worst_fitness_without_disturbing_others():
     assert mixed.fail.tolist() == [0, 4, 0]
     assert np.isinf(mixed.fitness[1]) and np.all(np.isinf(mixed.errors[1]))
     np.testing.assert_array_equal(mixed.fitness[[0, 2]], alone.fitness)
+
+
+def test_guard_fails_rows_whose_derived_rates_leave_their_bounds():
+    obj = Objective(SCHEME, [ProtocolData(DEACT, clean_recording(DEACT))], backend="cpu")
+    pmap = ParameterMap(SCHEME)
+    rng = np.random.default_rng(5)
+    params = pmap.to_params(rng.uniform(pmap.lower, pmap.upper, (400, pmap.n_genes)))
+    kept = params.copy()
+    derived = [p.derived for p in SCHEME.parameters]
+    d = params[:, derived]
+    inside = np.all((d >= SCHEME.lower[derived] * (1 - 1e-9))
+                    & (d <= SCHEME.upper[derived] * (1 + 1e-9)), axis=1)
+    assert 0 < inside.sum() < len(inside)  # both kinds of row
+    stale = params.copy()
+    stale[:, derived] = 1.0  # guard recomputes derived rates by default
+    for p in (obj.guard(stale), obj.guard(params, complete=False)):
+        assert np.isnan(p[~inside]).all()
+        np.testing.assert_array_equal(p[inside], params[inside])
+    np.testing.assert_array_equal(params, kept)  # the caller's array is left as it was
+    ev, _ = obj.evaluate(params[~inside][:3], complete=False)
+    assert ev.fail.tolist() == [4, 4, 4]
 
 
 def test_kernel_windows_and_residuals_agree_with_the_host_reduction():

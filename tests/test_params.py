@@ -40,6 +40,23 @@ def test_derived_rates_keep_every_cycle_exactly_reversible(seed):
             assert fwd == pytest.approx(bwd, rel=1e-10)
 
 
+def test_genes_to_rates_match_powers_of_ten_and_clip_on_request():
+    s = apply_overrides(SCHEME, {"k2o": {"scale": "linear", "bounds": [1.0, 20.0]}})
+    pmap = ParameterMap(s)
+    rng = np.random.default_rng(3)
+    genes = rng.uniform(pmap.lower - 1.0, pmap.upper + 1.0, (500, pmap.n_genes))
+    clipped = pmap.clip(genes)
+    expected = np.repeat(s.values[None, :], 500, axis=0)
+    expected[:, pmap.free_index] = np.where(pmap.log, 10.0 ** clipped, clipped)
+    expected = s.complete(expected)
+    p = pmap.to_params(genes, clip=True)
+    np.testing.assert_allclose(p, expected, rtol=1e-13)
+    np.testing.assert_array_equal(p, pmap.to_params(clipped))
+    j = pmap.gene_names.index("k2o")
+    np.testing.assert_array_equal(p[:, pmap.free_index[j]], clipped[:, j])  # linear: as given
+    assert not np.array_equal(pmap.to_params(genes), p)  # no clipping by default
+
+
 def test_fixed_linear_and_tied_parameters():
     s = apply_overrides(SCHEME, {"k01": {"fixed": True, "value": 5.0},
                                  "k2o": {"scale": "linear", "bounds": [1.0, 20.0]}})

@@ -102,6 +102,19 @@ def test_derived_rate_keeps_every_parameter_set_exactly_reversible():
     assert s.values[5] == pytest.approx(kab * kbc * kca / (kba * kcb))
 
 
+def test_complete_in_place_and_a_zero_rate_makes_the_derived_rate_nan():
+    s = Scheme.loads(TRIANGLE)
+    p = np.vstack([s.values, s.values * 2.0, s.values])
+    p[2, 0] = 0.0
+    copied = s.complete(p)
+    assert copied is not p
+    same = s.complete(p, copy=False)
+    assert same is p
+    np.testing.assert_array_equal(same, copied)
+    derived = [q.derived for q in s.parameters]
+    assert np.isnan(p[2, derived]).all() and np.isfinite(p[:2, derived]).all()
+
+
 def test_resting_occupancy_is_equilibrium_without_agonist():
     s = Scheme.load(MODELS / "jonas_1993.toml")
     rest = s.rest_occupancy()

@@ -208,3 +208,15 @@ def test_numpy_2_5_incompatibility_is_reported_not_crashed(monkeypatch):
     with pytest.raises(KingenError, match="cuda backend cannot run here.*numpy<2.5"):
         backends.choose_backend("cuda")
     assert backends.choose_backend("auto")[0] == "cpu"
+
+
+def test_cpu_backend_keeps_occupancies_out_of_the_subnormal_range():
+    # Robert & Howe's bound states decay through the subnormal range in the recovery
+    # protocol's long agonist-free gaps (a quarter of its occupancies did, unflushed), and
+    # subnormal arithmetic is ~100x slower on Intel cores: the CPU step flushes them to zero.
+    scheme = _scheme(next(p for p in MODELS if p.stem == "robert_howe_2003"))
+    sim = Simulator(scheme, [standard_protocol("recovery")], backend="cpu")
+    occ = sim.run(scheme.values[None, :], "traces", with_occupancy=True).occupancy[0]
+    nonzero = np.abs(occ[occ != 0])
+    assert (occ == 0).sum() > 0.1 * occ.size  # the decayed states really reached zero
+    assert nonzero.min() >= 0.5e-100

@@ -13,6 +13,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from kingen.codegen import FAIL_PARAMS, N_OUT, N_WINDOWS
@@ -204,8 +205,16 @@ class Simulator:
             module = solver_module(self.scheme, mode, self.precision, "cpu",
                                    with_occupancy=with_occupancy)
             t_compile = time.perf_counter()
-            module.launch(n, self.n_sweeps, *self._common_args(P, S0),
-                          TOLERANCE[self.precision], *extra, fail)
+            # Sweeps differ in cost by orders of magnitude (a recovery sweep runs seconds of
+            # protocol, a deactivation sweep milliseconds), and Numba's default static split
+            # hands whole blocks of the expensive ones to a few threads. Handing out one
+            # (candidate, sweep) pair at a time costs nothing next to a pair's RK4 steps.
+            previous = numba.set_parallel_chunksize(1)
+            try:
+                module.launch(n, self.n_sweeps, *self._common_args(P, S0),
+                              TOLERANCE[self.precision], *extra, fail)
+            finally:
+                numba.set_parallel_chunksize(previous)
             results = list(extra) + [fail]
             t_run = time.perf_counter()
         else:
