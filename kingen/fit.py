@@ -25,6 +25,7 @@ ends as an uninterrupted one would.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -209,6 +210,25 @@ def _duration(s: float) -> str:
 # whole arrays, in a fixed order.
 _KERNEL = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy"}
 
+# Below this many genes to write, the operators run on the calling thread alone. In a fit
+# the CPU idles while the GPU solves, numba's OpenMP workers fall asleep, and waking them
+# costs more (5-10 ms, measured on a 16-core host with benchmarks/ga_step.py --solver-s)
+# than the whole serial loop at these sizes.
+PARALLEL_FROM_GENES = 1 << 18
+
+
+@contextlib.contextmanager
+def _threads_for(n_genes_written: int):
+    if n_genes_written >= PARALLEL_FROM_GENES:
+        yield
+        return
+    previous = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
 
 @numba.njit(**_KERNEL)
 def _sbx_kernel(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: float,
@@ -316,7 +336,8 @@ def np_sbx_bounded(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: 
     n, m = first.size, pop.shape[1]
     draws = rng.random((3, n, m))
     out, rows = _destination(out, rows, n, m)
-    _sbx_kernel(pop, first, second, float(eta), *_bounds(low, up, m), draws, out, rows)
+    with _threads_for(n * m):
+        _sbx_kernel(pop, first, second, float(eta), *_bounds(low, up, m), draws, out, rows)
     return out
 
 
@@ -344,8 +365,9 @@ def np_poly_bounded(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.nd
     n, m = parents.size, pop.shape[1]
     draws = rng.random((2, n, m))
     out, rows = _destination(out, rows, n, m)
-    _poly_kernel(pop, parents, float(eta), *_bounds(low, up, m), float(indpb), draws, out,
-                 rows)
+    with _threads_for(n * m):
+        _poly_kernel(pop, parents, float(eta), *_bounds(low, up, m), float(indpb), draws,
+                     out, rows)
     return out
 
 
@@ -400,6 +422,20 @@ def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: 
         out[rows] = pop.take(idx, axis=0)
         source[rows] = idx
     return out, source
+
+
+def warm_up_operators(n_genes: int) -> None:
+    """Compile (or load from numba's cache) the array operators on a tiny population.
+
+    Without it the first generation that varies the population pays the compilation
+    (seconds on a cold cache) inside its GA time. It draws from its own generator, so the
+    run's random stream is untouched.
+    """
+    rng = np.random.Generator(np.random.PCG64(0))
+    low, up = np.zeros(n_genes), np.ones(n_genes)
+    pop = rng.uniform(low, up, size=(4, n_genes))
+    np_var_or(pop, 8, 0.5, 0.5, 20.0, 20.0, 1.0, low, up, rng)
+    np_sel_tournament(rng.random(8), 4, 3, rng)
 
 
 # ---------------------------------------------------------------------- the engine
@@ -744,8 +780,10 @@ class _Engine:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-store") as pool:
             self._writer = pool
             try:
+                t0 = time.perf_counter()
+                if self.numpy_ops and self.ga.algorithm != "cmaes":
+                    warm_up_operators(self.n)
                 if state is None:
-                    t0 = time.perf_counter()
                     state = self.initial()
                     self._show(state, self.record(state, t0))
                 while True:

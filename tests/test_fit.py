@@ -7,11 +7,13 @@ import io
 import random
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from deap import tools
 from test_fit_helpers import ROOT, write_problem
 
+import kingen.fit
 import kingen.solve.batch as batch
 from kingen.fit import (
     Progress,
@@ -111,7 +113,11 @@ def _feed(monkeypatch, values):
     monkeypatch.setattr(random, "random", lambda: float(next(it)))
 
 
-def test_numpy_operators_give_deaps_children_exactly(monkeypatch):
+@pytest.mark.parametrize("parallel", [False, True], ids=["one-thread", "all-threads"])
+def test_numpy_operators_give_deaps_children_exactly(monkeypatch, parallel):
+    # Small batches run on the calling thread alone; both paths must give DEAP's children.
+    monkeypatch.setattr(kingen.fit, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
+    threads = numba.get_num_threads()
     rng = np.random.default_rng(3)
     n, m = 300, 6
     low, up = rng.uniform(-3.0, 0.0, m), rng.uniform(0.5, 3.0, m)
@@ -147,6 +153,7 @@ def test_numpy_operators_give_deaps_children_exactly(monkeypatch):
                                             0.3)[0]
         np.testing.assert_array_equal(out[rows[k]], mutant)
     assert np.isnan(out[np.setdiff1d(np.arange(n + 5), rows)]).all()  # other rows untouched
+    assert numba.get_num_threads() == threads
     with pytest.raises(IndexError):
         np_poly_bounded(pop, [2 * n], 20.0, low, up, 0.3, rng)
 

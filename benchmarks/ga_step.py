@@ -1,0 +1,146 @@
+"""The GA's own cost per generation, without the solver: where the time outside it goes.
+
+Runs kingen's (μ + λ) engine on the bundled demo configuration with a stand-in evaluation
+(random fitness, no simulation) and times, per generation, the variation (``np_var_or``),
+the hall-of-fame update, the tournament, and the rest of the generation (gathering the new
+population, statistics, the resume snapshot). ``--threads`` sets numba's thread count for
+the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to see whether
+collections explain the outliers::
+
+    python benchmarks/ga_step.py --populations 8192,65536 --generations 40 --out ga_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import kingen.fit as kfit  # noqa: E402
+from kingen.fit_cli import demo_config  # noqa: E402
+from kingen.fit_config import load_config  # noqa: E402
+
+
+class _StandInObjective:
+    n_protocols = 4
+
+
+class _NullStore:
+    def append_generation(self, **_fields) -> None:
+        pass
+
+
+def _timed(clock: dict[str, float], key: str, func):
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            clock[key] = clock.get(key, 0.0) + time.perf_counter() - t
+    return wrapper
+
+
+def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> dict:
+    """Time ``generations`` generations at μ = λ = ``population``.
+
+    ``solver_s`` is slept in each evaluation: the host idles like that while the GPU solves,
+    and what idling does to the next GA step (threads and cores gone to sleep) is part of
+    its cost in a fit.
+    """
+    cfg = load_config(demo_config(), overrides={
+        "population": population, "generations": generations, "backend": "cpu",
+        "output": "unused.h5"})
+    engine = kfit._Engine(cfg, _StandInObjective(), _NullStore(),
+                          kfit.Progress(generations, enabled=False))
+    rng = np.random.default_rng(seed)
+    clock: dict[str, float] = {}
+
+    def evaluate(genes: np.ndarray):
+        t = time.perf_counter()
+        engine._start_write()  # the previous generation's write: in a fit, during the solve
+        m = genes.shape[0]
+        ev = type("StandIn", (), {"fitness": rng.random(m), "errors": rng.random((m, 4)),
+                                  "fail": np.zeros(m, dtype=np.int64)})
+        if solver_s:
+            time.sleep(solver_s)
+        clock["evaluate"] = clock.get("evaluate", 0.0) + time.perf_counter() - t
+        return ev
+
+    engine.evaluate = evaluate
+    engine._update_hof = _timed(clock, "hall_of_fame", engine._update_hof)
+    saved = kfit.np_var_or, kfit.np_sel_tournament
+    kfit.np_var_or = _timed(clock, "variation", kfit.np_var_or)
+    kfit.np_sel_tournament = _timed(clock, "selection", kfit.np_sel_tournament)
+    try:
+        kfit.warm_up_operators(engine.n)
+        state = engine.initial()
+        engine.record(state, time.perf_counter())
+        rows = []
+        for _ in range(generations):
+            clock.clear()
+            t0 = time.perf_counter()
+            state["generation"] += 1
+            state = engine.mu_plus_lambda_generation(state)
+            engine.record(state, t0)
+            total = time.perf_counter() - t0 - clock.get("evaluate", 0.0)
+            row = {k: clock.get(k, 0.0) for k in ("variation", "hall_of_fame", "selection")}
+            row["rest"] = total - sum(row.values())
+            row["total"] = total
+            rows.append(row)
+    finally:
+        kfit.np_var_or, kfit.np_sel_tournament = saved
+    summary = {}
+    for key in rows[0]:
+        v = np.array([r[key] for r in rows])
+        summary[key] = {"median_s": float(np.median(v)), "max_s": float(v.max())}
+    return {"population": population, "summary": summary, "per_generation": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--populations", default="8192,16384,65536")
+    ap.add_argument("--generations", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=0, help="numba threads (0: all)")
+    ap.add_argument("--no-gc", action="store_true", help="disable Python's cyclic GC")
+    ap.add_argument("--solver-s", type=float, default=0.0,
+                    help="seconds to idle in each evaluation, as while the GPU solves")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    args = ap.parse_args(argv)
+    if args.threads:
+        numba.set_num_threads(args.threads)
+    if args.no_gc:
+        gc.disable()
+    results = []
+    for n in (int(x) for x in args.populations.split(",")):
+        r = run(n, args.generations, args.seed, args.solver_s)
+        s = r["summary"]
+        print(f"{n:>6}: total median {s['total']['median_s'] * 1e3:.1f} ms, max "
+              f"{s['total']['max_s'] * 1e3:.1f} ms (variation "
+              f"{s['variation']['median_s'] * 1e3:.1f}, hof "
+              f"{s['hall_of_fame']['median_s'] * 1e3:.1f}, selection "
+              f"{s['selection']['median_s'] * 1e3:.1f}, rest "
+              f"{s['rest']['median_s'] * 1e3:.1f})", flush=True)
+        results.append(r)
+    out = {"benchmark": "ga_step",
+           "command": "python benchmarks/ga_step.py " + " ".join(argv or sys.argv[1:]),
+           "threads": numba.get_num_threads(), "threading_layer": numba.threading_layer(),
+           "gc": not args.no_gc, "solver_s": args.solver_s, "platform": platform.platform(),
+           "processor": platform.processor(), "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
