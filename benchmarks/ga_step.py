@@ -5,7 +5,8 @@ Runs kingen's (μ + λ) engine on the bundled demo configuration with a stand-in
 the hall-of-fame update, the tournament, and the rest of the generation (gathering the new
 population, statistics, the resume snapshot). ``--threads`` sets numba's thread count for
 the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to see whether
-collections explain the outliers::
+collections explain the outliers; ``--parallel-from`` moves the size from which the operators use
+all threads (0: always)::
 
     python benchmarks/ga_step.py --populations 8192,65536 --generations 40 --out ga_step.json
 """
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-gc", action="store_true", help="disable Python's cyclic GC")
     ap.add_argument("--solver-s", type=float, default=0.0,
                     help="seconds to idle in each evaluation, as while the GPU solves")
+    ap.add_argument("--parallel-from", type=int, default=None,
+                    help="override kingen.fit.PARALLEL_FROM_GENES (0: always all threads)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     args = ap.parse_args(argv)
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         numba.set_num_threads(args.threads)
     if args.no_gc:
         gc.disable()
+    if args.parallel_from is not None:
+        kfit.PARALLEL_FROM_GENES = args.parallel_from
     results = []
     for n in (int(x) for x in args.populations.split(",")):
         r = run(n, args.generations, args.seed, args.solver_s)
@@ -135,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"benchmark": "ga_step",
            "command": "python benchmarks/ga_step.py " + " ".join(argv or sys.argv[1:]),
            "threads": numba.get_num_threads(), "threading_layer": numba.threading_layer(),
-           "gc": not args.no_gc, "solver_s": args.solver_s, "platform": platform.platform(),
+           "gc": not args.no_gc, "solver_s": args.solver_s,
+           "parallel_from_genes": kfit.PARALLEL_FROM_GENES, "platform": platform.platform(),
            "processor": platform.processor(), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")

@@ -212,7 +212,7 @@ _KERNEL = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy
 
 # Below this many genes to write, the operators run on the calling thread alone. In a fit
 # the CPU idles while the GPU solves, numba's OpenMP workers fall asleep, and waking them
-# costs more (5-10 ms, measured on a 16-core host with benchmarks/ga_step.py --solver-s)
+# costs more (about 10 ms on the H100 machine's 16-core host: benchmarks/h100/session6.sh)
 # than the whole serial loop at these sizes.
 PARALLEL_FROM_GENES = 1 << 18
 
