@@ -28,17 +28,31 @@ except ImportError:  # pragma: no cover - Windows: no lock
 DEFAULT_BLOCK = 128
 
 
+FORMS = ("stage", "propagator")
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How the solver kernel is launched."""
+    """How the solver kernel is built and launched.
+
+    ``form`` is ``"stage"`` (the four RK4 stages at every step) or ``"propagator"`` (on
+    constant-concentration rows, one product with M = R(hQ)ⁿ per sample); ``lanes`` is how
+    many GPU threads share one (candidate, sweep) pair in the propagator form (each holds
+    a slice of M's columns in registers). The CPU backend uses ``form`` only.
+    """
 
     block: int = DEFAULT_BLOCK
     max_registers: int | None = None
+    form: str = "stage"
+    lanes: int = 1
 
     @property
     def name(self) -> str:
-        """Short label, e.g. ``b128`` or ``b128r96``."""
-        return f"b{self.block}" + (f"r{self.max_registers}" if self.max_registers else "")
+        """Short label, e.g. ``b128``, ``b128r96`` or ``prop-l4-b128``."""
+        launch = f"b{self.block}" + (f"r{self.max_registers}" if self.max_registers else "")
+        if self.form == "propagator":
+            return f"prop-l{self.lanes}-{launch}"
+        return launch
 
 
 VARIANTS = (
@@ -73,7 +87,8 @@ def tuned_config(device: str, scheme, precision: str) -> LaunchConfig:
     entry = table.get(tuning_key(device, scheme_key(scheme), precision))
     if not entry:
         return LaunchConfig()
-    return LaunchConfig(int(entry["block"]), entry.get("max_registers"))
+    return LaunchConfig(int(entry["block"]), entry.get("max_registers"),
+                        str(entry.get("form", "stage")), int(entry.get("lanes", 1)))
 
 
 def record_tuning(device: str, scheme, precision: str, config: LaunchConfig,
