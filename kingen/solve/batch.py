@@ -11,17 +11,19 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numba
 import numpy as np
 
 from kingen.codegen import FAIL_PARAMS, N_OUT, N_WINDOWS
+from kingen.codegen.propagator import padded_states
 from kingen.errors import KingenError
 from kingen.protocol import _TEN_NINETY_SIGMAS, Protocol, Sweep
 from kingen.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
+from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.schedule import DEFAULT_COURANT, Schedule, build_schedule, protocol_sweeps
 
 log = logging.getLogger("kingen")
@@ -29,6 +31,9 @@ log = logging.getLogger("kingen")
 PRECISIONS = ("float64", "float32")
 # Tolerance on probabilities (range and conservation) before a candidate is failed.
 TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
+# The CPU propagator builds its matrices in chunks of candidates of at most this many bytes.
+_CPU_D_BYTES = 64 * 2**20
+_BUILD_BLOCK = 128
 
 
 @dataclass
@@ -152,8 +157,9 @@ class Simulator:
                 raise ValueError(f"data and weight must have {n} samples")
             if objective.windows.shape != (len(self.sweeps), N_WINDOWS, 3):
                 raise ValueError("windows must be (n_sweeps, 4, 3)")
-        self._device_arrays: dict[str, object] = {}
+        self._device_arrays: dict[str | tuple, object] = {}
         self._config = None
+        self._plan: PropagatorPlan | None = None
 
     # ------------------------------------------------------------------ public
     @property
@@ -201,27 +207,18 @@ class Simulator:
             occ = np.full(occ_shape, np.nan, dtype=np.float64)
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
+        config = self._config_for(launch_config, with_occupancy)
         if self.backend == "cpu":
             module = solver_module(self.scheme, mode, self.precision, "cpu",
-                                   with_occupancy=with_occupancy)
+                                   with_occupancy=with_occupancy, form=config.form,
+                                   stage_rows=self.propagator_plan().stage_rows,
+                                   n_windows=self._n_windows(mode))
             t_compile = time.perf_counter()
-            # Sweeps differ in cost by orders of magnitude (a recovery sweep runs seconds of
-            # protocol, a deactivation sweep milliseconds), and Numba's default static split
-            # hands whole blocks of the expensive ones to a few threads. Handing out one
-            # (candidate, sweep) pair at a time costs nothing next to a pair's RK4 steps.
-            previous = numba.set_parallel_chunksize(1)
-            try:
-                module.launch(n, self.n_sweeps, *self._common_args(P, S0),
-                              TOLERANCE[self.precision], *extra, fail)
-            finally:
-                numba.set_parallel_chunksize(previous)
+            self._cpu_call(module, config, P, S0, extra, fail)
             results = list(extra) + [fail]
             t_run = time.perf_counter()
         else:
-            config = launch_config or self._tuned()
-            module = solver_module(self.scheme, mode, self.precision, "cuda",
-                                   with_occupancy=with_occupancy, simulator=self.simulator,
-                                   max_registers=config.max_registers)
+            module = self._cuda_module(mode, config, with_occupancy)
             t_compile = time.perf_counter()
             call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
             call()
@@ -255,13 +252,13 @@ class Simulator:
         return res
 
     def prepare_launch(self, params: np.ndarray, launch_config=None):
-        """A function that launches the objective kernel once on data already on the GPU,
-        without synchronising: for timing and profiling the bare kernel."""
+        """A function that launches the objective solve once on data already on the GPU,
+        without synchronising: for timing and profiling the bare kernels (in the propagator
+        form, the build kernel and the sample kernel)."""
         P, S0, _ = self._inputs(params)
         n = P.shape[1]
-        config = launch_config or self._tuned()
-        module = solver_module(self.scheme, "objective", self.precision, "cuda",
-                               simulator=self.simulator, max_registers=config.max_registers)
+        config = self._config_for(launch_config, False)
+        module = self._cuda_module("objective", config, False)
         out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
         obj = self.objective
         assert obj is not None
@@ -269,6 +266,25 @@ class Simulator:
         call, _ = self._cuda_call(module, config, P, S0, extra,
                                   np.zeros((self.n_sweeps, n), dtype=np.int32), "objective")
         return call
+
+    def propagator_plan(self) -> PropagatorPlan:
+        """The keys and rows the propagator form uses for this batch's schedule (on the GPU
+        every constant-concentration row has one)."""
+        if self._plan is None:
+            self._plan = plan_propagator(self.scheme, self.schedule,
+                                         every_constant_row=self.backend == "cuda")
+        return self._plan
+
+    def launch_config(self):
+        """The launch this simulator uses when none is given: on the GPU the one
+        ``kingen tune`` recorded for this device, scheme and precision, else the default
+        for the scheme's size; on the CPU the propagator form."""
+        from kingen.solve.cuda import LaunchConfig, tuned_config
+
+        if self._config is None:
+            self._config = (tuned_config(self.device, self.scheme, self.precision)
+                            if self.backend == "cuda" else LaunchConfig(form="propagator"))
+        return self._config
 
     # ------------------------------------------------------------------ internals
     def _inputs(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -298,11 +314,102 @@ class Simulator:
                 self.transients, self.transient_start, self.drive, s.sample_start)
 
     def _tuned(self):
-        from kingen.solve.cuda import tuned_config
+        return self.launch_config()
 
-        if self._config is None:
-            self._config = tuned_config(self.device, self.scheme, self.precision)
-        return self._config
+    def _config_for(self, launch_config, with_occupancy: bool):
+        from kingen.solve.cuda import FORMS
+
+        config = launch_config or self.launch_config()
+        if config.form not in FORMS:
+            raise KingenError("unknown solver form (use stage or propagator)", field="form",
+                              value=config.form)
+        if with_occupancy and config.lanes != 1:
+            # occupancies are written by the thread that holds the whole state
+            config = replace(config, lanes=1)
+        return config
+
+    def _cuda_module(self, mode: str, config, with_occupancy: bool):
+        return solver_module(self.scheme, mode, self.precision, "cuda",
+                             with_occupancy=with_occupancy, simulator=self.simulator,
+                             max_registers=config.max_registers, form=config.form,
+                             lanes=config.lanes, block=config.block,
+                             stage_rows=self.propagator_plan().stage_rows,
+                             n_windows=self._n_windows(mode))
+
+    def _n_windows(self, mode: str) -> int:
+        """Feature windows the objective uses (the kernel carries only these)."""
+        if mode != "objective" or self.objective is None:
+            return N_WINDOWS
+        used = np.nonzero((self.objective.windows[:, :, 2] >= 0).any(axis=0))[0]
+        return int(used.max()) + 1 if used.size else 0
+
+    def _d_shape(self, n: int, lanes: int) -> tuple[int, int, int, int]:
+        plan = self.propagator_plan()
+        S = self.scheme.n_states
+        return (plan.n_keys, S, padded_states(S, lanes), n)
+
+    def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
+                  fail: np.ndarray) -> None:
+        # Sweeps differ in cost by orders of magnitude (a recovery sweep runs seconds of
+        # protocol, a deactivation sweep milliseconds), and Numba's default static split
+        # hands whole blocks of the expensive ones to a few threads. Handing out one
+        # (candidate, sweep) pair at a time costs nothing next to a pair's work.
+        previous = numba.set_parallel_chunksize(1)
+        try:
+            if config.form == "stage":
+                module.launch(P.shape[1], self.n_sweeps, *self._common_args(P, S0),
+                              TOLERANCE[self.precision], *extra, fail)
+            else:
+                self._cpu_propagate(module, P, S0, extra, fail)
+        finally:
+            numba.set_parallel_chunksize(previous)
+
+    def _cpu_propagate(self, module, P: np.ndarray, S0: np.ndarray, extra: tuple,
+                       fail: np.ndarray) -> None:
+        """The propagator form on the CPU, in chunks of candidates whose matrices stay
+        within a few tens of MB (they are rebuilt every call; memory, not time, bounds
+        them)."""
+        plan = self.propagator_plan()
+        n = P.shape[1]
+        per_candidate = max(1, int(np.prod(self._d_shape(1, 1))) * P.itemsize)
+        chunk = max(1, min(n, _CPU_D_BYTES // per_candidate))
+        s = self.schedule
+        for a in range(0, n, chunk):
+            b = min(n, a + chunk)
+            Pc, Sc = np.ascontiguousarray(P[:, a:b]), np.ascontiguousarray(S0[:, a:b])
+            D = np.empty(self._d_shape(b - a, 1), dtype=P.dtype)
+            if plan.n_keys:
+                module.build(b - a, plan.n_keys, Pc, plan.keys_f, plan.keys_i, D)
+            if b - a == n:
+                out_extra, out_fail = extra, fail
+            else:
+                out_extra, out_fail = self._chunk_outputs(extra, fail, a, b)
+            module.launch(b - a, self.n_sweeps, Pc, Sc, s.rows_f, s.rows_i, s.row_start,
+                          plan.row_key, self.pulses, self.pulse_start, self.transients,
+                          self.transient_start, self.drive, s.sample_start,
+                          TOLERANCE[self.precision], D, *out_extra, out_fail)
+            if b - a != n:
+                self._chunk_write_back(extra, fail, out_extra, out_fail, a, b)
+
+    @staticmethod
+    def _chunk_outputs(extra: tuple, fail: np.ndarray, a: int, b: int):
+        if extra[0].ndim == 1:  # objective: data, weight, win, out (n_sweeps, N_OUT, N)
+            return (extra[0], extra[1], extra[2], np.zeros_like(extra[3][:, :, a:b])), \
+                np.zeros_like(fail[:, a:b])
+        occ = extra[1] if extra[1].shape[0] == 1 else np.empty_like(extra[1][a:b])
+        return (np.empty_like(extra[0][a:b]), occ, extra[2], extra[3]), \
+            np.zeros_like(fail[:, a:b])
+
+    @staticmethod
+    def _chunk_write_back(extra: tuple, fail: np.ndarray, out_extra: tuple,
+                          out_fail: np.ndarray, a: int, b: int) -> None:
+        fail[:, a:b] = out_fail
+        if extra[0].ndim == 1:
+            extra[3][:, :, a:b] = out_extra[3]
+        else:
+            extra[0][a:b] = out_extra[0]
+            if extra[1].shape[0] != 1:
+                extra[1][a:b] = out_extra[1]
 
     def _cuda_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                    fail: np.ndarray, mode: str):
@@ -331,17 +438,45 @@ class Simulator:
             dev_extra = tuple(cuda.to_device(x) for x in extra)
             dfail = cuda.to_device(fail)
         n = P.shape[1]
-        total = n * self.n_sweeps
+        if config.form == "stage":
+            total = n * self.n_sweeps
+            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "pulses",
+                                          "pulse_start", "transients", "transient_start",
+                                          "drive", "sample_start"))
+            args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision],) + \
+                dev_extra + (dfail,)
+            build = None
+        else:
+            plan = self.propagator_plan()
+            if "row_key" not in d:
+                d["row_key"] = cuda.to_device(plan.row_key)
+                d["keys_f"] = cuda.to_device(plan.keys_f)
+                d["keys_i"] = cuda.to_device(plan.keys_i)
+            # D is rebuilt by every call before it is read: keep one buffer per shape
+            # rather than paying a large allocation per generation
+            d_key = ("D", self._d_shape(n, config.lanes), P.dtype.str)
+            if d_key not in d:
+                for key in [k for k in d if isinstance(k, tuple)]:
+                    del d[key]
+                d[d_key] = cuda.device_array(d_key[1], dtype=P.dtype)
+            dD = d[d_key]
+            total = n * self.n_sweeps * config.lanes
+            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "pulses",
+                                          "pulse_start", "transients", "transient_start",
+                                          "drive", "sample_start"))
+            args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
+                dev_extra + (dfail,)
+            n_build = n * plan.n_keys * self.scheme.n_states
+            build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], dD)
+            build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
         blocks = (total + config.block - 1) // config.block
-        args = (n, self.n_sweeps, dP, dS0) + tuple(
-            d[k] for k in ("rows_f", "rows_i", "row_start", "pulses", "pulse_start",
-                           "transients", "transient_start", "drive", "sample_start")) + (
-            TOLERANCE[self.precision],) + dev_extra + (dfail,)
 
         def call() -> None:
             with warnings.catch_warnings():
                 # small batches under-fill the GPU; that is expected, not the user's concern
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                if build:
+                    module.build[build, _BUILD_BLOCK](*build_args)
                 module.launch[blocks, config.block](*args)
 
         return call, list(dev_extra) + [dfail]

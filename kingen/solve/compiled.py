@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from kingen.codegen import generate
+from kingen.codegen import N_WINDOWS, generate, generate_propagator
+from kingen.codegen.propagator import shared_stride
 from kingen.protocol import EDGE_HALF_WIDTH_SIGMAS
 from kingen.scheme import Scheme
 
@@ -24,13 +25,18 @@ _LOADED: dict[str, ModuleType] = {}
 # Intel cores; see ``generate``). Above them every product, compensation term and square in
 # the step and the objective stays a normal number.
 CPU_FLUSH_BELOW = {"float64": 1e-100, "float32": 1e-25}
+# Entries of the propagator's D = M − I below these are stored as zero: their products with
+# occupancies above CPU_FLUSH_BELOW stay normal numbers, and no result changes.
+D_FLUSH_BELOW = {"float64": 1e-150, "float32": 1e-12}
 
 _CPU_HEADER = """\
 import math
 import numpy as np
 from numba import njit, prange
+from numba import uint64 as U
 
 F = np.{precision}
+F64 = np.float64
 EDGE = {edge!r}
 RSQRT2 = 0.7071067811865476
 DEVICE = njit(cache=True, nogil=True)
@@ -49,10 +55,13 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, pulses, pulse_start, t
 
 _CUDA_HEADER = """\
 import math
+import numba
 import numpy as np
 from numba import cuda
+from numba import uint64 as U
 
 F = np.{precision}
+F64 = np.float64
 EDGE = {edge!r}
 RSQRT2 = 0.7071067811865476
 DEVICE = cuda.jit(device=True)
@@ -68,6 +77,90 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, pulses, pulse_start, t
         run_thread(i % N, i // N, P, S0, rows_f, rows_i, row_start, pulses, pulse_start,
                    transients, transient_start, drive, sample_start, tol, a0, a1, a2, a3,
                    fail)
+"""
+
+# Warp-level exchange of the propagator form's lanes: the generated code calls WARP_SYNC and
+# SHFL_XOR, which become numba-cuda's intrinsics on a GPU (an alias of them does not type).
+# Numba's CUDA simulator has neither syncwarp nor shuffles; there a barrier per pair of lanes
+# stands in for both (the simulator runs every thread of a block as a Python thread, and all
+# lanes of a pair take the same branches).
+
+_SIM_WARP = """
+import threading
+
+_SIM_LOCK = threading.Lock()
+_SIM_PAIRS = {}
+
+
+def _sim_pair():
+    key = (cuda.blockIdx.x, cuda.threadIdx.x // LANES)
+    with _SIM_LOCK:
+        if key not in _SIM_PAIRS:
+            _SIM_PAIRS[key] = (threading.Barrier(LANES), {})
+        return _SIM_PAIRS[key]
+
+
+def WARP_SYNC(mask):
+    _sim_pair()[0].wait()
+
+
+def SHFL_XOR(mask, value, offset):
+    barrier, slots = _sim_pair()
+    lane = cuda.threadIdx.x % LANES
+    slots[lane] = value
+    barrier.wait()
+    other = slots[lane ^ offset]
+    barrier.wait()
+    return other
+"""
+
+_CPU_PROP_LAUNCH = """
+
+@njit(parallel=True, cache=True)
+def build(N, n_keys, P, keys_f, keys_i, D):
+    S = D.shape[1]
+    for t in prange(N * n_keys * S):
+        r = t // N
+        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
+
+
+@njit(parallel=True, cache=True)
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
+           transients, transient_start, drive, sample_start, tol, D, a0, a1, a2, a3, fail):
+    sh = np.zeros(1, dtype=F)
+    for i in prange(N * n_sweeps):
+        run_thread(i % N, i // N, 0, 0, sh, 0, P, S0, rows_f, rows_i, row_start, row_key,
+                   pulses, pulse_start, transients, transient_start, drive, sample_start, tol,
+                   D, a0, a1, a2, a3, fail)
+"""
+
+_CUDA_PROP_LAUNCH = """
+
+LANES = {lanes}
+
+@cuda.jit({options})
+def build(N, n_keys, P, keys_f, keys_i, D):
+    S = D.shape[1]
+    t = cuda.grid(1)
+    if t < N * n_keys * S:
+        r = t // N
+        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
+
+
+@cuda.jit({options})
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
+           transients, transient_start, drive, sample_start, tol, D, a0, a1, a2, a3, fail):
+    sh = cuda.shared.array({shared}, dtype=F)
+    t = cuda.grid(1)
+    pair = t // {lanes}
+    lane = t % {lanes}
+    gmask = numba.uint32((({full}) << ((cuda.threadIdx.x % 32) // {lanes} * {lanes}))
+                         & 0xFFFFFFFF)
+    base = (cuda.threadIdx.x // {lanes}) * {stride}
+    if pair < N * n_sweeps:
+        run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
+                   row_start, row_key, pulses, pulse_start, transients, transient_start,
+                   drive, sample_start, tol, D, a0, a1, a2, a3, fail)
 """
 
 
@@ -88,28 +181,61 @@ def cache_dir() -> Path:
 
 def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                   with_occupancy: bool = False, simulator: bool = False,
-                  max_registers: int | None = None) -> ModuleType:
-    """The compiled solver module for a scheme, mode, precision and target (cpu or cuda).
+                  max_registers: int | None = None, form: str = "stage", lanes: int = 1,
+                  block: int = 128, stage_rows: str = "all",
+                  n_windows: int = N_WINDOWS) -> ModuleType:
+    """The compiled solver module for a scheme, mode, precision, target (cpu or cuda) and form.
 
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
-    pairs, for CUDA a kernel with one thread per pair.
+    pairs, for CUDA a kernel with one thread per pair (``lanes`` threads in the propagator
+    form). The propagator form's module also has ``build``, which fills D = R(hQ)ⁿ − I for
+    every (candidate, key). ``block`` matters only to the CUDA propagator form with more
+    than one lane, whose shared memory is sized per block; ``stage_rows`` says which rows
+    the propagator form's code must also step in stage form (see
+    :func:`kingen.codegen.generate_propagator`).
     """
-    code = generate(scheme, mode, with_occupancy=with_occupancy,
-                    compensated=precision == "float32",
-                    flush_below=CPU_FLUSH_BELOW[precision] if target == "cpu" else 0.0)
+    flush = CPU_FLUSH_BELOW[precision] if target == "cpu" else 0.0
+    if form == "stage":
+        code = generate(scheme, mode, with_occupancy=with_occupancy,
+                        compensated=precision == "float32", flush_below=flush)
+    elif form == "propagator":
+        code = generate_propagator(scheme, mode, lanes=lanes, with_occupancy=with_occupancy,
+                                   compensated=precision == "float32", flush_below=flush,
+                                   d_flush=D_FLUSH_BELOW[precision], stage_rows=stage_rows,
+                                   n_windows=n_windows)
+    else:
+        raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
         text = _CPU_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
-        text += "\n" + code.source + _CPU_LAUNCH
+        launch = _CPU_LAUNCH if form == "stage" else _CPU_PROP_LAUNCH
+        text += "\n" + code.source + launch
     elif target == "cuda":
         text = _CUDA_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
         options = [] if simulator else ["cache=True"]
         if max_registers and not simulator:
             options.append(f"max_registers={int(max_registers)}")
-        text += "\n" + code.source + _CUDA_LAUNCH.format(options=", ".join(options))
+        if form == "stage":
+            launch = _CUDA_LAUNCH.format(options=", ".join(options))
+        else:
+            stride = shared_stride(scheme.n_states, lanes)
+            launch = _CUDA_PROP_LAUNCH.format(
+                options=", ".join(options), lanes=lanes, stride=stride,
+                full=(1 << lanes) - 1,
+                shared=max(1, (block // lanes) * stride) if lanes > 1 else 1)
+        source = code.source
+        if form != "stage" and simulator:
+            text += _SIM_WARP
+        elif form != "stage":
+            source = source.replace("WARP_SYNC(", "cuda.syncwarp(").replace(
+                "SHFL_XOR(", "cuda.shfl_xor_sync(")
+        text += "\n" + source + launch
     else:
         raise ValueError(target)
     regs = f"_r{max_registers}" if max_registers and target == "cuda" else ""
-    name = f"kingen_rk4_{target}_{precision}_{code.key}{regs}{'_sim' if simulator else ''}"
+    variant = "" if form == "stage" else f"_prop{lanes}" + (
+        f"b{block}" if lanes > 1 and target == "cuda" else "")
+    name = (f"kingen_rk4_{target}_{precision}_{code.key}{variant}{regs}"
+            f"{'_sim' if simulator else ''}")
     if name in _LOADED:
         return _LOADED[name]
     folder = cache_dir() / "solvers"

@@ -77,16 +77,29 @@ def scheme_key(scheme) -> str:
     return generate(scheme, "objective").key
 
 
+def default_config(scheme, precision: str = "float64") -> LaunchConfig:
+    """The launch used where ``kingen tune`` recorded none: the propagator form.
+
+    Lanes per (candidate, sweep) pair as measured fastest on an H100 for Robert & Howe 2003
+    (16 states, benchmarks/results/h100/propagator/): four in float64, two in float32
+    (a float32 column of D takes half the registers). Schemes of up to 8 states hold the
+    whole of D in one thread.
+    """
+    if scheme.n_states <= 8:
+        return LaunchConfig(form="propagator", lanes=1)
+    return LaunchConfig(form="propagator", lanes=4 if precision == "float64" else 2)
+
+
 def tuned_config(device: str, scheme, precision: str) -> LaunchConfig:
     """The launch configuration ``kingen tune`` chose for this device, scheme and precision,
     or the default when none was recorded."""
     try:
         table = json.loads(_tuning_file().read_text())
     except (OSError, ValueError):
-        return LaunchConfig()
+        return default_config(scheme, precision)
     entry = table.get(tuning_key(device, scheme_key(scheme), precision))
     if not entry:
-        return LaunchConfig()
+        return default_config(scheme, precision)
     return LaunchConfig(int(entry["block"]), entry.get("max_registers"),
                         str(entry.get("form", "stage")), int(entry.get("lanes", 1)))
 

@@ -1,0 +1,188 @@
+"""Candidates per second of the solver's forms and launches, checked against the stage form.
+
+For one scheme on the standard protocol set (ideal steps, or ``--exchange``), objective mode
+(the GA's path), every requested variant (``stage-b128``, ``prop-l4-b128``, ...) is:
+
+1. compiled (time recorded) and checked against the CPU stage form on 64 candidates:
+   relative error of Σw·g² and Σw·g·d;
+2. timed end to end through ``Simulator.run`` (upload, matrix build, sample kernel,
+   download: what a generation pays), median of ``--repeats``;
+3. timed kernel-only with CUDA events around the prepared launch (GPU only).
+
+Figures: candidates/s (the headline), seconds per generation at that population,
+model-steps/s (stage-form RK4 steps × candidates / s, for comparison with earlier tables),
+and the share of the FP64 (or FP32) arithmetic bound of the propagator form,
+(2S² + S) flops per sample at the device's measured peak.
+
+    python benchmarks/propagator.py --model robert_howe_2003 --variants stage-b128,prop-l4-b128 \\
+        --populations 16384,65536 --out benchmarks/results/<device>/propagator.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from solver import candidates, objective_inputs  # noqa: E402
+
+from kingen.protocol import standard_protocol  # noqa: E402
+from kingen.scheme import Scheme  # noqa: E402
+from kingen.solve import Simulator  # noqa: E402
+from kingen.solve.cuda import LaunchConfig  # noqa: E402
+from kingen.solve.plan import flops_per_product, flops_per_step  # noqa: E402
+
+STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
+
+
+def parse_variant(text: str) -> LaunchConfig:
+    """``stage-b128``, ``stage-b128r96``, ``prop-l4-b128`` or ``prop-l1-b64r128``."""
+    parts = text.split("-")
+    form = {"stage": "stage", "prop": "propagator"}[parts[0]]
+    lanes = 1
+    if form == "propagator":
+        lanes = int(parts[1][1:])
+        parts = parts[1:]
+    launch = parts[1] if len(parts) > 1 else "b128"
+    block, _, regs = launch[1:].partition("r")
+    return LaunchConfig(int(block), int(regs) if regs else None, form, lanes)
+
+
+def kernel_info(sim: Simulator, config: LaunchConfig) -> dict:
+    """Registers and local memory per thread of the compiled kernels (GPU only)."""
+    if sim.backend != "cuda":
+        return {}
+    module = sim._cuda_module("objective", config, False)
+    info = {}
+    for name in ("launch", "build"):
+        kern = getattr(module, name, None)
+        if kern is None:
+            continue
+        try:
+            info[f"{name}_registers"] = int(next(iter(kern.get_regs_per_thread().values())))
+            info[f"{name}_local_bytes"] = int(next(iter(
+                kern.get_local_mem_per_thread().values())))
+        except Exception as exc:  # older numba-cuda: leave it out, say why
+            info[f"{name}_info_error"] = str(exc)
+    return info
+
+
+def event_ms(call, repeats: int) -> float:
+    """Median milliseconds of ``call`` between CUDA events."""
+    from numba import cuda
+
+    call()
+    cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(cuda.event_elapsed_time(start, end))
+    return float(np.median(times))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="robert_howe_2003")
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--precisions", default="float64,float32")
+    ap.add_argument("--variants", default="stage-b128,prop-l1-b128,prop-l4-b128")
+    ap.add_argument("--populations", default="16384")
+    ap.add_argument("--exchange", type=float, default=0.0, help="10-90 %% exchange time, ms")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--check", type=int, default=64, help="candidates checked against CPU")
+    ap.add_argument("--peak-fp64", type=float, default=30.3e12, help="flop/s (measured H100)")
+    ap.add_argument("--peak-fp32", type=float, default=57.0e12)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
+    protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
+    obj = objective_inputs(scheme, protocols)
+    result = {"command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+              "model": args.model, "exchange_ms": args.exchange, "host": platform.node(),
+              "cpu": platform.processor(), "rows": []}
+    try:
+        result["git"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                       text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        pass
+    S = scheme.n_states
+    for prec in args.precisions.split(","):
+        sim = Simulator(scheme, protocols, backend=args.backend, precision=prec, objective=obj)
+        cpu = Simulator(scheme, protocols, backend="cpu", precision=prec, objective=obj)
+        result["device"] = sim.device
+        plan = sim.propagator_plan()
+        steps = sim.schedule.total_steps
+        check = candidates(scheme, args.check, seed=7)
+        ref = cpu.run(check, "objective", launch_config=LaunchConfig())
+        peak = args.peak_fp64 if prec == "float64" else args.peak_fp32
+        bound = peak / (plan.prop_samples * flops_per_product(scheme)
+                        + plan.stage_steps * flops_per_step(scheme, prec))
+        log(f"== {args.model} {prec}: {S} states, {steps} RK4 steps and "
+            f"{sim.schedule.n_samples} samples per candidate; {plan.n_keys} keys, "
+            f"{plan.prop_samples} propagated samples, {plan.stage_steps} stage steps left; "
+            f"arithmetic bound {bound:.0f} candidates/s")
+        for text in args.variants.split(","):
+            config = parse_variant(text)
+            row = {"precision": prec, "variant": config.name, "config": config.__dict__,
+                   "bound_candidates_per_s": bound}
+            t0 = time.perf_counter()
+            got = sim.run(check, "objective", launch_config=config)
+            row["compile_and_check_s"] = time.perf_counter() - t0
+            ok = ~(ref.fail.any(1) | got.fail.any(1))
+            row["check_rel_error_sgg"] = float(np.abs(got.sgg[ok] - ref.sgg[ok]).max()
+                                               / np.abs(ref.sgg[ok]).max())
+            row["check_rel_error_sgd"] = float(np.abs(got.sgd[ok] - ref.sgd[ok]).max()
+                                               / np.abs(ref.sgd[ok]).max())
+            row["check_fail_mismatch"] = int((ref.fail.any(1) != got.fail.any(1)).sum())
+            row.update(kernel_info(sim, config))
+            log(f"  {config.name:18s} compile+check {row['compile_and_check_s']:6.1f} s, "
+                f"rel. error {row['check_rel_error_sgg']:.1e}, "
+                f"regs {row.get('launch_registers', '-')}, "
+                f"local {row.get('launch_local_bytes', '-')} B")
+            row["runs"] = []
+            for n in map(int, args.populations.split(",")):
+                params = candidates(scheme, n, seed=n)
+                times = []
+                for _ in range(args.repeats):
+                    res = sim.run(params, "objective", launch_config=config)
+                    times.append(res.timings["total_s"])
+                total = float(np.median(times))
+                run = {"population": n, "run_s": total, "candidates_per_s": n / total,
+                       "model_steps_per_s": n * steps / total,
+                       "failed": int((res.fail != 0).any(1).sum()),
+                       "share_of_bound": n / total / bound}
+                if args.backend == "cuda":
+                    ms = event_ms(sim.prepare_launch(params, config), args.repeats)
+                    run["kernel_ms"] = ms
+                    run["kernel_candidates_per_s"] = n / (ms * 1e-3)
+                log(f"    N={n:6d} {total:7.3f} s/generation {n / total:10.0f} candidates/s "
+                    f"({n * steps / total:.2e} model-steps/s, {100 * n / total / bound:.1f} % "
+                    f"of bound)" + (f"; kernels {run['kernel_ms']:.1f} ms" if 'kernel_ms' in run
+                                    else ""))
+                row["runs"].append(run)
+            result["rows"].append(row)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

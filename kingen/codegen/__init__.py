@@ -1,0 +1,40 @@
+"""Generated straight-line solver code, one module per scheme, mode, precision and form.
+
+- :mod:`kingen.codegen.emit`: the emitters both forms share (rates, RK4 stages, samples);
+- :mod:`kingen.codegen.stage`: the stage form, classical RK4 at every step;
+- :mod:`kingen.codegen.propagator`: the propagator form, one product with
+  M = R(hQ)ⁿ per sample on constant-concentration rows.
+
+:mod:`kingen.solve.compiled` compiles the source for Numba's CPU or CUDA target by
+supplying the ``DEVICE`` decorator.
+
+Layout of the arguments (see :mod:`kingen.solve.schedule` for the rows):
+
+- ``P`` (n_params, N): parameters, parameter-major so that a warp's loads coalesce.
+- ``S0`` (n_states, N): initial occupancies.
+- ``pulses`` (n, 5): start, end, concentration, σ_rise, σ_decay (σ 0: ideal step);
+  ``transients`` (n, 5): start, amplitude, τ_decay, τ_rise, end; ``*_start`` index by sweep.
+- ``drive`` (n_sweeps,): driving force × 1e-3, so that Σ gᵢ pᵢ · drive is pA per channel.
+- objective mode: ``data``, ``weight`` (n_samples_total,), ``win`` (n_sweeps, W, 3) int:
+  first sample, last sample, op (0 peak, 1 sum, −1 unused); ``out`` (n_sweeps, 2 + 2W, N):
+  Σw·g², Σw·g·d, then per window (value, sample index); ``fail`` (n_sweeps, N).
+- trace mode: ``trace`` (N, n_samples_total) current per channel; ``occ``
+  (N, n_samples_total, n_states) when ``with_occupancy``.
+"""
+
+from kingen.codegen.emit import (
+    FAIL_CONSERVATION,
+    FAIL_NONFINITE,
+    FAIL_OK,
+    FAIL_PARAMS,
+    FAIL_RANGE,
+    FAILURE_NAMES,
+    N_OUT,
+    N_WINDOWS,
+)
+from kingen.codegen.propagator import generate_propagator
+from kingen.codegen.stage import GeneratedCode, generate
+
+__all__ = ["FAILURE_NAMES", "FAIL_CONSERVATION", "FAIL_NONFINITE", "FAIL_OK", "FAIL_PARAMS",
+           "FAIL_RANGE", "GeneratedCode", "N_OUT", "N_WINDOWS", "generate",
+           "generate_propagator"]

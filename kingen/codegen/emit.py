@@ -1,0 +1,376 @@
+"""Small emitters of straight-line solver code, shared by the stage and propagator forms.
+
+Every state is a scalar local ``p{i}`` and every rate a scalar local ``k{m}``, so a GPU thread
+keeps them in registers; the legend at the top of each generated module says which state and
+which transition each name is. Constants are wrapped in the module's working-precision cast
+(``F``, or ``F64`` in code that must run in float64 whatever the precision).
+"""
+
+from __future__ import annotations
+
+from kingen.scheme import Scheme
+
+N_WINDOWS = 4
+N_OUT = 2 + 2 * N_WINDOWS
+FAIL_OK, FAIL_NONFINITE, FAIL_RANGE, FAIL_CONSERVATION, FAIL_PARAMS = 0, 1, 2, 3, 4
+FAILURE_NAMES = {
+    FAIL_OK: "ok",
+    FAIL_NONFINITE: "non-finite state",
+    FAIL_RANGE: "probability outside [0, 1]",
+    FAIL_CONSERVATION: "total probability not conserved",
+    FAIL_PARAMS: "invalid parameters (non-finite or not > 0)",
+}
+
+
+class Emitter:
+    """Accumulates the lines of one generated module.
+
+    Parameters
+    ----------
+    scheme
+        The scheme whose states, transitions and conductances are baked into the code.
+    cast
+        Name of the working-precision cast in the emitted code.
+    compensated
+        Add each RK4 step's increment with Kahan compensation (float32 needs it).
+    flush_below
+        Set occupancies below this magnitude to zero after each step (0: never); the CPU
+        backend needs it, see :func:`kingen.codegen.generate`.
+    """
+
+    def __init__(self, scheme: Scheme, *, cast: str = "F", compensated: bool = False,
+                 flush_below: float = 0.0, n_windows: int = N_WINDOWS) -> None:
+        self.scheme = scheme
+        self.n_windows = n_windows
+        self.cast = cast
+        self.compensated = compensated
+        self.flush_below = flush_below
+        self.lines: list[str] = []
+
+    # ------------------------------------------------------------------ basics
+    def __call__(self, text: str) -> None:
+        self.lines.append(text)
+
+    def const(self, x: float) -> str:
+        """A literal in the working precision."""
+        return f"{self.cast}({float(x)!r})"
+
+    def source(self) -> str:
+        """The module text so far."""
+        return "\n".join(self.lines)
+
+    def legend(self) -> None:
+        """Comment lines naming what every generated variable holds."""
+        s = self.scheme
+        self(f"# kingen solver code for {s.name!r}: {s.n_states} states, "
+             f"{len(s.transitions)} transitions")
+        for i, name in enumerate(s.states):
+            self(f"#   p{i} = occupancy of {name} (conductance {s.conductance[i]:g} pS)")
+        for m, t in enumerate(s.transitions):
+            what = f"{t.factor:g} * {s.param_names[t.param]}" + (" * agonist" if t.agonist
+                                                                 else "")
+            self(f"#   k{m} = rate {s.states[t.source]} -> {s.states[t.target]} "
+                 f"= {what}  (b{m} without the agonist)")
+        self("#   q{i} = total exit rate of state i")
+        self(f"# failure codes: {', '.join(f'{k} {v}' for k, v in FAILURE_NAMES.items())}")
+        self("")
+
+    # ------------------------------------------------------------------ waveform
+    def conc_at(self) -> None:
+        """``conc_at``: the agonist concentration at time t (pulses and transients)."""
+        a = self
+        a("@DEVICE")
+        a("def conc_at(t, tm, pulses, p0, p1, transients, r0, r1):")
+        a("    c = 0.0")
+        a("    for k in range(p0, p1):")
+        a("        start = pulses[k, 0]")
+        a("        end = pulses[k, 1]")
+        a("        sr = pulses[k, 3]")
+        a("        sd = pulses[k, 4]")
+        a("        if sr > 0.0:")
+        a("            z = (t - start) / sr")
+        a("            up = 0.0 if z <= -EDGE else (1.0 if z >= EDGE else "
+          "0.5 * (1.0 + math.erf(z * RSQRT2)))")
+        a("        else:")
+        a("            up = 1.0 if tm >= start else 0.0")
+        a("        if sd > 0.0:")
+        a("            z = (t - end) / sd")
+        a("            down = 0.0 if z <= -EDGE else (1.0 if z >= EDGE else "
+          "0.5 * (1.0 + math.erf(z * RSQRT2)))")
+        a("        else:")
+        a("            down = 1.0 if tm >= end else 0.0")
+        a("        c += pulses[k, 2] * up * (1.0 - down)")
+        a("    for k in range(r0, r1):")
+        a("        s = t - transients[k, 0]")
+        a("        if s >= 0.0 and t <= transients[k, 4]:")
+        a("            shape = math.exp(-s / transients[k, 2])")
+        a("            if transients[k, 3] > 0.0:")
+        a("                shape -= math.exp(-s / transients[k, 3])")
+        a("            c += transients[k, 1] * shape")
+        a("    return c")
+        a("")
+
+    # ------------------------------------------------------------------ rates and RK4
+    def base_rates(self, ind: str) -> None:
+        """``b{m}``: each transition's rate without the agonist, from the parameter table."""
+        for m, t in enumerate(self.scheme.transitions):
+            if t.factor == 1.0:
+                self(f"{ind}b{m} = {self.cast}(P[{t.param}, c])")
+            else:
+                self(f"{ind}b{m} = {self.const(t.factor)} * {self.cast}(P[{t.param}, c])")
+
+    def rates(self, ind: str, conc: str, agonist_only: bool) -> None:
+        """``k{m}`` at concentration ``conc`` and the exit rates ``q{i}`` they change."""
+        T = self.scheme.transitions
+        for m, t in enumerate(T):
+            if t.agonist:
+                self(f"{ind}k{m} = b{m} * {conc}")
+            elif not agonist_only:
+                self(f"{ind}k{m} = b{m}")
+        touched = ({t.source for t in T if t.agonist} if agonist_only
+                   else set(range(self.scheme.n_states)))
+        for i in sorted(touched):
+            out = [f"k{m}" for m, t in enumerate(T) if t.source == i]
+            self(f"{ind}q{i} = " + (" + ".join(out) if out else f"{self.cast}(0.0)"))
+
+    def constant_rates_of_smooth_rows(self, ind: str) -> None:
+        """Rates that stay constant on rows whose concentration varies."""
+        T = self.scheme.transitions
+        for m, t in enumerate(T):
+            if not t.agonist:
+                self(f"{ind}k{m} = b{m}")
+        fixed_q = sorted({t.source for t in T} - {t.source for t in T if t.agonist})
+        for i in fixed_q:
+            out = [f"k{m}" for m, t in enumerate(T) if t.source == i]
+            self(f"{ind}q{i} = " + " + ".join(out))
+        for i in sorted(set(range(self.scheme.n_states)) - {t.source for t in T}):
+            self(f"{ind}q{i} = {self.cast}(0.0)")
+
+    def deriv(self, ind: str, src: str) -> None:
+        """``f{j}`` = (src·Q)_j, the time derivative at occupancies ``src{i}``."""
+        T = self.scheme.transitions
+        for j in range(self.scheme.n_states):
+            terms = [f"- q{j} * {src}{j}"]
+            terms += [f"+ k{m} * {src}{t.source}" for m, t in enumerate(T) if t.target == j]
+            self(f"{ind}f{j} = " + " ".join(terms).lstrip("+ ").replace("- q", "-q", 1))
+
+    def rk4_step(self, ind: str, smooth: bool) -> None:
+        """One classical RK4 step of size ``h`` (``hh`` = h/2, ``h6`` = h/6) on ``p{i}``."""
+        a, S, F = self, self.scheme.n_states, self.cast
+        if smooth:
+            a(f"{ind}t = t0 + (rep * nsteps + it) * hd")
+            a(f"{ind}cc = {F}(conc_at(t, tm, pulses, pa, pb, transients, ra, rb))")
+            self.rates(ind, "cc", True)
+        self.deriv(ind, "p")
+        for j in range(S):
+            a(f"{ind}s{j} = f{j}")
+            a(f"{ind}y{j} = p{j} + hh * f{j}")
+        if smooth:
+            a(f"{ind}cc = {F}(conc_at(t + 0.5 * hd, tm, pulses, pa, pb, transients, ra, rb))")
+            self.rates(ind, "cc", True)
+        self.deriv(ind, "y")
+        for j in range(S):
+            a(f"{ind}s{j} += {F}(2.0) * f{j}")
+            a(f"{ind}y{j} = p{j} + hh * f{j}")
+        self.deriv(ind, "y")
+        for j in range(S):
+            a(f"{ind}s{j} += {F}(2.0) * f{j}")
+            a(f"{ind}y{j} = p{j} + h * f{j}")
+        if smooth:
+            a(f"{ind}cc = {F}(conc_at(t + hd, tm, pulses, pa, pb, transients, ra, rb))")
+            self.rates(ind, "cc", True)
+        self.deriv(ind, "y")
+        for j in range(S):
+            if self.compensated:
+                a(f"{ind}dl = h6 * (s{j} + f{j}) - e{j}")
+                a(f"{ind}tp = p{j} + dl")
+                a(f"{ind}e{j} = (tp - p{j}) - dl")
+                a(f"{ind}p{j} = tp")
+            else:
+                a(f"{ind}p{j} = p{j} + h6 * (s{j} + f{j})")
+            self.flush(ind, f"p{j}", f"e{j}" if self.compensated else None)
+
+    def flush(self, ind: str, var: str, comp: str | None = None) -> None:
+        """Zero ``var`` (and its compensation term) when it is below ``flush_below``."""
+        if self.flush_below > 0.0:
+            self(f"{ind}if abs({var}) < {self.const(self.flush_below)}:")
+            self(f"{ind}    {var} = {self.cast}(0.0)")
+            if comp:
+                self(f"{ind}    {comp} = {self.cast}(0.0)")
+
+    def step_sizes(self, ind: str) -> None:
+        """``h``, ``hh`` and ``h6`` of schedule row ``r`` (and its raw fields)."""
+        a, F = self, self.cast
+        a(f"{ind}t0 = rows_f[r, 0]")
+        a(f"{ind}hd = rows_f[r, 1]")
+        a(f"{ind}tm = rows_f[r, 3]")
+        a(f"{ind}h = {F}(hd)")
+        a(f"{ind}hh = {F}(0.5) * h")
+        a(f"{ind}h6 = h / {F}(6.0)")
+        a(f"{ind}nsteps = rows_i[r, 0]")
+        a(f"{ind}nrep = rows_i[r, 1]")
+        a(f"{ind}rec = rows_i[r, 2]")
+
+    # ------------------------------------------------------------------ samples
+    def sweep_state(self, ind: str, mode: str) -> None:
+        """The per-sweep values every thread body starts with."""
+        a = self
+        a(f"{ind}drv = drive[w]")
+        a(f"{ind}pa = pulse_start[w]")
+        a(f"{ind}pb = pulse_start[w + 1]")
+        a(f"{ind}ra = transient_start[w]")
+        a(f"{ind}rb = transient_start[w + 1]")
+        a(f"{ind}sample0 = sample_start[w]")
+        if mode == "objective":
+            a(f"{ind}sgg = 0.0")
+            a(f"{ind}sgd = 0.0")
+            for q in range(self.n_windows):
+                a(f"{ind}wl{q} = win[w, {q}, 0]")
+                a(f"{ind}wh{q} = win[w, {q}, 1]")
+                a(f"{ind}wo{q} = win[w, {q}, 2]")
+                a(f"{ind}wv{q} = 0.0")
+                a(f"{ind}wi{q} = -1")
+        a(f"{ind}smp = 0")
+
+    def checks(self, ind: str, bad_range: str) -> None:
+        """``code`` from the current ``g``, ``tot`` and a range condition."""
+        a = self
+        a(f"{ind}code = {FAIL_OK}")
+        a(f"{ind}if not (abs(tot) < 1e300 and abs(g) < 1e300):")
+        a(f"{ind}    code = {FAIL_NONFINITE}")
+        a(f"{ind}elif {bad_range}:")
+        a(f"{ind}    code = {FAIL_RANGE}")
+        a(f"{ind}elif abs(tot - 1.0) > tol:")
+        a(f"{ind}    code = {FAIL_CONSERVATION}")
+
+    def record(self, ind: str, mode: str, *, with_occupancy: bool = False,
+               renormalise: bool = True, prefetched: bool = False) -> None:
+        """Check the full state ``p{i}``, then store or reduce one sample of it."""
+        a, S = self, self.scheme.n_states
+        g = " + ".join(f"{self.const(self.scheme.conductance[i])} * p{i}" for i in range(S)
+                       if self.scheme.conductance[i] != 0.0)
+        a(f"{ind}g = float({g}) * drv")
+        a(f"{ind}tot = float(" + " + ".join(f"p{i}" for i in range(S)) + ")")
+        self.checks(ind, " or ".join(f"p{i} < -tol or p{i} > 1.0 + tol" for i in range(S)))
+        if renormalise:
+            # Rounding makes a float32 state drift off Σp = 1 over millions of steps;
+            # checking and then renormalising at every sample bounds the drift to one
+            # sample's steps.
+            a(f"{ind}rn = {self.cast}(1.0 / tot) if code == 0 else {self.cast}(1.0)")
+            for i in range(S):
+                a(f"{ind}p{i} = p{i} * rn")
+        occupancy = [f"p{i}" for i in range(S)] if with_occupancy else []
+        self.store_sample(ind, mode, occupancy, prefetched=prefetched)
+
+    def store_sample(self, ind: str, mode: str, occupancy: list[str],
+                     writer: str | None = None, prefetched: bool = False) -> None:
+        """Reduce (objective) or store (traces) the sample ``g`` with failure ``code``.
+
+        ``writer`` is a condition naming the one thread that writes when several threads
+        hold the same sample (lanes of the propagator form). With ``prefetched`` the
+        sample's data and weight are already in ``dn`` and ``wn`` (see :meth:`prefetch`).
+        """
+        a = self
+        a(f"{ind}gs = sample0 + smp")
+        w_ind = ind + "    " if writer else ind
+        if mode == "objective":
+            a(f"{ind}if code != 0:")
+            if writer:
+                a(f"{ind}    if {writer}:")
+            a(f"{w_ind}    fail[w, c] = code")
+            # every output is written by its thread: the host need not clear them first
+            for k in range(N_OUT):
+                a(f"{w_ind}    out[w, {k}, c] = 0.0")
+            a(f"{ind}    return")
+            if prefetched:
+                a(f"{ind}d = dn")
+                a(f"{ind}wt = wn")
+            else:
+                a(f"{ind}d = data[gs]")
+                a(f"{ind}wt = weight[gs]")
+            a(f"{ind}sgg += wt * g * g")
+            a(f"{ind}sgd += wt * g * d")
+            for q in range(self.n_windows):
+                a(f"{ind}if wo{q} >= 0 and smp >= wl{q} and smp <= wh{q}:")
+                a(f"{ind}    if wo{q} == 0:")
+                a(f"{ind}        if abs(g) > abs(wv{q}) or wi{q} < 0:")
+                a(f"{ind}            wv{q} = g")
+                a(f"{ind}            wi{q} = smp")
+                a(f"{ind}    else:")
+                a(f"{ind}        wv{q} += g")
+        else:
+            if writer:
+                a(f"{ind}if {writer}:")
+            a(f"{w_ind}if code != 0:")
+            a(f"{w_ind}    fail[w, c] = code")
+            a(f"{w_ind}trace[c, gs] = g")
+            for i, var in enumerate(occupancy):
+                a(f"{w_ind}occ[c, gs, {i}] = {var}")
+            a(f"{ind}if code != 0:")
+            a(f"{ind}    return")
+
+    def prefetch(self, ind: str, mode: str, ahead: int) -> None:
+        """Load the data and weight of the sample ``ahead`` samples on into ``dn``, ``wn``.
+
+        A propagated sample is a hundred or so instructions, too few to hide a load from
+        device memory; issuing the next sample's loads one sample early hides it.
+        """
+        if mode != "objective":
+            return
+        self(f"{ind}gn = sample0 + smp + {ahead}")
+        self(f"{ind}if gn >= data.shape[0]:")
+        self(f"{ind}    gn = data.shape[0] - 1")
+        # an unsigned index spares Numba's negative-index wraparound on every sample
+        self(f"{ind}dn = data[U(gn)]")
+        self(f"{ind}wn = weight[U(gn)]")
+
+    def finish(self, ind: str, mode: str, writer: str | None = None) -> None:
+        """Write a sweep's reduced outputs and its success code."""
+        if mode != "objective":
+            return
+        if writer:
+            self(f"{ind}if {writer}:")
+            ind += "    "
+        self(f"{ind}fail[w, c] = 0")
+        self(f"{ind}out[w, 0, c] = sgg")
+        self(f"{ind}out[w, 1, c] = sgd")
+        for q in range(N_WINDOWS):
+            # windows the batch does not use (past n_windows) are written as empty
+            self(f"{ind}out[w, {2 + 2 * q}, c] = " + (f"wv{q}" if q < self.n_windows
+                                                       else "0.0"))
+            self(f"{ind}out[w, {3 + 2 * q}, c] = " + (f"wi{q}" if q < self.n_windows
+                                                       else "-1"))
+
+    # ------------------------------------------------------------------ stage rows
+    def stage_rows(self, ind: str, mode: str, with_occupancy: bool,
+                   kinds: str = "all") -> None:
+        """The body of a schedule row in stage form: constant or smooth concentration.
+
+        Expects the row's fields (:meth:`step_sizes`) to be set. ``kinds`` = ``smooth``
+        emits only the smooth rows' code, ``none`` no code at all (the caller knows that no
+        such row reaches it).
+        """
+        a = self
+        ind3 = ind + "    "
+        if kinds == "none":
+            a(f"{ind}pass")
+            return
+        if kinds == "smooth":
+            self.constant_rates_of_smooth_rows(ind)
+            self._stage_loop(ind, True, mode, with_occupancy)
+            return
+        a(f"{ind}if rows_i[r, 3] == 0:")
+        a(f"{ind3}cc = {self.cast}(rows_f[r, 2])")
+        self.rates(ind3, "cc", False)
+        self._stage_loop(ind3, False, mode, with_occupancy)
+        a(f"{ind}else:")
+        self.constant_rates_of_smooth_rows(ind3)
+        self._stage_loop(ind3, True, mode, with_occupancy)
+
+    def _stage_loop(self, ind: str, smooth: bool, mode: str, with_occupancy: bool) -> None:
+        self(f"{ind}for rep in range(nrep):")
+        self(f"{ind}    for it in range(nsteps):")
+        self.rk4_step(ind + "        ", smooth=smooth)
+        self(f"{ind}    if rec == 1:")
+        self(f"{ind}        smp += 1")
+        self.record(ind + "        ", mode, with_occupancy=with_occupancy)

@@ -1,0 +1,318 @@
+"""The propagator form: one vector–matrix product per sample on constant-concentration rows.
+
+On a row of constant concentration c, dp/dt = p·Q(c) is linear with constant Q, so one RK4
+step of size h is exactly p ← p·R(hQ) with R(A) = I + A + A²/2 + A³/6 + A⁴/24, and the n
+steps between two samples are p ← p·M with M = R(hQ)ⁿ. This is an identity, not an
+approximation: the propagator form gives the stage form's answer up to rounding, at one
+S×S product per sample whatever n is.
+
+Two functions are generated besides ``conc_at``:
+
+- ``build_thread(c, k, i, P, keys_f, keys_i, D)`` advances the unit vector eᵢ through the n
+  RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n) for candidate c, in float64
+  whatever the precision, and stores row i of D = M − I in ``D[k, i, :, c]``. D rather
+  than M because float32 keeps D's small entries to full relative precision, where
+  1 − 10⁻⁶ on M's diagonal would lose most of its digits.
+- ``run_thread`` walks a sweep's rows like the stage form; a row with ``row_key[r]`` ≥ 0
+  takes p ← p + p·D once per repetition, any other row takes the stage form's steps.
+
+With ``lanes`` = L > 1 (GPU only) L consecutive threads share one (candidate, sweep) pair:
+each holds ⌈S/L⌉ columns of D in registers, and the occupancies travel through a small
+shared-memory buffer per pair (two halves, so that one warp barrier per sample suffices).
+The sample's current and total probability are summed across the L lanes with warp
+shuffles, and all lanes of a pair take every decision together.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kingen.codegen.emit import N_OUT, N_WINDOWS, Emitter
+from kingen.codegen.stage import (
+    MODE_ARGS,
+    GeneratedCode,
+    check_mode,
+    finished,
+    thread_start,
+)
+from kingen.scheme import Scheme
+
+PROP_ARGS = ("c, w, lane, gmask, sh, base, P, S0, rows_f, rows_i, row_start, row_key,\n"
+             "               pulses, pulse_start, transients, transient_start, drive,\n"
+             "               sample_start, tol, D,")
+
+
+def padded_states(n_states: int, lanes: int) -> int:
+    """Columns of D per key once padded to a multiple of ``lanes``."""
+    return math.ceil(n_states / lanes) * lanes
+
+
+def shared_stride(n_states: int, lanes: int) -> int:
+    """Shared-memory words per pair: two buffers, plus one so that pairs of a warp start on
+    different banks."""
+    return 2 * padded_states(n_states, lanes) + 1
+
+
+def dot(terms: list[str], chains: int = 4) -> str:
+    """A sum of products as ``chains`` independent partial sums, so that the multiply-adds
+    of one sum need not wait on each other (a straight left-to-right sum is one dependent
+    chain of S fused multiply-adds)."""
+    groups = [terms[k::chains] for k in range(chains) if terms[k::chains]]
+    return " + ".join("(" + " + ".join(g) + ")" for g in groups)
+
+
+def _build(a: Emitter, d_flush: float) -> None:
+    S = a.scheme.n_states
+    a("@DEVICE")
+    a("def build_thread(c, k, i, P, keys_f, keys_i, D):")
+    ind = "    "
+    a.base_rates(ind)
+    a(f"{ind}cc = F64(keys_f[k, 1])")
+    a.rates(ind, "cc", False)
+    a(f"{ind}h = F64(keys_f[k, 0])")
+    a(f"{ind}hh = F64(0.5) * h")
+    a(f"{ind}h6 = h / F64(6.0)")
+    for j in range(S):
+        a(f"{ind}p{j} = F64(1.0) if i == {j} else F64(0.0)")
+    a(f"{ind}for it in range(keys_i[k]):")
+    a.rk4_step(ind + "    ", smooth=False)
+    for j in range(S):
+        a(f"{ind}x = p{j} - (F64(1.0) if i == {j} else F64(0.0))")
+        # entries this small change no result; zeroing them keeps CPU products normal
+        a(f"{ind}D[k, i, {j}, c] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    a(f"{ind}for j in range({S}, D.shape[2]):")
+    a(f"{ind}    D[k, i, j, c] = 0.0")
+    a("")
+
+
+def _update(a: Emitter, ind: str, new: str, old: str, comp: str, terms: list[str]) -> None:
+    """``new`` = ``old`` + Σ terms, compensated (Kahan) in float32."""
+    if a.compensated:
+        a(f"{ind}dl = {dot(terms, 2)} - {comp}")
+        a(f"{ind}tp = {old} + dl")
+        a(f"{ind}{comp} = (tp - {old}) - dl")
+        a(f"{ind}{new} = tp")
+    else:
+        # the old value starts one of the two chains: no separate add
+        a(f"{ind}{new} = {dot([old] + terms, 2)}")
+
+
+def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
+                   writer: str | None) -> None:
+    """Failure checks at the end of a propagated row.
+
+    A sample costs a hundred-odd instructions here, so the range and conservation checks
+    run once per row, not per sample: an unstable product grows without bound and stays
+    caught, and a candidate that fails anywhere is failed whole.
+    """
+    a(f"{ind}g = {a.cast}(0.0)")
+    a(f"{ind}tot = float({tot})")
+    a.checks(ind, bad)
+    a(f"{ind}if code != 0:")
+    if writer:
+        a(f"{ind}    if {writer}:")
+        a(f"{ind}        fail[w, c] = code")
+    else:
+        a(f"{ind}    fail[w, c] = code")
+    if mode == "objective":
+        for k in range(N_OUT):
+            a(f"{ind}    {'    ' if writer else ''}out[w, {k}, c] = 0.0")
+    a(f"{ind}    return")
+
+
+def _sample_value(a: Emitter, ind: str, mode: str, renorm_tot: str | None,
+                  writer: str | None) -> None:
+    """Reduce or store the current ``g`` of a propagated sample (no checks: see
+    :func:`_row_end_check`); renormalise by ``renorm_tot`` in float32."""
+    a(f"{ind}smp += 1")
+    a(f"{ind}code = 0")
+    a.store_sample(ind, mode, [], writer=writer, prefetched=True)
+    a.prefetch(ind, mode, 1)
+
+
+def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None:
+    """A propagated row when one thread holds the whole of D."""
+    S, F = a.scheme.n_states, a.cast
+    for i in range(S):
+        for j in range(S):
+            a(f"{ind}d{i}_{j} = {F}(D[kk, {i}, {j}, c])")
+    a.prefetch(ind, mode, 1)
+    a(f"{ind}for rep in range(nrep):")
+    ind2 = ind + "    "
+    for j in range(S):
+        _update(a, ind2, f"n{j}", f"p{j}", f"e{j}", [f"p{i} * d{i}_{j}" for i in range(S)])
+    for j in range(S):
+        a(f"{ind2}p{j} = n{j}")
+        a.flush(ind2, f"p{j}", f"e{j}" if a.compensated else None)
+    a(f"{ind2}if rec == 1:")
+    ind3 = ind2 + "    "
+    g = " + ".join(f"{a.const(a.scheme.conductance[i])} * p{i}" for i in range(S)
+                   if a.scheme.conductance[i] != 0.0)
+    a(f"{ind3}g = float({g}) * drv")
+    if a.compensated:
+        a(f"{ind3}rn = {F}(1.0) / (" + " + ".join(f"p{i}" for i in range(S)) + ")")
+        for i in range(S):
+            a(f"{ind3}p{i} = p{i} * rn")
+    if with_occupancy:
+        a(f"{ind3}smp += 1")
+        a(f"{ind3}code = 0")
+        a.store_sample(ind3, mode, [f"p{i}" for i in range(S)])
+    else:
+        _sample_value(a, ind3, mode, None, None)
+    _row_end_check(a, ind, " + ".join(f"p{i}" for i in range(S)),
+                   " or ".join(f"p{i} < -tol or p{i} > 1.0 + tol" for i in range(S)),
+                   mode, None)
+
+
+def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
+    """A propagated row shared by ``lanes`` threads, each holding C columns of D.
+
+    The two halves of the pair's buffer alternate: the repetitions are unrolled by two so
+    that each half is a fixed slice, read and written at constant offsets.
+    """
+    S, F = a.scheme.n_states, a.cast
+    C = padded_states(S, lanes) // lanes
+    SP = C * lanes
+    # enter: every lane holds the full state; publish it in buffer 0 once every lane of the
+    # pair is done reading the buffers of the previous propagated row
+    a(f"{ind}WARP_SYNC(gmask)")
+    a(f"{ind}half0 = sh[U(base):U(base + {SP})]")
+    a(f"{ind}half1 = sh[U(base + {SP}):U(base + {2 * SP})]")
+    a(f"{ind}col = lane * {C}")
+    a(f"{ind}own0 = sh[U(base + col):U(base + col + {C})]")
+    a(f"{ind}own1 = sh[U(base + {SP} + col):U(base + {SP} + col + {C})]")
+    for j in range(S):
+        a(f"{ind}half0[{j}] = p{j}")
+    a(f"{ind}WARP_SYNC(gmask)")
+    for k in range(C):
+        a(f"{ind}o{k} = own0[{k}]")
+        if a.compensated:
+            a(f"{ind}oe{k} = {F}(0.0)")
+        for i in range(S):
+            a(f"{ind}d{i}_{k} = {F}(D[kk, {i}, U(col + {k}), c])")
+    a.prefetch(ind, mode, 1)
+
+    def sample(ind2: str, src: str, dst: str) -> None:
+        for i in range(S):
+            a(f"{ind2}v{i} = {src}[{i}]")
+        for k in range(C):
+            _update(a, ind2, f"o{k}", f"o{k}", f"oe{k}", [f"v{i} * d{i}_{k}" for i in range(S)])
+        a(f"{ind2}if rec == 1:")
+        ind3 = ind2 + "    "
+        a(f"{ind3}gp = " + " + ".join(f"gc{k} * o{k}" for k in range(C)))
+        if a.compensated:
+            a(f"{ind3}tq = " + " + ".join(f"o{k}" for k in range(C)))
+        off = 1
+        while off < lanes:
+            a(f"{ind3}gp += SHFL_XOR(gmask, gp, {off})")
+            if a.compensated:
+                a(f"{ind3}tq += SHFL_XOR(gmask, tq, {off})")
+            off *= 2
+        a(f"{ind3}g = float(gp) * drv")
+        if a.compensated:
+            a(f"{ind3}rn = {F}(1.0) / tq")
+            for k in range(C):
+                a(f"{ind3}o{k} = o{k} * rn")
+        _sample_value(a, ind3, mode, None, "lane == 0")
+        for k in range(C):
+            a(f"{ind2}{dst}[{k}] = o{k}")
+        a(f"{ind2}WARP_SYNC(gmask)")
+
+    a(f"{ind}for rep in range(nrep // 2):")
+    sample(ind + "    ", "half0", "own1")
+    sample(ind + "    ", "half1", "own0")
+    a(f"{ind}if nrep % 2 == 1:")
+    sample(ind + "    ", "half0", "own1")
+    # the state is in half1 after an odd number of repetitions
+    a(f"{ind}last = half1 if nrep % 2 == 1 else half0")
+    # leave: check the row, then every lane takes the full state back into registers
+    a(f"{ind}tq = " + " + ".join(f"o{k}" for k in range(C)))
+    bad = " or ".join(f"o{k} < -tol or o{k} > 1.0 + tol" for k in range(C))
+    a(f"{ind}bad = 1 if ({bad}) else 0")
+    off = 1
+    while off < lanes:
+        a(f"{ind}tq += SHFL_XOR(gmask, tq, {off})")
+        a(f"{ind}bad |= SHFL_XOR(gmask, bad, {off})")
+        off *= 2
+    _row_end_check(a, ind, "tq", "bad != 0", mode, "lane == 0")
+    for j in range(S):
+        a(f"{ind}p{j} = last[{j}]")
+        if a.compensated:
+            a(f"{ind}e{j} = {F}(0.0)")
+
+
+def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
+                        with_occupancy: bool = False, compensated: bool = False,
+                        flush_below: float = 0.0, d_flush: float = 1e-150,
+                        stage_rows: str = "all", n_windows: int = N_WINDOWS) -> GeneratedCode:
+    """Python source of the propagator-form solver (``build_thread`` and ``run_thread``).
+
+    Parameters
+    ----------
+    scheme
+        The parsed scheme.
+    mode
+        ``"objective"`` or ``"traces"``.
+    lanes
+        Threads per (candidate, sweep) pair; more than 1 only on the GPU, and not with
+        ``with_occupancy``.
+    with_occupancy, compensated, flush_below
+        As for :func:`kingen.codegen.generate`; with ``lanes`` = 1 Kahan compensation also
+        covers the per-sample update p ← p + p·D.
+    d_flush
+        Entries of D below this magnitude are stored as zero.
+    stage_rows
+        Which rows without a key the code must handle in stage form (``all``, ``smooth``
+        or ``none``, from :attr:`kingen.solve.plan.PropagatorPlan.stage_rows`): the stage
+        form's code sets the register count of the whole kernel, so it is left out where no
+        row needs it.
+    n_windows
+        Feature windows the batch uses (objective mode): code is emitted for these only.
+
+    Examples
+    --------
+    >>> from kingen.scheme import Scheme
+    >>> s = Scheme.load("models/jonas_1993.toml")
+    >>> code = generate_propagator(s, "objective")
+    >>> "def build_thread(" in code.source and "p0 + n0" in code.source
+    True
+    """
+    check_mode(mode)
+    if lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"lanes must be a power of two, got {lanes}")
+    if lanes > 1 and with_occupancy:
+        raise ValueError("occupancies are stored with lanes = 1 only")
+    a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
+    a.legend()
+    a.conc_at()
+    builder = Emitter(scheme, cast="F64")
+    _build(builder, d_flush)
+    a.lines.extend(builder.lines)
+    a("@DEVICE")
+    a(f"def run_thread({PROP_ARGS}")
+    a(f"               {MODE_ARGS[mode]}):")
+    thread_start(a, mode)
+    ind = "    "
+    if lanes > 1:
+        C = padded_states(scheme.n_states, lanes) // lanes
+        cond = list(scheme.conductance) + [0.0] * (C * lanes - scheme.n_states)
+        a.lines.insert(0, f"GCOND = np.array({[float(x) for x in cond]!r})")
+        for k in range(C):
+            # conductance of this lane's k-th column (0 for padding)
+            a(f"{ind}gc{k} = {a.cast}(GCOND[lane * {C} + {k}])")
+        a(f"{ind}for j in range({scheme.n_states}, {2 * padded_states(scheme.n_states, lanes)}):")
+        a(f"{ind}    sh[base + j] = {a.cast}(0.0)")
+    a.record(ind, mode, with_occupancy=with_occupancy)
+    a(f"{ind}for r in range(row_start[w], row_start[w + 1]):")
+    ind2 = ind + "    "
+    a.step_sizes(ind2)
+    a(f"{ind2}kk = row_key[r]")
+    a(f"{ind2}if kk >= 0:")
+    if lanes == 1:
+        _one_lane_row(a, ind2 + "    ", mode, with_occupancy)
+    else:
+        _lanes_row(a, ind2 + "    ", mode, lanes)
+    a(f"{ind2}else:")
+    a.stage_rows(ind2 + "    ", mode, with_occupancy, stage_rows)
+    a.finish(ind, mode, writer="lane == 0" if lanes > 1 else None)
+    return finished(a)
