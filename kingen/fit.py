@@ -508,6 +508,72 @@ def state_fields(cfg: FitConfig, n_protocols: int) -> dict[str, tuple[str, tuple
     return fields
 
 
+def checked_state(arrays: dict[str, np.ndarray], cfg: FitConfig, n_protocols: int,
+                  path: str) -> tuple[dict[str, Any], tuple, tuple, dict[str, Any]]:
+    """Check a run file's resume arrays before any is used; nothing in them is executed.
+
+    Every array must have the type and shape this configuration implies; the random
+    generators' states are tried on throw-away generators.
+
+    Returns
+    -------
+    state, python_random, np_global, pcg64
+        The search state's scalars and arrays, and the three generators' states in the form
+        ``random.setstate``, ``np.random.set_state`` and ``PCG64.state`` take.
+
+    Raises
+    ------
+    KingenError
+        Naming the array that is missing or malformed.
+    """
+    want = state_fields(cfg, n_protocols)
+    k = cfg.ga.hall_of_fame
+    for name, (dtype, shape) in want.items():
+        if name not in arrays:
+            raise KingenError("malformed resume state: missing", file=path,
+                              field=f"/resume/{name}")
+        arr = arrays[name]
+        ok_shape = arr.shape == shape or (name.startswith("hof_") and arr.ndim == len(
+            shape) and arr.shape[0] <= k and arr.shape[1:] == shape[1:])
+        if np.dtype(arr.dtype) != np.dtype(dtype) or not ok_shape:
+            raise KingenError(f"malformed resume state: {arr.dtype} of shape {arr.shape} "
+                              f"where this run needs {np.dtype(dtype)} of shape {shape}",
+                              file=path, field=f"/resume/{name}")
+    extra = sorted(set(arrays) - set(want))
+    if extra:
+        raise KingenError("malformed resume state: fields this run does not have",
+                          file=path, field="/resume", value=extra)
+    if int(arrays["version"]) != STATE_VERSION:
+        raise KingenError("resume state of another kingen version; cannot resume",
+                          file=path, field="/resume/version", value=int(arrays["version"]))
+    s: dict[str, Any] = {name: int(arrays[name]) for name in _STATE_INTS}
+    s.update({name: float(arrays[name]) for name in _STATE_FLOATS})
+    if not math.isfinite(s["reference"]):
+        del s["reference"]  # never set: no finite best yet
+    for name in ("genes", "fitness", "errors", "fail", "hof_genes", "hof_fitness"):
+        s[name] = np.array(arrays[name])
+    gauss = (float(arrays["python_random_gauss"])
+             if int(arrays["python_random_has_gauss"]) else None)
+    python_state = (int(arrays["python_random_version"]),
+                    tuple(int(v) for v in arrays["python_random"]), gauss)
+    np_state = ("MT19937", np.array(arrays["np_global_key"]), int(arrays["np_global_pos"]),
+                int(arrays["np_global_has_gauss"]), float(arrays["np_global_gauss"]))
+    pcg = [int(v) for v in arrays["rng_pcg64"]]
+    pcg_state = {"bit_generator": "PCG64",
+                 "state": {"state": pcg[0] << 64 | pcg[1], "inc": pcg[2] << 64 | pcg[3]},
+                 "has_uint32": int(arrays["rng_has_uint32"]),
+                 "uinteger": int(arrays["rng_uinteger"])}
+    try:
+        random.Random().setstate(python_state)
+        np.random.RandomState().set_state(np_state)
+        np.random.PCG64().state = pcg_state
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise KingenError(f"malformed resume state: a random generator's state is invalid "
+                          f"({' '.join(str(exc).split())})", file=path, field="/resume"
+                          ) from None
+    return s, python_state, np_state, pcg_state
+
+
 class _Engine:
     """One run of the search: state, one generation at a time, written through the store."""
 
@@ -747,55 +813,13 @@ class _Engine:
         return out
 
     def unpack(self, arrays: dict[str, np.ndarray], path: str) -> dict:
-        """The search state from a run file's resume arrays, checked before any is used.
-
-        Every array must have the type and shape this configuration implies; the random
-        generators' states are checked by the generators themselves. Nothing is executed.
-        """
-        want = state_fields(self.cfg, self.obj.n_protocols)
-        k = self.ga.hall_of_fame
-        for name, (dtype, shape) in want.items():
-            if name not in arrays:
-                raise KingenError("malformed resume state: missing", file=path,
-                                  field=f"/resume/{name}")
-            arr = arrays[name]
-            ok_shape = arr.shape == shape or (name.startswith("hof_") and arr.ndim == len(
-                shape) and arr.shape[0] <= k and arr.shape[1:] == shape[1:])
-            if np.dtype(arr.dtype) != np.dtype(dtype) or not ok_shape:
-                raise KingenError(f"malformed resume state: {arr.dtype} of shape {arr.shape} "
-                                  f"where this run needs {np.dtype(dtype)} of shape {shape}",
-                                  file=path, field=f"/resume/{name}")
-        extra = sorted(set(arrays) - set(want))
-        if extra:
-            raise KingenError("malformed resume state: fields this run does not have",
-                              file=path, field="/resume", value=extra)
-        if int(arrays["version"]) != STATE_VERSION:
-            raise KingenError("resume state of another kingen version; cannot resume",
-                              file=path, field="/resume/version", value=int(arrays["version"]))
-        s: dict[str, Any] = {name: int(arrays[name]) for name in _STATE_INTS}
-        s.update({name: float(arrays[name]) for name in _STATE_FLOATS})
-        if not math.isfinite(s["reference"]):
-            del s["reference"]  # never set: no finite best yet
-        for name in ("genes", "fitness", "errors", "fail", "hof_genes", "hof_fitness"):
-            s[name] = np.array(arrays[name])
-        words = tuple(int(v) for v in arrays["python_random"])
-        gauss = (float(arrays["python_random_gauss"])
-                 if int(arrays["python_random_has_gauss"]) else None)
-        pcg = [int(v) for v in arrays["rng_pcg64"]]
-        try:
-            random.setstate((int(arrays["python_random_version"]), words, gauss))
-            np.random.set_state(("MT19937", arrays["np_global_key"],  # noqa: NPY002
-                                 int(arrays["np_global_pos"]),
-                                 int(arrays["np_global_has_gauss"]),
-                                 float(arrays["np_global_gauss"])))
-            self.rng.bit_generator.state = {
-                "bit_generator": "PCG64",
-                "state": {"state": pcg[0] << 64 | pcg[1], "inc": pcg[2] << 64 | pcg[3]},
-                "has_uint32": int(arrays["rng_has_uint32"]),
-                "uinteger": int(arrays["rng_uinteger"])}
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise KingenError(f"malformed resume state: a random generator's state is "
-                              f"invalid ({exc})", file=path, field="/resume") from None
+        """The search state from a run file's resume arrays (checked by
+        :func:`checked_state`), with the random generators set to their stored states."""
+        s, python_state, np_state, pcg_state = checked_state(arrays, self.cfg,
+                                                             self.obj.n_protocols, path)
+        random.setstate(python_state)
+        np.random.set_state(np_state)  # noqa: NPY002
+        self.rng.bit_generator.state = pcg_state
         if self.ga.algorithm == "cmaes":
             s["cma"] = self._strategy(arrays)
         self.evaluations = s["evaluations"]
@@ -1047,29 +1071,34 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     generations
         A new maximum number of generations (default: the run's own).
     """
-    with _store_class().open(path, mode="r", verify=False) as reader:
+    # Everything is read and checked (every checksum, the resume state) before the file is
+    # opened for writing: a damaged or malformed file is never written to. A second writer
+    # is refused by the lock taken then.
+    with _store_class().open(path, mode="r") as reader:
         finished = reader.finished  # opening to append clears it: read it first
-    if finished and generations is None:
-        raise KingenError(f"the run has already finished ({finished}); give --generations "
-                          "to continue it further", file=str(path))
-    store = _store_class().open(path, mode="a")
-    with store:
-        settings = store.config
+        if finished and generations is None:
+            raise KingenError(f"the run has already finished ({finished}); give "
+                              "--generations to continue it further", file=str(path))
+        settings = reader.config
         cfg_path = settings.get("config_path", "<config>")
         base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
-        scheme = store.scheme()
-        cfg = loads_config(store.config_text, path=cfg_path, base=base, scheme=scheme)
-        _say_if_model_changed(scheme, cfg.model_path, stream)
-        cfg.ga = GASettings(**settings["ga"])
-        if generations is not None:
-            cfg.ga.generations = int(generations)
-        cfg.stop = StopSettings(**settings["stop"])
-        cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
-                                                settings["precision"])
-        cfg.output = str(path)
-        cfg.settings = settings
-        objective = _objective(cfg)
-        _, arrays = store.last_state()
+        scheme = reader.scheme()
+        cfg = loads_config(reader.config_text, path=cfg_path, base=base, scheme=scheme)
+        _, arrays = reader.last_state()
+    cfg.ga = GASettings(**settings["ga"])
+    if generations is not None:
+        cfg.ga.generations = int(generations)
+    cfg.stop = StopSettings(**settings["stop"])
+    cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
+                                            settings["precision"])
+    cfg.output = str(path)
+    cfg.settings = settings
+    objective = _objective(cfg)
+    checked_state(arrays, cfg, objective.n_protocols, str(path))
+    _say_if_model_changed(scheme, cfg.model_path, stream)
+    store = _store_class().open(path, mode="a", verify=False)
+    with store:
+        _, arrays = store.last_state()  # the same, unless another run wrote in between
         return _search(cfg, objective, store, arrays, progress, stream)
 
 

@@ -261,7 +261,10 @@ def _extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any
 
 def _damaged(ds: h5py.Dataset, exc: BaseException) -> KingenError:
     detail = " ".join(str(exc).split())
-    what = ("its data fail their Fletcher-32 checksum" if "checksum" in detail.lower()
+    # HDF5 2 says only "filter returned failure"; the Fletcher-32 filter is the one that
+    # fails on damaged data (it runs first when reading, before any decompression)
+    failed = any(w in detail.lower() for w in ("checksum", "filter returned failure"))
+    what = ("its data fail their Fletcher-32 checksum" if failed
             else f"its data cannot be read (HDF5 says: {detail})")
     return KingenError(f"damaged run file: {what}; restore the file from a copy",
                        file=ds.file.filename, field=ds.name)
@@ -551,7 +554,8 @@ class RunStore:
             written to), and rebuilds a file left by a killed run from its committed content.
         verify
             Read every committed dataset once to check its Fletcher-32 checksums (see
-            :meth:`verify`). Always done in mode ``"a"``.
+            :meth:`verify`); in mode ``"a"``, before anything is written (pass False only
+            right after a verified reading).
 
         Raises
         ------
@@ -585,8 +589,8 @@ class RunStore:
         lock = WriterLock(p)
         lock.acquire()
         try:
-            with cls.open(p, "r", verify=True):
-                pass  # validated and verified before anything is written
+            with cls.open(p, "r", verify=verify):
+                pass  # validated (and verified) before anything is written
             f = _open_append(p)
             try:
                 store = cls(f, p, "w", lock)
@@ -1472,6 +1476,12 @@ def _corrupt(name: str, exc: BaseException) -> KingenError:
                        f"{detail})", file=name)
 
 
+def _unreadable(p: Path) -> KingenError:
+    # HDF5's own words vary between its versions and say little more: left out
+    return KingenError("not a readable HDF5 file: its header (superblock) or metadata is "
+                       "damaged, or the file is incomplete", file=str(p))
+
+
 def _superblock(p: Path) -> tuple[int, int] | None:
     """(consistency flags, end-of-file address) of a version 2 or 3 HDF5 superblock.
 
@@ -1514,7 +1524,7 @@ def _open_read(p: Path) -> h5py.File:
         except (OSError, RuntimeError, ValueError) as exc:
             error = error or exc
     assert error is not None
-    raise _corrupt(str(p), error) from None
+    raise _unreadable(p) from None
 
 
 def _open_append(p: Path) -> h5py.File:
@@ -1523,15 +1533,15 @@ def _open_append(p: Path) -> h5py.File:
         return h5py.File(p, "a", libver="latest")
     except (OSError, RuntimeError, ValueError) as exc:
         if _ALREADY_OPEN not in str(exc):
-            raise _corrupt(str(p), exc) from None
+            raise _unreadable(p) from None
     # The superblock still says a writer has the file: either one does, or a run was
     # killed. A live writer would have to be stopped first; a killed run's file is
     # rebuilt from what it committed.
     _rebuild(p)
     try:
         return h5py.File(p, "a", libver="latest")
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise _corrupt(str(p), exc) from None
+    except (OSError, RuntimeError, ValueError):
+        raise _unreadable(p) from None
 
 
 def _rebuild(p: Path) -> None:
@@ -1640,7 +1650,7 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
               "fail": (width,), "stats": (MAX_COLUMNS,), "timings": (MAX_COLUMNS,)}
     for k, want in widths.items():
         if gen[k].shape[1:] != want:
-            raise _inconsistent(name, f"/generations/{k}", str(gen[k].shape),
+            raise _inconsistent(name, f"/generations/{k}", gen[k].shape,
                                 f"rows of the wrong width (expected {want})")
     if rows:
         sizes = np.asarray(_load(gen["size"], np.s_[:rows]))
