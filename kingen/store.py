@@ -2,9 +2,9 @@
 
 One file per run holds the configuration, the scheme, the protocols, the data and targets,
 one row per generation (population, errors, fitness, failure codes, statistics, timings),
-the hall of fame, the best candidate with its traces, the environment, and the opaque
-resume state of the last generation. The layout is described in the README ("The run file")
-and in :data:`LAYOUT_DOC`.
+the hall of fame, the best candidate with its traces, the environment, and the resume state
+of the last generation (plain arrays, never a pickle). The layout is described in the README
+("The run file") and in :data:`LAYOUT_DOC`.
 
 Crash safety. The file is written in HDF5's single-writer/multiple-reader (SWMR) mode, whose
 metadata is flushed in an order that keeps the file readable at every instant. On top of
@@ -85,7 +85,14 @@ It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mo
 `kingen resume RUN.h5` continues it. Read it from Python with
 `kingen.store.RunStore.open(path)`, or with any HDF5 tool (h5py, HDFView, `h5dump`); open a
 live run with `h5py.File(path, "r", libver="latest", swmr=True)` and trust only the
-generations counted by `/run/commit`.
+generations counted by `/run/commit`. A killed run's file keeps HDF5's "open for writing"
+flag until `kingen resume` (or `h5clear -s RUN.h5`) clears it.
+
+Every dataset carries a Fletcher-32 checksum (scalars are stored as (1,) arrays, text as
+fixed-length UTF-8), checked on every read; opening a run file checks them all, and checks
+that the counters agree with the data. The resume state is plain arrays of numbers: no
+pickle, eval or exec runs on anything a run file holds. One process writes a run file at a
+time (an OS lock on `.<name>.lock` beside it, held for the whole run).
 
 Parameter values are in kingen's internal units (ms⁻¹ for first-order rates, mM⁻¹ ms⁻¹
 for binding rates); `/scheme/parameters` also gives them in the scheme file's units.
@@ -93,7 +100,7 @@ Times are ms, concentrations mM, currents pA, potentials mV, conductances pS. Ta
 HDF5 compound datasets. `P` is the number of rate constants, `R` the number of protocols,
 `N` the population size, `G` the generations completed.
 
-- `/` (attributes): `kingen_run = "kingen run file"` (the marker), `layout_version` (1),
+- `/` (attributes): `kingen_run = "kingen run file"` (the marker), `layout_version` (2),
   `kingen_version`, `created` (ISO 8601, UTC), `layout` (this text)
 - `/config/text`: the configuration file as given (TOML)
 - `/config/settings`: the settings it resolved to, defaults filled in (JSON)
@@ -146,20 +153,24 @@ HDF5 compound datasets. `P` is the number of rate constants, `R` the number of p
   (JSON: local polish before/after, or null)
 - `/best/traces/<p>/`: the best candidate's currents: `time_ms`, `fit_pA`, `data_pA` (sweeps ×
   samples, NaN padded), `n_samples`; sweep labels in `/best/traces_info` (JSON)
-- `/resume/state_0`, `state_1`: opaque resume state (random states, population, hall of fame,
-  strategy; a pickle) of the last committed generation, in the slot `/run/commit[1]` names;
-  `length`, `generation`, `crc32` per slot
+- `/resume/slot_0`, `slot_1`: the resume state of the last committed generation, in the slot
+  `/run/commit[1]` names, as plain arrays (attribute `fields` names them, `shapes` gives their
+  shapes): the population (`genes`, `fitness`, `errors`, `fail`), the hall of fame
+  (`hof_genes`, `hof_fitness`), counters, Python's `random` state as integers
+  (`python_random*`), NumPy's global generator (`np_global_*`), the fit's PCG64
+  (`rng_pcg64`, …), the CMA-ES strategy (`cma_*`); `/resume/generation`, `crc32` per slot
 - `/run/commit`: `[generations committed, resume slot, last generation number]`, written last
   after each generation: readers trust only it
 - `/run/finished`: why the run stopped (`max_generations`, `no_improvement`, `target_error`,
   `wall_time`, `interrupted`, …); empty while running or if the run was killed; `finished_unix`
   when; attributes `resumed` (times the run was resumed), `writer_pid`, `writer_host`
 
-Errors say what is wrong in one line: a file that is not HDF5, an HDF5 file that is not a
-kingen run, a truncated or corrupt file, a file from a newer kingen (higher
-`layout_version`), a missing group. A run file is never half-written by `kingen plot`,
-`kingen report` or `kingen export`: they only read it, and write their own outputs through
-temporary files.
+Errors say what is wrong in one line: a file that is not HDF5 or not a readable one, an HDF5
+file that is not a kingen run, a truncated file, a damaged dataset (named), counters that
+disagree with the data, a file of another `layout_version` (version 1 held a pickle and is
+refused), a missing group, a run file another process writes. A run file is never
+half-written by `kingen plot`, `kingen report` or `kingen export`: they only read it, and
+write their own outputs through temporary files.
 """
 
 
