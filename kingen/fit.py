@@ -26,10 +26,8 @@ ends as an uninterrupted one would.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import os
-import pickle
 import platform
 import random
 import sys
@@ -54,8 +52,18 @@ from kingen.fit_config import (
 from kingen.objective import Evaluation, Objective
 from kingen.params import to_file_units
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: plain arrays in the run file (1 was a pickle)
 CMA_PENALTY = 1.0  # fitness added per unit of squared distance outside the [0, 1] box
+
+# The resume state's scalars, and the attributes of DEAP's cma.Strategy that change as it
+# runs (the rest are constants DEAP computes from λ, μ and the dimension).
+_STATE_INTS = ("version", "generation", "since_improvement", "evaluations")
+_STATE_FLOATS = ("best", "reference", "elapsed")
+_CMA_VECTORS = ("centroid", "pc", "ps", "diagD")
+_CMA_MATRICES = ("C", "B", "BD")
+_CMA_FLOATS = ("sigma", "cond")
+_CMA_INTS = ("update_count", "lambda_", "mu")
+_U64 = (1 << 64) - 1
 
 
 # ---------------------------------------------------------------------- results
@@ -467,6 +475,105 @@ def _environment(objective: Objective, precision: str) -> dict[str, str]:
     return env
 
 
+def state_fields(cfg: FitConfig, n_protocols: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The resume state's arrays, name -> (dtype, typical shape), as the run file keeps them.
+
+    Plain numbers only: the population, the hall of fame, the CMA-ES strategy, the random
+    generators' states (see the README, "The run file").
+    """
+    ga = cfg.ga
+    n, r, k = cfg.pmap.n_genes, n_protocols, ga.hall_of_fame
+    mu = ga.lambda_ if ga.algorithm == "cmaes" else ga.population
+    fields = {name: ("i8", ()) for name in _STATE_INTS}
+    fields.update({name: ("f8", ()) for name in _STATE_FLOATS})
+    fields.update({
+        "genes": ("f8", (mu, n)), "fitness": ("f8", (mu,)), "errors": ("f8", (mu, r)),
+        "fail": ("i8", (mu,)), "hof_genes": ("f8", (k, n)), "hof_fitness": ("f8", (k,)),
+        # Python's random: (version, 624 Mersenne Twister words and the position,
+        # the cached Gaussian or None)
+        "python_random": ("i8", (625,)), "python_random_version": ("i8", ()),
+        "python_random_has_gauss": ("i8", ()), "python_random_gauss": ("f8", ()),
+        # numpy's global (legacy) generator, which DEAP's CMA-ES draws from
+        "np_global_key": ("u4", (624,)), "np_global_pos": ("i8", ()),
+        "np_global_has_gauss": ("i8", ()), "np_global_gauss": ("f8", ()),
+        # the fit's PCG64: 128-bit state and increment as (high, low) 64-bit words
+        "rng_pcg64": ("u8", (4,)), "rng_has_uint32": ("i8", ()),
+        "rng_uinteger": ("u8", ()),
+    })
+    if ga.algorithm == "cmaes":
+        fields.update({f"cma_{a}": ("f8", (n,)) for a in _CMA_VECTORS})
+        fields.update({f"cma_{a}": ("f8", (n, n)) for a in _CMA_MATRICES})
+        fields.update({f"cma_{a}": ("f8", ()) for a in _CMA_FLOATS})
+        fields.update({f"cma_{a}": ("i8", ()) for a in _CMA_INTS})
+    return fields
+
+
+def checked_state(arrays: dict[str, np.ndarray], cfg: FitConfig, n_protocols: int,
+                  path: str) -> tuple[dict[str, Any], tuple, tuple, dict[str, Any]]:
+    """Check a run file's resume arrays before any is used; nothing in them is executed.
+
+    Every array must have the type and shape this configuration implies; the random
+    generators' states are tried on throw-away generators.
+
+    Returns
+    -------
+    state, python_random, np_global, pcg64
+        The search state's scalars and arrays, and the three generators' states in the form
+        ``random.setstate``, ``np.random.set_state`` and ``PCG64.state`` take.
+
+    Raises
+    ------
+    KingenError
+        Naming the array that is missing or malformed.
+    """
+    want = state_fields(cfg, n_protocols)
+    k = cfg.ga.hall_of_fame
+    for name, (dtype, shape) in want.items():
+        if name not in arrays:
+            raise KingenError("malformed resume state: missing", file=path,
+                              field=f"/resume/{name}")
+        arr = arrays[name]
+        ok_shape = arr.shape == shape or (name.startswith("hof_") and arr.ndim == len(
+            shape) and arr.shape[0] <= k and arr.shape[1:] == shape[1:])
+        if np.dtype(arr.dtype) != np.dtype(dtype) or not ok_shape:
+            raise KingenError(f"malformed resume state: {arr.dtype} of shape {arr.shape} "
+                              f"where this run needs {np.dtype(dtype)} of shape {shape}",
+                              file=path, field=f"/resume/{name}")
+    extra = sorted(set(arrays) - set(want))
+    if extra:
+        raise KingenError("malformed resume state: fields this run does not have",
+                          file=path, field="/resume", value=extra)
+    if int(arrays["version"]) != STATE_VERSION:
+        raise KingenError("resume state of another kingen version; cannot resume",
+                          file=path, field="/resume/version", value=int(arrays["version"]))
+    s: dict[str, Any] = {name: int(arrays[name]) for name in _STATE_INTS}
+    s.update({name: float(arrays[name]) for name in _STATE_FLOATS})
+    if not math.isfinite(s["reference"]):
+        del s["reference"]  # never set: no finite best yet
+    for name in ("genes", "fitness", "errors", "fail", "hof_genes", "hof_fitness"):
+        s[name] = np.array(arrays[name])
+    gauss = (float(arrays["python_random_gauss"])
+             if int(arrays["python_random_has_gauss"]) else None)
+    python_state = (int(arrays["python_random_version"]),
+                    tuple(int(v) for v in arrays["python_random"]), gauss)
+    np_state = ("MT19937", np.array(arrays["np_global_key"]), int(arrays["np_global_pos"]),
+                int(arrays["np_global_has_gauss"]), float(arrays["np_global_gauss"]))
+    pcg = [int(v) for v in arrays["rng_pcg64"]]
+    pcg_state = {"bit_generator": "PCG64",
+                 "state": {"state": pcg[0] << 64 | pcg[1], "inc": pcg[2] << 64 | pcg[3]},
+                 "has_uint32": int(arrays["rng_has_uint32"]),
+                 "uinteger": int(arrays["rng_uinteger"])}
+    try:
+        random.Random().setstate(python_state)
+        np.random.RandomState().set_state(np_state)
+        np.random.PCG64().state = pcg_state
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise KingenError(f"malformed resume state: a random generator's state is invalid "
+                          f"({' '.join(str(exc).split())})", file=path, field="/resume"
+                          ) from None
+    return s, python_state, np_state, pcg_state
+
+
 class _Engine:
     """One run of the search: state, one generation at a time, written through the store."""
 
@@ -669,37 +776,74 @@ class _Engine:
         return state
 
     # ------------------------------------------------------------------ the loop
-    def snapshot(self, state: dict) -> dict:
-        """The resume state as of now (pickled later, on the writer's thread).
+    def snapshot(self, state: dict) -> dict[str, np.ndarray]:
+        """The resume state as of now, as plain arrays (written later, on the writer's thread).
 
-        The random generators' states are copied now. The arrays are shared with ``state``:
-        a generation replaces them and never writes into them. CMA-ES's strategy is
-        updated in place, so it is copied.
+        The random generators' states are copied now. The population arrays are shared
+        with ``state``: a generation replaces them and never writes into them. CMA-ES's
+        strategy is updated in place, so its arrays are copied.
         """
-        s = dict(state)
-        if "cma" in s:
-            s["cma"] = copy.deepcopy(s["cma"])
-        s["random"] = random.getstate()
-        s["np_global"] = np.random.get_state()  # noqa: NPY002
-        s["rng"] = self.rng.bit_generator.state
-        s["evaluations"] = self.evaluations
+        out: dict[str, Any] = {name: np.int64(state.get(name, 0)) for name in _STATE_INTS}
+        out["version"] = np.int64(STATE_VERSION)
+        out["evaluations"] = np.int64(self.evaluations)
+        out.update({name: np.float64(state.get(name, math.inf)) for name in _STATE_FLOATS})
+        for name in ("genes", "fitness", "errors", "fail", "hof_genes", "hof_fitness"):
+            out[name] = state[name]
+        version, words, gauss = random.getstate()
+        out["python_random"] = np.array(words, dtype=np.int64)
+        out["python_random_version"] = np.int64(version)
+        out["python_random_has_gauss"] = np.int64(gauss is not None)
+        out["python_random_gauss"] = np.float64(0.0 if gauss is None else gauss)
+        _, key, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002
+        out.update(np_global_key=np.array(key, dtype=np.uint32), np_global_pos=np.int64(pos),
+                   np_global_has_gauss=np.int64(has_gauss),
+                   np_global_gauss=np.float64(cached))
+        st = self.rng.bit_generator.state
+        words128 = [st["state"]["state"], st["state"]["inc"]]
+        out["rng_pcg64"] = np.array([w >> s & _U64 for w in words128 for s in (64, 0)],
+                                    dtype=np.uint64)
+        out["rng_has_uint32"] = np.int64(st["has_uint32"])
+        out["rng_uinteger"] = np.uint64(st["uinteger"])
+        if "cma" in state:
+            cma = state["cma"]
+            for a in _CMA_VECTORS + _CMA_MATRICES + _CMA_FLOATS:
+                out[f"cma_{a}"] = np.array(getattr(cma, a), dtype=np.float64)
+            for a in _CMA_INTS:
+                out[f"cma_{a}"] = np.int64(getattr(cma, a))
+        return out
+
+    def unpack(self, arrays: dict[str, np.ndarray], path: str) -> dict:
+        """The search state from a run file's resume arrays (checked by
+        :func:`checked_state`), with the random generators set to their stored states."""
+        s, python_state, np_state, pcg_state = checked_state(arrays, self.cfg,
+                                                             self.obj.n_protocols, path)
+        random.setstate(python_state)
+        np.random.set_state(np_state)  # noqa: NPY002
+        self.rng.bit_generator.state = pcg_state
+        if self.ga.algorithm == "cmaes":
+            s["cma"] = self._strategy(arrays)
+        self.evaluations = s["evaluations"]
         return s
 
-    def unpack(self, blob: bytes) -> dict:
-        s = pickle.loads(blob)
-        if s.get("version") != STATE_VERSION:
-            raise KingenError("run file state of another kingen version; cannot resume",
-                              field="state", value=s.get("version"))
-        random.setstate(s.pop("random"))
-        np.random.set_state(s.pop("np_global"))  # noqa: NPY002
-        self.rng.bit_generator.state = s.pop("rng")
-        self.evaluations = int(s.get("evaluations", 0))
-        return s
+    def _strategy(self, arrays: dict[str, np.ndarray]) -> Any:
+        """A CMA-ES strategy with the stored state (its constants are recomputed by DEAP
+        from λ, μ and the dimension, exactly as the run computed them)."""
+        from deap import cma
+
+        strategy = cma.Strategy(centroid=list(arrays["cma_centroid"]),
+                                sigma=float(arrays["cma_sigma"]),
+                                lambda_=int(arrays["cma_lambda_"]), mu=int(arrays["cma_mu"]))
+        for a in _CMA_VECTORS + _CMA_MATRICES:
+            setattr(strategy, a, np.array(arrays[f"cma_{a}"]))
+        for a in _CMA_FLOATS:
+            setattr(strategy, a, np.float64(arrays[f"cma_{a}"]))
+        strategy.update_count = int(arrays["cma_update_count"])
+        return strategy
 
     def record(self, state: dict, t_start: float) -> dict[str, float]:
         """Write the generation through the store; returns the generation's statistics.
 
-        The write (the population's parameters, pickling the resume state, compression,
+        The write (the population's parameters, the resume state's arrays, compression,
         flush) runs on a background thread during the next generation's solver call; the
         next generation's record waits for it to finish.
         """
@@ -740,8 +884,7 @@ class _Engine:
             self.store.append_generation(
                 generation=snapshot["generation"], population=self.pmap.to_params(
                     snapshot["genes"]), errors=snapshot["errors"], fitness=snapshot["fitness"],
-                fail=snapshot["fail"], stats=stats, timings=timing,
-                state=pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL))
+                fail=snapshot["fail"], stats=stats, timings=timing, state=snapshot)
             self.timings[index]["write_s"] = time.perf_counter() - t
 
         self._queued = write
@@ -901,7 +1044,9 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
         cfg.output, config_text=cfg.text, config=cfg.settings, scheme=cfg.scheme,
         protocols=objective.protocols, recordings=cfg.recordings, targets=cfg.targets,
         free_mask=cfg.pmap.free_mask, population_size=mu,
-        environment=_environment(objective, cfg.precision), overwrite=overwrite)
+        environment=_environment(objective, cfg.precision),
+        state_fields=state_fields(cfg, objective.n_protocols), inputs=_inputs(cfg),
+        overwrite=overwrite)
     with store:
         return _search(cfg, objective, store, None, progress, stream)
 
@@ -910,9 +1055,14 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
            generations: int | None = None, stream: TextIO | None = None) -> FitResult:
     """Continue a run file from its last completed generation.
 
-    The configuration is rebuilt from the text stored in the run file, its relative paths
-    taken from the original configuration's folder (the model and data files must still be
-    there), with the settings the run started with.
+    The configuration is rebuilt from the text stored in the run file, with the settings
+    the run started with, and with the scheme stored in the run file (not the model file
+    on disk, which may have been edited since: a line on ``stream`` says so when it
+    differs). The protocols' data files are read again from the original configuration's
+    folder.
+
+    The run file is checked whole first (every checksum, every counter) and locked against
+    a second writer; a damaged file is never written to.
 
     Parameters
     ----------
@@ -921,28 +1071,67 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     generations
         A new maximum number of generations (default: the run's own).
     """
+    # Everything is read and checked (every checksum, the resume state) before the file is
+    # opened for writing: a damaged or malformed file is never written to. A second writer
+    # is refused by the lock taken then.
     with _store_class().open(path, mode="r") as reader:
         finished = reader.finished  # opening to append clears it: read it first
-    if finished and generations is None:
-        raise KingenError(f"the run has already finished ({finished}); give --generations "
-                          "to continue it further", file=str(path))
-    store = _store_class().open(path, mode="a")
-    with store:
-        settings = store.config
+        if finished and generations is None:
+            raise KingenError(f"the run has already finished ({finished}); give "
+                              "--generations to continue it further", file=str(path))
+        settings = reader.config
         cfg_path = settings.get("config_path", "<config>")
         base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
-        cfg = loads_config(store.config_text, path=cfg_path, base=base)
-        cfg.ga = GASettings(**settings["ga"])
-        if generations is not None:
-            cfg.ga.generations = int(generations)
-        cfg.stop = StopSettings(**settings["stop"])
-        cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
-                                                settings["precision"])
-        cfg.output = str(path)
-        cfg.settings = settings
-        objective = _objective(cfg)
-        gen, blob = store.last_state()
-        return _search(cfg, objective, store, blob, progress, stream)
+        scheme = reader.scheme()
+        cfg = loads_config(reader.config_text, path=cfg_path, base=base, scheme=scheme)
+        _, arrays = reader.last_state()
+    cfg.ga = GASettings(**settings["ga"])
+    if generations is not None:
+        cfg.ga.generations = int(generations)
+    cfg.stop = StopSettings(**settings["stop"])
+    cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
+                                            settings["precision"])
+    cfg.output = str(path)
+    cfg.settings = settings
+    objective = _objective(cfg)
+    checked_state(arrays, cfg, objective.n_protocols, str(path))
+    _say_if_model_changed(scheme, cfg.model_path, stream)
+    store = _store_class().open(path, mode="a", verify=False)
+    with store:
+        _, arrays = store.last_state()  # the same, unless another run wrote in between
+        return _search(cfg, objective, store, arrays, progress, stream)
+
+
+def _say_if_model_changed(scheme: Any, model_path: str, stream: TextIO | None) -> None:
+    """One line (also with ``progress=False``: it is not progress) when the model file on
+    disk is not the scheme the run stored."""
+    p = Path(model_path)
+    try:
+        same = p.read_text(encoding="utf-8") == scheme.text
+        what = "differs from"
+    except (OSError, UnicodeDecodeError):
+        same, what = False, "cannot be read; it is not needed:"
+    if not same:
+        out = stream if stream is not None else sys.stderr
+        out.write(f"kingen: note: the model file {model_path} {what} the scheme stored in the "
+                  "run file; resuming with the stored scheme\n")
+        out.flush()
+
+
+def _inputs(cfg: FitConfig) -> dict[str, str]:
+    """The fit's input files (path -> what it is), which its output must never replace."""
+    out = {} if cfg.path[:1] == "<" else {cfg.path: "configuration"}
+    out[cfg.model_path] = "model file"
+    for item in cfg.protocols:
+        if Path(item.protocol.source).is_file():
+            out[item.protocol.source] = "protocol file"
+        if item.recording is not None:
+            for f in item.recording.meta.get("files", [item.recording.source]):
+                out[str(f)] = "recording"
+        if item.targets is not None:
+            for f in item.targets.sources:
+                out[str(f)] = "targets file"
+    return {k: v for k, v in out.items() if Path(k).exists()}
 
 
 def _objective(cfg: FitConfig) -> Objective:
@@ -950,12 +1139,13 @@ def _objective(cfg: FitConfig) -> Objective:
                      step=cfg.step, courant=cfg.courant)
 
 
-def _search(cfg: FitConfig, objective: Objective, store: Any, blob: bytes | None,
+def _search(cfg: FitConfig, objective: Objective, store: Any,
+            blob: dict[str, np.ndarray] | None,
             show: bool, stream: TextIO | None) -> FitResult:
     wall0 = time.perf_counter()
     progress = Progress(cfg.ga.generations, stream=stream, enabled=show)
     engine = _Engine(cfg, objective, store, progress)
-    state = engine.unpack(blob) if blob is not None else None
+    state = engine.unpack(blob, cfg.output) if blob is not None else None
     state, reason = engine.run(state)
     progress.close()
     hof_g, hof_f = state["hof_genes"], state["hof_fitness"]

@@ -302,8 +302,13 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
 
 
 def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
-                 overrides: dict[str, Any] | None = None) -> FitConfig:
-    """Validate configuration text; relative paths are taken from ``base``."""
+                 overrides: dict[str, Any] | None = None, scheme: Scheme | None = None
+                 ) -> FitConfig:
+    """Validate configuration text; relative paths are taken from ``base``.
+
+    ``scheme``, if given, is used instead of reading the configuration's model file (a
+    resumed run uses the scheme stored in its run file); the model file need not exist.
+    """
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -321,9 +326,10 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     if model is None:
         raise c.error("missing: the scheme file to fit", "model")
     model_path = base / model if not Path(model).is_absolute() else Path(model)
-    if not model_path.is_file():
-        raise c.error("scheme file not found", "model", model)
-    scheme = Scheme.load(model_path)
+    if scheme is None:
+        if not model_path.is_file():
+            raise c.error("scheme file not found", "model", model)
+        scheme = Scheme.load(model_path)
 
     # ---- top-level settings
     seed = c.integer(doc, "seed", 0, "")

@@ -2,9 +2,9 @@
 
 One file per run holds the configuration, the scheme, the protocols, the data and targets,
 one row per generation (population, errors, fitness, failure codes, statistics, timings),
-the hall of fame, the best candidate with its traces, the environment, and the opaque
-resume state of the last generation. The layout is described in the README ("The run file")
-and in :data:`LAYOUT_DOC`.
+the hall of fame, the best candidate with its traces, the environment, and the resume state
+of the last generation (plain arrays, never a pickle). The layout is described in the README
+("The run file") and in :data:`LAYOUT_DOC`.
 
 Crash safety. The file is written in HDF5's single-writer/multiple-reader (SWMR) mode, whose
 metadata is flushed in an order that keeps the file readable at every instant. On top of
@@ -28,6 +28,7 @@ import math
 import os
 import platform
 import struct
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,18 +43,31 @@ from kingen.errors import KingenError
 from kingen.protocol import Protocol, Pulse, Sweep, Transient
 from kingen.scheme import Scheme
 
-LAYOUT_VERSION = 1
+try:  # POSIX; elsewhere a run file is not locked against a second writer
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+# 2: every dataset carries a Fletcher-32 checksum; the resume state is plain arrays, not a
+# pickle. Version 1 files are refused: resuming one would unpickle what the file holds.
+LAYOUT_VERSION = 2
 MARKER = "kingen run file"
 MAX_COLUMNS = 32  # columns reserved for per-generation statistics and timings
+MAX_STATE_DIMS = 3  # dimensions of a resume-state array
+# What a resume state may hold: numbers, never objects (nothing in it can run as code).
+STATE_KINDS = "biuf"
 NAME_BYTES = 64  # fixed-length column names (fixed length: writable under SWMR)
 REASON_BYTES = 1024
 REQUIRED_GROUPS = ("config", "scheme", "protocols", "data", "targets", "environment",
                    "generations", "hall_of_fame", "best", "resume", "run")
-_STR = h5py.string_dtype()
+# Every dataset is chunked with a Fletcher-32 checksum per chunk, which HDF5 checks on
+# every read: a flipped bit is an error naming the dataset, never a wrong number. Strings
+# are fixed-length (a variable-length string lives in a heap no filter covers).
+_CHECKSUM = {"fletcher32": True}
 # gzip level 1: a third of level 4's time for nearly its ratio. The per-generation float
 # arrays (population, errors, fitness) are stored uncompressed: random doubles shrink little,
 # and compressing them on the writer thread held the GIL and stalled the GA at 65k candidates.
-_GZIP = {"compression": "gzip", "compression_opts": 1, "shuffle": True}
+_GZIP = {"compression": "gzip", "compression_opts": 1, "shuffle": True, **_CHECKSUM}
 _ALREADY_OPEN = "already open for write"
 
 # The README's section on the run file; also stored in every file (root attribute `layout`).
@@ -71,7 +85,14 @@ It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mo
 `kingen resume RUN.h5` continues it. Read it from Python with
 `kingen.store.RunStore.open(path)`, or with any HDF5 tool (h5py, HDFView, `h5dump`); open a
 live run with `h5py.File(path, "r", libver="latest", swmr=True)` and trust only the
-generations counted by `/run/commit`.
+generations counted by `/run/commit`. A killed run's file keeps HDF5's "open for writing"
+flag until `kingen resume` (or `h5clear -s RUN.h5`) clears it.
+
+Every dataset carries a Fletcher-32 checksum (scalars are stored as (1,) arrays, text as
+fixed-length UTF-8), checked on every read; opening a run file checks them all, and checks
+that the counters agree with the data. The resume state is plain arrays of numbers: no
+pickle, eval or exec runs on anything a run file holds. One process writes a run file at a
+time (an OS lock on `.<name>.lock` beside it, held for the whole run).
 
 Parameter values are in kingen's internal units (ms⁻¹ for first-order rates, mM⁻¹ ms⁻¹
 for binding rates); `/scheme/parameters` also gives them in the scheme file's units.
@@ -79,7 +100,7 @@ Times are ms, concentrations mM, currents pA, potentials mV, conductances pS. Ta
 HDF5 compound datasets. `P` is the number of rate constants, `R` the number of protocols,
 `N` the population size, `G` the generations completed.
 
-- `/` (attributes): `kingen_run = "kingen run file"` (the marker), `layout_version` (1),
+- `/` (attributes): `kingen_run = "kingen run file"` (the marker), `layout_version` (2),
   `kingen_version`, `created` (ISO 8601, UTC), `layout` (this text)
 - `/config/text`: the configuration file as given (TOML)
 - `/config/settings`: the settings it resolved to, defaults filled in (JSON)
@@ -132,20 +153,24 @@ HDF5 compound datasets. `P` is the number of rate constants, `R` the number of p
   (JSON: local polish before/after, or null)
 - `/best/traces/<p>/`: the best candidate's currents: `time_ms`, `fit_pA`, `data_pA` (sweeps ×
   samples, NaN padded), `n_samples`; sweep labels in `/best/traces_info` (JSON)
-- `/resume/state_0`, `state_1`: opaque resume state (random states, population, hall of fame,
-  strategy; a pickle) of the last committed generation, in the slot `/run/commit[1]` names;
-  `length`, `generation`, `crc32` per slot
+- `/resume/slot_0`, `slot_1`: the resume state of the last committed generation, in the slot
+  `/run/commit[1]` names, as plain arrays (attribute `fields` names them, `shapes` gives their
+  shapes): the population (`genes`, `fitness`, `errors`, `fail`), the hall of fame
+  (`hof_genes`, `hof_fitness`), counters, Python's `random` state as integers
+  (`python_random*`), NumPy's global generator (`np_global_*`), the fit's PCG64
+  (`rng_pcg64`, …), the CMA-ES strategy (`cma_*`); `/resume/generation`, `crc32` per slot
 - `/run/commit`: `[generations committed, resume slot, last generation number]`, written last
   after each generation: readers trust only it
 - `/run/finished`: why the run stopped (`max_generations`, `no_improvement`, `target_error`,
   `wall_time`, `interrupted`, …); empty while running or if the run was killed; `finished_unix`
   when; attributes `resumed` (times the run was resumed), `writer_pid`, `writer_host`
 
-Errors say what is wrong in one line: a file that is not HDF5, an HDF5 file that is not a
-kingen run, a truncated or corrupt file, a file from a newer kingen (higher
-`layout_version`), a missing group. A run file is never half-written by `kingen plot`,
-`kingen report` or `kingen export`: they only read it, and write their own outputs through
-temporary files.
+Errors say what is wrong in one line: a file that is not HDF5 or not a readable one, an HDF5
+file that is not a kingen run, a truncated file, a damaged dataset (named), counters that
+disagree with the data, a file of another `layout_version` (version 1 held a pickle and is
+refused), a missing group, a run file another process writes. A run file is never
+half-written by `kingen plot`, `kingen report` or `kingen export`: they only read it, and
+write their own outputs through temporary files.
 """
 
 
@@ -177,14 +202,44 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+_STR = "text"  # a table column of text: stored as fixed-length UTF-8
+
+
+def _strings(values: Any) -> np.ndarray:
+    """Text as a fixed-length UTF-8 string array (one byte or more per item)."""
+    raw = [str(v).encode("utf-8") for v in values]
+    return np.array(raw, dtype=h5py.string_dtype("utf-8", max([1] + [len(b) for b in raw])))
+
+
+def _dataset(group: h5py.Group, name: str, data: Any, *, compress: bool = False
+             ) -> h5py.Dataset:
+    """A fixed dataset, chunked so that it carries a checksum; a scalar is stored as (1,)."""
+    arr = np.asarray(data)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    # one chunk for small data; HDF5's own choice (bounded chunks) for large
+    chunks = tuple(max(1, n) for n in arr.shape) if arr.nbytes <= 1 << 20 else True
+    opts = _GZIP if compress else _CHECKSUM
+    if arr.size == 0:
+        # HDF5 cannot chunk a zero-length extent: leave room for it to be chunked
+        return group.create_dataset(name, shape=arr.shape, maxshape=(None,) * arr.ndim,
+                                    dtype=arr.dtype, chunks=(1,) * arr.ndim, **opts)
+    return group.create_dataset(name, data=arr, chunks=chunks, **opts)
+
+
+def _text_dataset(group: h5py.Group, name: str, text: str) -> h5py.Dataset:
+    return _dataset(group, name, _strings([text]))
+
+
 def _table(group: h5py.Group, name: str, columns: list[tuple[str, Any, np.dtype | Any]],
            rows: int, units: Mapping[str, str] | None = None, doc: str = "") -> h5py.Dataset:
     """A compound dataset (a table); column units go into ``unit_<column>`` attributes."""
-    dtype = np.dtype([(c, t) for c, _, t in columns])
+    cols = [(c, _strings(v) if t is _STR else np.asarray(v, dtype=t)) for c, v, t in columns]
+    dtype = np.dtype([(c, v.dtype) for c, v in cols])
     arr = np.zeros(rows, dtype=dtype)
-    for c, values, _ in columns:
+    for c, values in cols:
         arr[c] = values if rows else []
-    ds = group.create_dataset(name, data=arr)
+    ds = _dataset(group, name, arr)
     for column, unit in (units or {}).items():
         ds.attrs[f"unit_{column}"] = unit
     if doc:
@@ -205,7 +260,7 @@ def _extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any
     row = int(np.prod([max(1, s or 1) for s in shape[1:]])) * np.dtype(dtype).itemsize
     rows = chunk_rows or max(1, min(64, (1 << 16) // max(row, 1)))
     chunks = (rows,) + tuple(max(1, min(s or 1024, 4096)) for s in shape[1:])
-    opts = _GZIP if compress else {}
+    opts = _GZIP if compress else _CHECKSUM
     ds = group.create_dataset(name, shape=start, maxshape=maxshape, dtype=dtype, chunks=chunks,
                               fillvalue=fill, **opts)
     if unit is not None:
@@ -213,6 +268,44 @@ def _extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any
     if doc:
         ds.attrs["description"] = doc
     return ds
+
+
+def _damaged(ds: h5py.Dataset, exc: BaseException) -> KingenError:
+    detail = " ".join(str(exc).split())
+    # HDF5 2 says only "filter returned failure"; the Fletcher-32 filter is the one that
+    # fails on damaged data (it runs first when reading, before any decompression)
+    failed = any(w in detail.lower() for w in ("checksum", "filter returned failure"))
+    what = ("its data fail their Fletcher-32 checksum" if failed
+            else f"its data cannot be read (HDF5 says: {detail})")
+    return KingenError(f"damaged run file: {what}; restore the file from a copy",
+                       file=ds.file.filename, field=ds.name)
+
+
+# A reader of a live run may catch a chunk while the writer rewrites it in place: a failed
+# checksum is read again (after a refresh) before the file is called damaged.
+_READ_TRIES = 3
+
+
+def _load(ds: h5py.Dataset, sel: Any = ()) -> Any:
+    """``ds[sel]``, verified: a failed checksum is a KingenError naming the dataset."""
+    for attempt in range(_READ_TRIES):
+        try:
+            return ds[sel]
+        except OSError as exc:
+            if attempt + 1 == _READ_TRIES or not ds.file.swmr_mode or ds.file.mode != "r":
+                raise _damaged(ds, exc) from None
+            time.sleep(0.05)
+            ds.refresh()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _one(ds: h5py.Dataset) -> Any:
+    """The single value of a (1,) dataset (scalars are stored so, to carry a checksum)."""
+    value = _load(ds, 0) if ds.shape == (1,) else None
+    if value is None:
+        raise KingenError(f"inconsistent run file: shape {ds.shape} where one value belongs",
+                          file=ds.file.filename, field=ds.name)
+    return value
 
 
 def _grow(ds: h5py.Dataset, shape: tuple[int, ...]) -> None:
@@ -268,6 +361,66 @@ def _reading(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+# --------------------------------------------------------------------------- the writer lock
+
+class WriterLock:
+    """An OS lock (``flock``) held by the one process that writes a run file.
+
+    The lock is on a hidden sibling, ``.<run file name>.lock``, not on the run file: the
+    run file is replaced (``--overwrite``, a killed run's rebuild) while the lock is held.
+    The holder writes its PID and host into the lock file, for the refusal message. The
+    OS drops the lock when the holder dies, however it dies, so a killed run never leaves
+    a stale lock.
+    """
+
+    def __init__(self, run_path: Path) -> None:
+        self.run_path = run_path
+        self.path = run_path.with_name(f".{run_path.name}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise KingenError naming the process that holds it."""
+        if fcntl is None or self._fd is not None:  # pragma: no cover - not POSIX
+            return
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise KingenError(f"cannot create the lock file {self.path.name} beside the "
+                                  f"run file: {exc.strerror}", file=str(self.run_path)
+                                  ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 200).decode("utf-8", "replace").split()
+                os.close(fd)
+                who = (f"process {holder[0]} on {holder[1]}" if len(holder) >= 2
+                       else "another process")
+                raise KingenError(f"the run file is being written by {who} (lock "
+                                  f"{self.path.name}); wait for that run to end, or stop it",
+                                  file=str(self.run_path)) from None
+            # The previous holder removes the lock file before letting go: if the path no
+            # longer names the file locked here, lock again.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {platform.node()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let go of the lock (removing the lock file first, while still holding it)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+
 # --------------------------------------------------------------------------- the store
 
 class RunStore:
@@ -278,12 +431,14 @@ class RunStore:
     manager, or call :meth:`close`.
     """
 
-    def __init__(self, f: h5py.File, path: Path, mode: str) -> None:
+    def __init__(self, f: h5py.File, path: Path, mode: str, lock: WriterLock | None = None
+                 ) -> None:
         self._f = f
         self.path = path
         self.mode = mode
-        self._protocol_names: list[str] = json.loads(_text(f["protocols"].attrs["names"]))
-        self._param_names = _col(f["scheme/parameters"][()], "name")
+        self._lock = lock
+        self._protocol_names: list[str] = _check_consistency(f, str(path))
+        self._param_names = _col(_load(f["scheme/parameters"]), "name")
 
     # ------------------------------------------------------------------ create
     @classmethod
@@ -292,7 +447,8 @@ class RunStore:
                recordings: Mapping[str, Recording | None],
                targets: Mapping[str, Targets | None], free_mask: np.ndarray,
                population_size: int, environment: Mapping[str, str],
-               overwrite: bool = False) -> RunStore:
+               state_fields: Mapping[str, tuple[str, tuple[int, ...]]] | None = None,
+               inputs: Mapping[str, str] | None = None, overwrite: bool = False) -> RunStore:
         """Write a new run file with all its static groups, then enter SWMR write mode.
 
         Parameters
@@ -311,22 +467,36 @@ class RunStore:
             Candidates per generation (rows grow if a generation brings more).
         environment
             Versions, device, backend, precision; library versions are added if missing.
+        state_fields
+            The resume state's arrays: name -> (NumPy dtype, typical shape), e.g.
+            ``{"genes": ("f8", (100, 8))}`` (``()`` for a scalar; the shape sets the number
+            of dimensions and the chunks, and may change from one generation to the next);
+            :meth:`append_generation` writes them, and :meth:`last_state` reads them back.
+            Numbers only (no objects, no text), up to 3 dimensions.
+        inputs
+            The run's input files (path -> what it is, e.g. ``"model file"``): the output
+            may never be one of them, even with ``overwrite``.
         overwrite
-            Replace an existing file instead of refusing.
+            Replace an existing kingen run file instead of refusing. Anything else (a file
+            without the run marker, an input of the run, a run file that another process
+            is writing) is never replaced.
 
         Raises
         ------
         KingenError
-            If the file exists (and not ``overwrite``) or cannot be written, or the inputs
-            disagree (protocol names, mask length).
+            If the file exists (and not ``overwrite``, or it is not a kingen run file, or
+            another process writes it) or cannot be written, or the inputs disagree
+            (protocol names, mask length).
         """
         p = Path(path)
         name = str(p)
         if p.is_dir():
             raise KingenError("is a directory, not a run file", file=name)
+        _refuse_inputs(p, inputs or {})
         if p.exists() and not overwrite:
             raise KingenError("run file already exists (choose another output file, or "
                               "overwrite it)", file=name)
+        fields = _state_schema(state_fields or {})
         names = [pr.name for pr in protocols]
         keys = [_key(n) for n in names]
         if len(set(keys)) != len(keys):
@@ -343,31 +513,46 @@ class RunStore:
                               "parameters", field="free_mask")
         if population_size < 1:
             raise KingenError("must be >= 1", field="population_size", value=population_size)
-        p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KingenError(f"cannot create the folder: {exc.strerror}", file=name) from None
+        # Locked before anything is deleted: a run another process writes is never replaced.
+        lock = WriterLock(p)
+        lock.acquire()
         try:
             if p.exists():
-                p.unlink()
-            f = h5py.File(p, "w", libver="latest")
-        except OSError as exc:
-            raise KingenError(f"cannot create the run file: {exc}", file=name) from None
-        try:
-            env = {**_default_environment(), **{k: str(v) for k, v in environment.items()}}
-            _write_static(f, config_text=config_text, config=config, scheme=scheme,
-                          protocols=protocols, recordings=recordings, targets=targets,
-                          free_mask=mask, population_size=int(population_size),
-                          environment=env)
-            f.flush()
-            f.swmr_mode = True
+                _refuse_non_run(p)
+            try:
+                p.unlink(missing_ok=True)
+                f = h5py.File(p, "w", libver="latest")
+            except OSError as exc:
+                raise KingenError(f"cannot create the run file: {exc}", file=name) from None
+            try:
+                env = {**_default_environment(), **{k: str(v) for k, v in environment.items()}}
+                _write_static(f, config_text=config_text, config=config, scheme=scheme,
+                              protocols=protocols, recordings=recordings, targets=targets,
+                              free_mask=mask, population_size=int(population_size),
+                              environment=env, state_fields=fields)
+                f.flush()
+                f.swmr_mode = True
+                return cls(f, p, "w", lock)
+            except BaseException:
+                f.close()
+                p.unlink(missing_ok=True)
+                raise
         except BaseException:
-            f.close()
-            p.unlink(missing_ok=True)
+            lock.release()
             raise
-        return cls(f, p, "w")
 
     # ------------------------------------------------------------------ open
     @classmethod
-    def open(cls, path: str | os.PathLike[str], mode: str = "r") -> RunStore:
+    def open(cls, path: str | os.PathLike[str], mode: str = "r", *, verify: bool = True
+             ) -> RunStore:
         """Open a run file.
+
+        Opening checks that the file is a kingen run file of a layout this kingen reads and
+        that its counters agree with its data (committed generations, resume slot, widths).
 
         Parameters
         ----------
@@ -375,14 +560,20 @@ class RunStore:
             The run file.
         mode
             ``"r"``: read (as an SWMR reader, so a live run can be read; call
-            :meth:`refresh` to see new generations). ``"a"``: continue writing it (resume);
-            a file left by a killed run is first rebuilt from its committed content.
+            :meth:`refresh` to see new generations). ``"a"``: continue writing it (resume):
+            takes the writer lock, verifies every checksum first (a damaged file is never
+            written to), and rebuilds a file left by a killed run from its committed content.
+        verify
+            Read every committed dataset once to check its Fletcher-32 checksums (see
+            :meth:`verify`); in mode ``"a"``, before anything is written (pass False only
+            right after a verified reading).
 
         Raises
         ------
         KingenError
-            If the file is missing, not HDF5, not a kingen run, corrupt or truncated, of a
-            newer layout version, or lacks a group.
+            If the file is missing, not HDF5, not a kingen run, corrupt, damaged or
+            truncated, inconsistent, of another layout version, lacks a group, or (mode
+            ``"a"``) another process writes it.
         """
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' or 'a', not {mode!r}")
@@ -395,33 +586,94 @@ class RunStore:
                               "kingen fit)", file=name)
         if mode == "r":
             f = _open_read(p)
-        else:
-            f = _open_append(p)
+            try:
+                store = cls(f, p, "r")
+                if verify:
+                    store.verify()
+            except KingenError:
+                f.close()
+                raise
+            except (OSError, KeyError, ValueError, RuntimeError, TypeError) as exc:
+                f.close()
+                raise _corrupt(name, exc) from None
+            return store
+        lock = WriterLock(p)
+        lock.acquire()
         try:
-            _validate(f, name)
-            store = cls(f, p, "r" if mode == "r" else "w")
-            if mode == "a":
+            with cls.open(p, "r", verify=verify):
+                pass  # validated (and verified) before anything is written
+            f = _open_append(p)
+            try:
+                store = cls(f, p, "w", lock)
                 resumed = json.loads(_text(f["run"].attrs.get("resumed", "[]")))
                 f["run"].attrs["resumed"] = _dumps(resumed + [_now()])
-                f["run/finished"][()] = np.bytes_(b"")  # running again
+                f["run/finished"][0] = np.bytes_(b"")  # running again
                 _mark_writer(f["run"])
                 f.flush()
                 f.swmr_mode = True
-        except KingenError:
-            f.close()
+            except KingenError:
+                f.close()
+                raise
+            except (OSError, KeyError, ValueError, RuntimeError) as exc:
+                f.close()
+                raise _corrupt(name, exc) from None
+        except BaseException:
+            lock.release()
             raise
-        except (OSError, KeyError, ValueError, RuntimeError) as exc:
-            f.close()
-            raise _corrupt(name, exc) from None
         return store
+
+    @_reading
+    def verify(self) -> None:
+        """Read every committed dataset once, so that HDF5 checks all its checksums.
+
+        What a live writer may still be writing (rows past the commit, the resume slot not
+        named by it, the hall of fame and best candidate before they are marked valid) is
+        left out. Costs one read of the file (about a second per GB from a local disk).
+
+        Raises
+        ------
+        KingenError
+            Naming the first dataset whose checksum fails.
+        """
+        f = self._f
+        rows, slot, _ = (int(v) for v in self._commit())
+        hof = int(_one(self._ds("hall_of_fame/size")))
+        best_valid = int(_one(self._ds("best/valid"))) == 1
+        datasets: list[h5py.Dataset] = []
+        f.visititems(lambda _, obj: datasets.append(obj)
+                     if isinstance(obj, h5py.Dataset) else None)
+        for ds in datasets:
+            parts = ds.name.strip("/").split("/")
+            top = parts[0]
+            if self.mode == "r" and f.swmr_mode:
+                ds.refresh()
+            end = ds.shape[0] if ds.ndim else 0
+            if top == "generations" and ds.maxshape[0] is None:
+                end = min(end, rows)
+            elif top == "resume" and len(parts) == 3 and (
+                    rows == 0 or parts[1] != f"slot_{slot}"):
+                continue
+            elif top == "hall_of_fame" and parts[1] != "size":
+                end = min(end, hof)
+            elif top == "best" and parts[1] != "valid" and not best_valid:
+                continue
+            if ds.chunks is None or end == 0 or ds.size == 0:
+                continue
+            sel = (slice(0, end),) + tuple(slice(0, n) for n in ds.shape[1:])
+            for chunk in ds.iter_chunks(sel):
+                _load(ds, chunk)
 
     # ------------------------------------------------------------------ context
     def close(self) -> None:
-        """Flush (when writing) and close the file."""
-        if self._f.id.valid:
-            if self.mode == "w":
-                self._f.flush()
-            self._f.close()
+        """Flush (when writing), close the file, and let go of the writer lock."""
+        try:
+            if self._f.id.valid:
+                if self.mode == "w":
+                    self._f.flush()
+                self._f.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> RunStore:
         return self
@@ -447,11 +699,16 @@ class RunStore:
         return ds
 
     def _commit(self) -> np.ndarray:
-        return np.asarray(self._ds("run/commit")[()], dtype=np.int64)
+        return np.asarray(_load(self._ds("run/commit")), dtype=np.int64)
+
+    def _read(self, name: str, sel: Any = ()) -> Any:
+        """``self._f[name][sel]``, fresh (a live run) and verified (names a damaged dataset)."""
+        return _load(self._ds(name), sel)
 
     def append_generation(self, *, generation: int, population: np.ndarray, errors: np.ndarray,
                           fitness: np.ndarray, fail: np.ndarray, stats: Mapping[str, float],
-                          timings: Mapping[str, float], state: bytes) -> None:
+                          timings: Mapping[str, float],
+                          state: Mapping[str, np.ndarray] | None = None) -> None:
         """Append one generation and its resume state, flush, then commit it.
 
         Parameters
@@ -469,7 +726,8 @@ class RunStore:
         stats, timings
             Scalars for this generation; each key is a column (up to 32 of each).
         state
-            Opaque resume state (pickled); only the last committed one is kept.
+            The resume state: the arrays declared as ``state_fields`` at :meth:`create`,
+            by name (all of them); only the last committed one is kept.
         """
         self._need_writer()
         f = self._f
@@ -507,7 +765,7 @@ class RunStore:
         gen["stats"][row] = self._columns("generations/stats", stats)
         gen["timings"][row] = self._columns("generations/timings", timings)
         new_slot = 0 if row == 0 else 1 - slot
-        self._write_state(new_slot, int(generation), state)
+        self._write_state(new_slot, int(generation), state or {})
         f.flush()
         # The commit is the last write: readers (and resume) trust only what it names.
         f["run/commit"][...] = np.array([row + 1, new_slot, int(generation)], dtype=np.int64)
@@ -515,7 +773,7 @@ class RunStore:
 
     def _columns(self, name: str, values: Mapping[str, float]) -> np.ndarray:
         names_ds = self._f[f"{name}_names"]
-        names = [_text(v) for v in names_ds[()]]
+        names = [_text(v) for v in _load(names_ds)]
         row = np.full(MAX_COLUMNS, np.nan)
         for key, value in values.items():
             key_b = str(key).encode("utf-8")[:NAME_BYTES]
@@ -532,16 +790,30 @@ class RunStore:
                 row[names.index(label)] = np.nan
         return row
 
-    def _write_state(self, slot: int, generation: int, state: bytes) -> None:
+    def _write_state(self, slot: int, generation: int, state: Mapping[str, np.ndarray]
+                     ) -> None:
+        g = self._f["resume"][f"slot_{slot}"]
+        names = _state_names(g)
+        if set(state) != set(names):
+            raise ValueError(f"resume state fields {sorted(state)}, expected {sorted(names)}")
+        shapes = np.zeros((max(len(names), 1), MAX_STATE_DIMS), dtype=np.int64)
+        crc = 0
+        for i, name in enumerate(names):
+            ds = g[name]
+            arr = np.array(state[name], dtype=ds.dtype, order="C")  # keeps 0-d as 0-d
+            if arr.ndim != ds.ndim - (1 if ds.attrs["ndim"] == 0 else 0):
+                raise ValueError(f"resume state {name!r} of shape {arr.shape}, expected "
+                                 f"{int(ds.attrs['ndim'])} dimensions")
+            data = arr.reshape(1) if arr.ndim == 0 else arr
+            _grow(ds, data.shape)
+            if data.size:
+                ds[tuple(slice(0, n) for n in data.shape)] = data
+            shapes[i, : arr.ndim] = arr.shape
+            crc = zlib.crc32(arr.tobytes(), crc)
+        g["shapes"][...] = shapes
         res = self._f["resume"]
-        blob = np.frombuffer(bytes(state), dtype=np.uint8)
-        ds = res[f"state_{slot}"]
-        _grow(ds, (blob.size,))
-        if blob.size:
-            ds[: blob.size] = blob
-        res["length"][slot] = blob.size
         res["generation"][slot] = generation
-        res["crc32"][slot] = zlib.crc32(bytes(state))
+        res["crc32"][slot] = zlib.crc32(shapes.tobytes(), crc)
 
     def write_hall_of_fame(self, params: np.ndarray, fitness: np.ndarray) -> None:
         """Replace the hall of fame: (K, n_params) parameters, internal units, best first."""
@@ -549,14 +821,14 @@ class RunStore:
         hof = self._f["hall_of_fame"]
         p = np.asarray(params, dtype=np.float64).reshape(-1, len(self._param_names))
         fit = np.asarray(fitness, dtype=np.float64).reshape(p.shape[0])
-        hof["size"][()] = 0
+        hof["size"][0] = 0
         _grow(hof["params"], p.shape)
         _grow(hof["fitness"], fit.shape)
         if p.shape[0]:
             hof["params"][: p.shape[0]] = p
             hof["fitness"][: p.shape[0]] = fit
         self._f.flush()
-        hof["size"][()] = p.shape[0]
+        hof["size"][0] = p.shape[0]
         self._f.flush()
 
     def write_best(self, *, params: np.ndarray, fitness: float, errors: Mapping[str, float],
@@ -574,10 +846,10 @@ class RunStore:
         f = self._f
         best = f["best"]
         names = self._protocol_names
-        best["valid"][()] = 0
+        best["valid"][0] = 0
         f.flush()
         best["params"][...] = np.asarray(params, dtype=np.float64).reshape(-1)
-        best["fitness"][()] = float(fitness)
+        best["fitness"][0] = float(fitness)
         best["errors"][...] = [float(errors.get(n, np.nan)) for n in names]
         best["amplitudes"][...] = [float(amplitudes.get(n, np.nan)) for n in names]
         info: dict[str, Any] = {"labels": {}, "has_data": {}, "n_sweeps": {}}
@@ -612,17 +884,17 @@ class RunStore:
         _write_json(best["traces_info"], info)
         _write_json(best["features"], dict(features))
         _write_json(best["polish"], polish)
-        best["generation"][()] = int(self._commit()[2]) if self._commit()[0] else -1
+        best["generation"][0] = int(self._commit()[2]) if self._commit()[0] else -1
         f.flush()
-        best["valid"][()] = 1
+        best["valid"][0] = 1
         f.flush()
 
     def mark_finished(self, reason: str) -> None:
         """Record why the run stopped (e.g. ``"max_generations"``, ``"interrupted"``)."""
         self._need_writer()
         run = self._f["run"]
-        run["finished"][()] = np.bytes_(str(reason).encode("utf-8")[:REASON_BYTES] or b"?")
-        run["finished_unix"][()] = _dt.datetime.now(_dt.timezone.utc).timestamp()
+        run["finished"][0] = np.bytes_(str(reason).encode("utf-8")[:REASON_BYTES] or b"?")
+        run["finished_unix"][0] = _dt.datetime.now(_dt.timezone.utc).timestamp()
         self._f.flush()
 
     # ------------------------------------------------------------------ reading: static
@@ -630,13 +902,13 @@ class RunStore:
     @_reading
     def config_text(self) -> str:
         """The configuration file's text."""
-        return _text(self._f["config/text"][()])
+        return _text(_one(self._f["config/text"]))
 
     @property
     @_reading
     def config(self) -> dict[str, Any]:
         """The resolved settings."""
-        return json.loads(_text(self._f["config/settings"][()]))
+        return json.loads(_text(_one(self._f["config/settings"])))
 
     @property
     @_reading
@@ -654,7 +926,7 @@ class RunStore:
     def scheme(self) -> Scheme:
         """The scheme, parsed again from its stored file text."""
         g = self._f["scheme"]
-        return Scheme.loads(_text(g["text"][()]), path=_text(g.attrs.get("path", "<scheme>")))
+        return Scheme.loads(_text(_one(g["text"])), path=_text(g.attrs.get("path", "<scheme>")))
 
     @property
     def protocol_names(self) -> list[str]:
@@ -670,7 +942,7 @@ class RunStore:
     @_reading
     def free_mask(self) -> np.ndarray:
         """True for each parameter the fit searched."""
-        return np.asarray(self._f["generations/free_mask"][()], dtype=bool)
+        return np.asarray(_load(self._f["generations/free_mask"]), dtype=bool)
 
     @property
     @_reading
@@ -708,7 +980,7 @@ class RunStore:
     @_reading
     def finished(self) -> str | None:
         """Why the run stopped, or None while it runs (or if it was killed)."""
-        text = _text(self._ds("run/finished")[()])
+        text = _text(_one(self._ds("run/finished")))
         return text or None
 
     @_reading
@@ -730,10 +1002,10 @@ class RunStore:
         if population:
             names.append("population")
         for name in names:
-            out[name] = np.asarray(self._ds(f"generations/{name}")[:g_n])
+            out[name] = np.asarray(self._read(f"generations/{name}", np.s_[:g_n]))
         for name in ("stats", "timings"):
-            cols = [_text(v) for v in self._ds(f"generations/{name}_names")[()]]
-            table = np.asarray(self._ds(f"generations/{name}")[:g_n])
+            cols = [_text(v) for v in self._read(f"generations/{name}_names")]
+            table = np.asarray(self._read(f"generations/{name}", np.s_[:g_n]))
             out[name] = {c: table[:, i] for i, c in enumerate(cols) if c}
         for key in ("best", "median", "mean"):
             out[key] = out["stats"].get(key, np.full(g_n, np.nan))
@@ -747,16 +1019,16 @@ class RunStore:
         row = index + g_n if index < 0 else index
         if not 0 <= row < g_n:
             raise IndexError(f"generation row {index} of {g_n}")
-        n = int(self._ds("generations/size")[row])
-        return {name: np.asarray(self._ds(f"generations/{name}")[row, :n])
+        n = int(self._read("generations/size", row))
+        return {name: np.asarray(self._read(f"generations/{name}", np.s_[row, :n]))
                 for name in ("population", "errors", "fitness", "fail")}
 
     @_reading
     def best_per_generation(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(generation numbers (G,), best candidate of each (G, n_params), its fitness (G,))."""
         g_n = self.n_generations
-        fit = np.asarray(self._ds("generations/fitness")[:g_n])
-        gens = np.asarray(self._ds("generations/generation")[:g_n])
+        fit = np.asarray(self._read("generations/fitness", np.s_[:g_n]))
+        gens = np.asarray(self._read("generations/generation", np.s_[:g_n]))
         pop = self._ds("generations/population")
         params = np.full((g_n, len(self._param_names)), np.nan)
         best = np.full(g_n, np.nan)
@@ -764,39 +1036,61 @@ class RunStore:
             row = np.where(np.isfinite(fit[g]), fit[g], np.inf)
             if row.size and np.isfinite(row.min()):
                 i = int(np.argmin(row))
-                params[g] = pop[g, i]  # one chunk per generation: cheap
+                params[g] = _load(pop, (g, i))  # one chunk per generation: cheap
                 best[g] = row[i]
         return gens, params, best
 
     @_reading
-    def last_state(self) -> tuple[int, bytes]:
+    def last_state(self) -> tuple[int, dict[str, np.ndarray]]:
         """(generation number, resume state) of the last committed generation.
+
+        The state is the arrays given to :meth:`append_generation`, each checked against
+        its declared type and number of dimensions and against the slot's checksum. Nothing
+        in it is executed or unpickled: it is numbers only.
 
         Raises
         ------
         KingenError
-            If no generation was committed, or the state fails its checksum.
+            If no generation was committed, or the state is damaged or malformed.
         """
         rows, slot, generation = (int(v) for v in self._commit())
         if rows == 0:
             raise KingenError("no completed generation to resume from", file=str(self.path))
-        res = self._f["resume"]
-        length = int(self._ds("resume/length")[slot])
-        blob = bytes(np.asarray(self._ds(f"resume/state_{slot}")[:length], dtype=np.uint8))
-        if zlib.crc32(blob) != int(self._ds("resume/crc32")[slot]) or int(
-                res["generation"][slot]) != generation:
-            raise KingenError(f"corrupt resume state of generation {generation} (checksum "
-                              "mismatch)", file=str(self.path), field="/resume")
-        return generation, blob
+        g = self._f["resume"][f"slot_{slot}"]
+        where = f"/resume/slot_{slot}"
+        names = _state_names(g)
+        shapes = np.asarray(_load(g["shapes"]), dtype=np.int64)
+        out: dict[str, np.ndarray] = {}
+        crc = 0
+        for i, name in enumerate(names):
+            ds = g[name]
+            ndim = int(ds.attrs["ndim"])
+            shape = tuple(int(n) for n in shapes[i, :ndim])
+            stored = ds.shape if ndim else ()
+            if any(n < 0 for n in shape) or any(
+                    n > m for n, m in zip(shape, stored, strict=True)):
+                raise KingenError(f"inconsistent run file: resume state of shape {shape} in a "
+                                  f"dataset of shape {ds.shape}", file=str(self.path),
+                                  field=f"{where}/{name}")
+            sel = tuple(slice(0, n) for n in shape) if ndim else 0
+            arr = np.asarray(_load(ds, sel), dtype=ds.dtype).reshape(shape)
+            out[name] = arr
+            crc = zlib.crc32(arr.tobytes(), crc)
+        crc = zlib.crc32(shapes.tobytes(), crc)
+        if crc != int(self._read("resume/crc32", slot)) or int(
+                self._read("resume/generation", slot)) != generation:
+            raise KingenError(f"damaged run file: the resume state of generation {generation} "
+                              "fails its checksum", file=str(self.path), field=where)
+        return generation, out
 
     @_reading
     def hall_of_fame(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(params (K, n_params), fitness (K,)) or None when none was written."""
-        k = int(self._ds("hall_of_fame/size")[()])
+        k = int(_one(self._ds("hall_of_fame/size")))
         if k == 0:
             return None
-        return (np.asarray(self._ds("hall_of_fame/params")[:k]),
-                np.asarray(self._ds("hall_of_fame/fitness")[:k]))
+        return (np.asarray(self._read("hall_of_fame/params", np.s_[:k])),
+                np.asarray(self._read("hall_of_fame/fitness", np.s_[:k])))
 
     @_reading
     def best(self) -> dict[str, Any] | None:
@@ -806,12 +1100,12 @@ class RunStore:
         ``traces`` (as given to :meth:`write_best`), ``features``, ``polish``,
         ``generation`` (the last committed generation when it was written).
         """
-        if int(self._ds("best/valid")[()]) != 1:
+        if int(_one(self._ds("best/valid"))) != 1:
             return None
         b = self._f["best"]
         names = self._protocol_names
-        errors = np.asarray(self._ds("best/errors")[()])
-        amps = np.asarray(self._ds("best/amplitudes")[()])
+        errors = np.asarray(self._read("best/errors"))
+        amps = np.asarray(self._read("best/amplitudes"))
         info = _read_json(self._ds("best/traces_info"))
         traces: dict[str, dict] = {}
         for pname in names:
@@ -819,10 +1113,10 @@ class RunStore:
                 continue
             g = b["traces"][_key(pname)]
             s = int(info["n_sweeps"][pname])
-            n = np.asarray(self._ds(f"{g.name}/n_samples")[:s])
-            t = np.asarray(self._ds(f"{g.name}/time_ms")[:s])
-            y = np.asarray(self._ds(f"{g.name}/fit_pA")[:s])
-            d = np.asarray(self._ds(f"{g.name}/data_pA")[:s])
+            n = np.asarray(self._read(f"{g.name}/n_samples", np.s_[:s]))
+            t = np.asarray(self._read(f"{g.name}/time_ms", np.s_[:s]))
+            y = np.asarray(self._read(f"{g.name}/fit_pA", np.s_[:s]))
+            d = np.asarray(self._read(f"{g.name}/data_pA", np.s_[:s]))
             traces[pname] = {
                 "time_ms": [t[i, : n[i]] for i in range(s)],
                 "fit_pA": [y[i, : n[i]] for i in range(s)],
@@ -831,15 +1125,15 @@ class RunStore:
                 "labels": list(info["labels"][pname]),
             }
         return {
-            "params": np.asarray(self._ds("best/params")[()]),
-            "fitness": float(self._ds("best/fitness")[()]),
+            "params": np.asarray(self._read("best/params")),
+            "fitness": float(_one(self._ds("best/fitness"))),
             "errors": {n: float(e) for n, e in zip(names, errors, strict=True)},
             "amplitudes": {n: float(a) for n, a in zip(names, amps, strict=True)
                            if math.isfinite(a)},
             "traces": traces,
             "features": _read_json(self._ds("best/features")) or {},
             "polish": _read_json(self._ds("best/polish")),
-            "generation": int(self._ds("best/generation")[()]),
+            "generation": int(_one(self._ds("best/generation"))),
         }
 
 
@@ -859,7 +1153,7 @@ def _write_json(ds: h5py.Dataset, obj: Any) -> None:
 
 
 def _read_json(ds: h5py.Dataset) -> Any:
-    raw = bytes(np.asarray(ds[()], dtype=np.uint8)).rstrip(b"\0")
+    raw = bytes(np.asarray(_load(ds), dtype=np.uint8)).rstrip(b"\0")
     return json.loads(raw.decode("utf-8")) if raw else None
 
 
@@ -874,7 +1168,8 @@ def _json_blob(group: h5py.Group, name: str, doc: str) -> h5py.Dataset:
 def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], scheme: Scheme,
                   protocols: list[Protocol], recordings: Mapping[str, Recording | None],
                   targets: Mapping[str, Targets | None], free_mask: np.ndarray,
-                  population_size: int, environment: Mapping[str, str]) -> None:
+                  population_size: int, environment: Mapping[str, str],
+                  state_fields: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
     f.attrs["kingen_run"] = MARKER
     f.attrs["layout_version"] = LAYOUT_VERSION
     f.attrs["kingen_version"] = environment.get("kingen", "")
@@ -884,8 +1179,8 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
                               "section 'The run file'")
 
     cfg = f.create_group("config")
-    cfg.create_dataset("text", data=config_text, dtype=_STR)
-    cfg.create_dataset("settings", data=_dumps(config), dtype=_STR)
+    _text_dataset(cfg, "text", config_text)
+    _text_dataset(cfg, "settings", _dumps(config))
     cfg["text"].attrs["description"] = "the configuration file as given (TOML)"
     cfg["settings"].attrs["description"] = "the settings the configuration resolved to (JSON)"
 
@@ -914,7 +1209,7 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     gen = f.create_group("generations")
     gen.attrs["population_size"] = population_size
     gen.attrs["fitness"] = "total weighted error; lower is better; failed candidates worst"
-    gen.create_dataset("free_mask", data=free_mask)
+    _dataset(gen, "free_mask", free_mask)
     gen["free_mask"].attrs["columns"] = pnames
     rows = population_size
     d = _extendable(gen, "population", (0, rows, n_par), np.float64, np.nan,
@@ -935,26 +1230,26 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     for name, unit in (("stats", "1"), ("timings", "s")):
         _extendable(gen, name, (0, MAX_COLUMNS), np.float64, np.nan, unit=unit,
                     doc=f"one column per key; names in {name}_names")
-        gen.create_dataset(f"{name}_names", data=np.zeros(MAX_COLUMNS, dtype=f"S{NAME_BYTES}"))
+        _dataset(gen, f"{name}_names", np.zeros(MAX_COLUMNS, dtype=f"S{NAME_BYTES}"))
 
     hof = f.create_group("hall_of_fame")
     _extendable(hof, "params", (0, n_par), np.float64, np.nan, unit="internal",
                 doc="best candidates ever seen, best first")
     hof["params"].attrs["columns"] = pnames
     _extendable(hof, "fitness", (0,), np.float64, np.nan, unit="1")
-    hof.create_dataset("size", data=np.int64(0))
+    _dataset(hof, "size", np.int64(0))
     hof["size"].attrs["description"] = "rows of params/fitness that are valid (written last)"
 
     best = f.create_group("best")
-    best.create_dataset("valid", data=np.int8(0))
-    best.create_dataset("generation", data=np.int64(-1))
-    best.create_dataset("params", data=np.full(n_par, np.nan))
+    _dataset(best, "valid", np.int8(0))
+    _dataset(best, "generation", np.int64(-1))
+    _dataset(best, "params", np.full(n_par, np.nan))
     best["params"].attrs["columns"] = pnames
     best["params"].attrs["unit"] = "internal"
-    best.create_dataset("fitness", data=np.float64(np.nan))
-    best.create_dataset("errors", data=np.full(n_prot, np.nan))
+    _dataset(best, "fitness", np.float64(np.nan))
+    _dataset(best, "errors", np.full(n_prot, np.nan))
     best["errors"].attrs["columns"] = _dumps([p.name for p in protocols])
-    best.create_dataset("amplitudes", data=np.full(n_prot, np.nan))
+    _dataset(best, "amplitudes", np.full(n_prot, np.nan))
     best["amplitudes"].attrs["columns"] = _dumps([p.name for p in protocols])
     best["amplitudes"].attrs["description"] = ("number of channels fitted per protocol: the "
                                                "fitted current is amplitude x the scheme's "
@@ -972,22 +1267,33 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
         _extendable(g, "n_samples", (0,), np.int64, 0, doc="samples in each sweep's row")
 
     res = f.create_group("resume")
-    res.attrs["description"] = ("opaque resume state (pickle: random states, population, "
-                                "hall of fame, strategy) of the last committed generation, "
-                                "in the slot /run/commit[1] names")
+    res.attrs["description"] = ("resume state of the last committed generation, in the slot "
+                                "/run/commit[1] names: plain arrays (population, hall of "
+                                "fame, CMA-ES strategy, random generators' states)")
     for slot in (0, 1):
-        _extendable(res, f"state_{slot}", (0,), np.uint8, 0, compress=False,
-                    chunk_rows=1 << 14)
-    res.create_dataset("length", data=np.zeros(2, dtype=np.int64))
-    res.create_dataset("generation", data=np.full(2, -1, dtype=np.int64))
-    res.create_dataset("crc32", data=np.zeros(2, dtype=np.int64))
+        g = res.create_group(f"slot_{slot}")
+        g.attrs["fields"] = _dumps(list(state_fields))
+        for name, (dtype, shape) in state_fields.items():
+            chunks = [max(1, n) for n in shape] or [1]
+            while int(np.prod(chunks)) * dtype.itemsize > 1 << 20:
+                chunks[chunks.index(max(chunks))] //= 2
+            ds = g.create_dataset(name, shape=(0,) * len(chunks),
+                                  maxshape=(None,) * len(chunks), dtype=dtype,
+                                  chunks=tuple(chunks), fillvalue=0, **_CHECKSUM)
+            ds.attrs["ndim"] = len(shape)
+        shapes = np.zeros((max(len(state_fields), 1), MAX_STATE_DIMS), dtype=np.int64)
+        _dataset(g, "shapes", shapes)
+        g["shapes"].attrs["description"] = "each field's shape, in the order of attribute fields"
+    _dataset(res, "generation", np.full(2, -1, dtype=np.int64))
+    _dataset(res, "crc32", np.zeros(2, dtype=np.int64))
+    res["crc32"].attrs["description"] = "CRC-32 of each slot's fields and shapes, written last"
 
     run = f.create_group("run")
-    run.create_dataset("commit", data=np.array([0, 0, -1], dtype=np.int64))
+    _dataset(run, "commit", np.array([0, 0, -1], dtype=np.int64))
     run["commit"].attrs["description"] = ("[generations committed, resume slot, last "
                                           "generation number]; written last")
-    run.create_dataset("finished", data=np.bytes_(b""), dtype=f"S{REASON_BYTES}")
-    run.create_dataset("finished_unix", data=np.float64(np.nan))
+    _dataset(run, "finished", np.array(b"", dtype=f"S{REASON_BYTES}"))
+    _dataset(run, "finished_unix", np.float64(np.nan))
     run["finished_unix"].attrs["unit"] = "s since 1970-01-01 UTC"
     run.attrs["resumed"] = "[]"
     _mark_writer(run)
@@ -1020,7 +1326,7 @@ def _write_scheme(g: h5py.Group, s: Scheme) -> None:
     g.attrs.update({"name": s.name, "source": s.source, "path": s.path, "agonist": s.agonist,
                     "channels": s.channels, "file_units": _dumps(s.file_units),
                     "reversibility_tolerance": s.reversibility_tolerance})
-    g.create_dataset("text", data=s.text, dtype=_STR)
+    _text_dataset(g, "text", s.text)
     g["text"].attrs["description"] = "the scheme file as read; Scheme.loads(text) rebuilds it"
     init = s.initial if s.initial is not None else np.full(s.n_states, np.nan)
     _table(g, "states", [("name", s.states, _STR), ("conductance", s.conductance, "f8"),
@@ -1078,9 +1384,9 @@ def _write_protocol(g: h5py.Group, p: Protocol) -> None:
 
 
 def _read_protocol(g: h5py.Group) -> Protocol:
-    sweeps = g["sweeps"][()]
-    pulses = g["pulses"][()]
-    trs = g["transients"][()]
+    sweeps = _load(g["sweeps"])
+    pulses = _load(g["pulses"])
+    trs = _load(g["transients"])
     out = []
     for i, row in enumerate(sweeps):
         ps = tuple(Pulse(float(q["start"]), float(q["duration"]), float(q["concentration"]),
@@ -1103,25 +1409,25 @@ def _write_recording(g: h5py.Group, name: str, rec: Recording) -> None:
                     "recording_protocol": rec.protocol or "",
                     "holding_mV": np.nan if rec.holding_mV is None else rec.holding_mV,
                     "meta": _dumps({k: v for k, v in rec.meta.items()})})
-    g.create_dataset("labels", data=rec.sweep_labels, dtype=_STR)
-    g.create_dataset("n_samples", data=np.array([t.size for t in times], dtype=np.int64))
+    _dataset(g, "labels", _strings(rec.sweep_labels))
+    _dataset(g, "n_samples", np.array([t.size for t in times], dtype=np.int64))
     for ds_name, rows, unit in (("time_ms", times, "ms"),
                                 ("current_pA", rec.currents_list(), "pA")):
-        g.create_dataset(ds_name, data=_padded(rows, width), **_GZIP)
+        _dataset(g, ds_name, _padded(rows, width), compress=True)
         g[ds_name].attrs["unit"] = unit
     if rec.concentration_mM is not None:
         concs = [np.asarray(rec.sweep_concentration(i)) for i in range(rec.n_sweeps)]
-        g.create_dataset("concentration_mM", data=_padded(concs, width), **_GZIP)
+        _dataset(g, "concentration_mM", _padded(concs, width), compress=True)
         g["concentration_mM"].attrs["unit"] = "mM"
     g.attrs["description"] = "one row per sweep, NaN padded; n_samples gives each length"
 
 
 def _read_recording(g: h5py.Group) -> Recording:
-    n = g["n_samples"][()]
-    labels = [_text(v) for v in g["labels"][()]]
+    n = _load(g["n_samples"])
+    labels = [_text(v) for v in _load(g["labels"])]
 
     def rows(name: str) -> list[np.ndarray]:
-        a = g[name][()]
+        a = _load(g[name])
         return [a[i, : n[i]] for i in range(len(n))]
 
     hold = float(g.attrs.get("holding_mV", np.nan))
@@ -1155,19 +1461,19 @@ def _write_targets(g: h5py.Group, name: str, t: Targets) -> None:
 
 def _read_targets(g: h5py.Group) -> Targets:
     feats = {}
-    for row in g["features"][()]:
+    for row in _load(g["features"]):
         sd = float(row["sd"])
         feats[_text(row["name"])] = Target(float(row["value"]), float(row["weight"]),
                                            None if math.isnan(sd) else sd)
     dose = rec = None
     if "dose_response" in g:
-        d = g["dose_response"][()]
+        d = _load(g["dose_response"])
         ss = np.asarray(d["ss"], dtype=float)
         dose = DoseResponseTable(np.asarray(d["concentration"], dtype=float),
                                  np.asarray(d["peak"], dtype=float),
                                  None if np.all(np.isnan(ss)) else ss)
     if "recovery" in g:
-        r = g["recovery"][()]
+        r = _load(g["recovery"])
         rec = RecoveryTable(np.asarray(r["interval"], dtype=float),
                             np.asarray(r["ratio"], dtype=float))
     return Targets(feats, dose, rec, json.loads(_text(g.attrs.get("sources", "[]"))))
@@ -1177,7 +1483,14 @@ def _read_targets(g: h5py.Group) -> Targets:
 
 def _corrupt(name: str, exc: BaseException) -> KingenError:
     detail = " ".join(str(exc).split()) or type(exc).__name__
-    return KingenError(f"corrupt or truncated run file (HDF5 says: {detail})", file=name)
+    return KingenError(f"not a readable HDF5 file: corrupt or truncated run file (HDF5 says: "
+                       f"{detail})", file=name)
+
+
+def _unreadable(p: Path) -> KingenError:
+    # HDF5's own words vary between its versions and say little more: left out
+    return KingenError("not a readable HDF5 file: its header (superblock) or metadata is "
+                       "damaged, or the file is incomplete", file=str(p))
 
 
 def _superblock(p: Path) -> tuple[int, int] | None:
@@ -1212,33 +1525,34 @@ def _open_read(p: Path) -> h5py.File:
     info = _check_eof(p)
     swmr_first = info is None or info[0] != 0
     attempts = (True, False) if swmr_first else (False,)
-    error: OSError | None = None
+    error: Exception | None = None
     for swmr in attempts:
         try:
             if swmr:
                 return h5py.File(p, "r", libver="latest", swmr=True, locking=False)
             return h5py.File(p, "r", locking=False)
-        except OSError as exc:
+        # h5py raises RuntimeError for some damaged superblocks
+        except (OSError, RuntimeError, ValueError) as exc:
             error = error or exc
     assert error is not None
-    raise _corrupt(str(p), error) from None
+    raise _unreadable(p) from None
 
 
 def _open_append(p: Path) -> h5py.File:
     _check_eof(p)
     try:
         return h5py.File(p, "a", libver="latest")
-    except OSError as exc:
+    except (OSError, RuntimeError, ValueError) as exc:
         if _ALREADY_OPEN not in str(exc):
-            raise _corrupt(str(p), exc) from None
+            raise _unreadable(p) from None
     # The superblock still says a writer has the file: either one does, or a run was
     # killed. A live writer would have to be stopped first; a killed run's file is
     # rebuilt from what it committed.
     _rebuild(p)
     try:
         return h5py.File(p, "a", libver="latest")
-    except OSError as exc:
-        raise _corrupt(str(p), exc) from None
+    except (OSError, RuntimeError, ValueError):
+        raise _unreadable(p) from None
 
 
 def _rebuild(p: Path) -> None:
@@ -1285,18 +1599,182 @@ def _validate(f: h5py.File, name: str) -> None:
                           f"this kingen reads up to version {LAYOUT_VERSION}: upgrade kingen "
                           "(pip install -U kingen)", file=name, field="/layout_version",
                           value=version)
+    if version < LAYOUT_VERSION:
+        # Version 1 kept the resume state as a pickle, which runs code when it is read: such
+        # a file is not read at all (not even its plots), rather than half-trusted.
+        raise KingenError(f"run file of layout version {version}, from an older kingen: its "
+                          "resume state is a Python pickle, which could run code when read, "
+                          f"so this kingen (layout version {LAYOUT_VERSION}) refuses it; run "
+                          "the fit again", file=name, field="/layout_version", value=version)
     for group in REQUIRED_GROUPS:
         if group not in f or not isinstance(f[group], h5py.Group):
             raise KingenError("missing group: the run file is incomplete or was edited",
                               file=name, field=f"/{group}")
 
 
-def is_run_file(path: str | os.PathLike[str]) -> bool:
-    """True if ``path`` is an HDF5 file with the kingen run marker."""
+def _inconsistent(name: str, field: str, value: Any, what: str) -> KingenError:
+    return KingenError(f"inconsistent run file: {what}", file=name, field=field, value=value)
+
+
+def _check_consistency(f: h5py.File, name: str) -> list[str]:
+    """Check once, at opening, that the counters agree with the data; returns the protocol
+    names. Attributes carry no checksum, so they are checked against the datasets too."""
+    _validate(f, name)
     try:
-        with RunStore.open(path):
-            return True
-    except KingenError:
+        names = json.loads(_text(f["protocols"].attrs["names"]))
+    except (KeyError, ValueError) as exc:
+        raise _inconsistent(name, "/protocols.names", None, f"unreadable ({exc})") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _inconsistent(name, "/protocols.names", names, "not a list of protocol names")
+    for n in names:
+        if _key(n) not in f["protocols"] or not isinstance(f["protocols"][_key(n)], h5py.Group):
+            raise _inconsistent(name, "/protocols.names", n, "no group for this protocol")
+
+    def ds(path: str, ndim: int, kind: str) -> h5py.Dataset:
+        obj = f.get(path)
+        if not isinstance(obj, h5py.Dataset):
+            raise _inconsistent(name, f"/{path}", None, "missing dataset")
+        if obj.ndim != ndim or obj.dtype.kind not in kind:
+            raise _inconsistent(name, f"/{path}", f"{obj.dtype} {obj.shape}",
+                                f"expected {ndim} dimensions of kind {kind!r}")
+        if f.swmr_mode and f.mode == "r":
+            obj.refresh()
+        return obj
+
+    n_par = ds("scheme/parameters", 1, "V").shape[0]
+    n_prot = len(names)
+    commit = np.asarray(_load(ds("run/commit", 1, "iu")), dtype=np.int64)
+    if commit.shape != (3,):
+        raise _inconsistent(name, "/run/commit", commit.shape, "expected 3 counters")
+    rows, slot = int(commit[0]), int(commit[1])
+    gen = {k: ds(f"generations/{k}", nd, kind) for k, nd, kind in (
+        ("population", 3, "f"), ("errors", 3, "f"), ("fitness", 2, "f"), ("fail", 2, "i"),
+        ("generation", 1, "i"), ("size", 1, "i"), ("stats", 2, "f"), ("timings", 2, "f"))}
+    if rows < 0 or any(d.shape[0] < rows for d in gen.values()):
+        short = min(d.shape[0] for d in gen.values())
+        raise _inconsistent(name, "/run/commit[0]", rows, f"generations committed, but "
+                            f"{short} rows stored")
+    if slot not in (0, 1):
+        raise _inconsistent(name, "/run/commit[1]", slot, "resume slot out of range (0 or 1)")
+    width = gen["population"].shape[1]
+    widths = {"population": (width, n_par), "errors": (width, n_prot), "fitness": (width,),
+              "fail": (width,), "stats": (MAX_COLUMNS,), "timings": (MAX_COLUMNS,)}
+    for k, want in widths.items():
+        if gen[k].shape[1:] != want:
+            raise _inconsistent(name, f"/generations/{k}", gen[k].shape,
+                                f"rows of the wrong width (expected {want})")
+    if rows:
+        sizes = np.asarray(_load(gen["size"], np.s_[:rows]))
+        bad = np.flatnonzero((sizes < 0) | (sizes > width))
+        if bad.size:
+            raise _inconsistent(name, f"/generations/size[{bad[0]}]", int(sizes[bad[0]]),
+                                f"more candidates than the {width} rows stored")
+        last = int(_load(gen["generation"], rows - 1))
+        if last != int(commit[2]):
+            raise _inconsistent(name, "/run/commit[2]", int(commit[2]), "is not the last "
+                                f"committed generation number ({last})")
+        res = f["resume"]
+        if f"slot_{slot}" not in res:
+            raise _inconsistent(name, f"/resume/slot_{slot}", None, "missing resume slot")
+    for path, length in (("generations/free_mask", n_par), ("best/params", n_par),
+                         ("best/errors", n_prot), ("best/amplitudes", n_prot),
+                         ("generations/stats_names", MAX_COLUMNS),
+                         ("generations/timings_names", MAX_COLUMNS)):
+        d = ds(path, 1, "biufS")
+        if d.shape[0] != length:
+            raise _inconsistent(name, f"/{path}", d.shape[0], f"length, expected {length}")
+    hof_size = int(_one(ds("hall_of_fame/size", 1, "iu")))
+    hof = ds("hall_of_fame/params", 2, "f")
+    hof_fit = ds("hall_of_fame/fitness", 1, "f")
+    if hof.shape[1:] != (n_par,) or not 0 <= hof_size <= min(hof.shape[0], hof_fit.shape[0]):
+        raise _inconsistent(name, "/hall_of_fame/size", hof_size, "does not match the stored "
+                            f"hall of fame {hof.shape}")
+    for p in names:
+        g = f["data"].get(_key(p))
+        if isinstance(g, h5py.Group):
+            n_samples = np.asarray(_load(ds(f"{g.name[1:]}/n_samples", 1, "iu")))
+            cur = ds(f"{g.name[1:]}/current_pA", 2, "f")
+            if n_samples.shape[0] != cur.shape[0] or (n_samples > cur.shape[1]).any() or (
+                    n_samples < 0).any():
+                raise _inconsistent(name, f"{g.name}/n_samples", n_samples.tolist(),
+                                    f"does not match the stored sweeps {cur.shape}")
+    return names
+
+
+def _state_schema(fields: Mapping[str, tuple[Any, tuple[int, ...]]]
+                  ) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    out = {}
+    for name, (dtype, shape) in fields.items():
+        dt = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        if (not name or "/" in name or name in ("shapes", ".") or dt.kind not in STATE_KINDS
+                or len(shape) > MAX_STATE_DIMS):
+            raise ValueError(f"resume state field {name!r}: numbers of up to "
+                             f"{MAX_STATE_DIMS} dimensions only ({dt}, {shape})")
+        out[name] = (dt, shape)
+    return out
+
+
+def _state_names(g: h5py.Group) -> list[str]:
+    """A resume slot's field names, checked: each a dataset of numbers, nothing else."""
+    where = g.name
+    try:
+        names = json.loads(_text(g.attrs["fields"]))
+    except (KeyError, ValueError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise KingenError("inconsistent run file: no list of resume state fields",
+                          file=g.file.filename, field=f"{where}.fields")
+    if set(g) != set(names) | {"shapes"}:
+        raise KingenError("inconsistent run file: resume state fields do not match the slot's "
+                          "datasets", file=g.file.filename, field=where,
+                          value=sorted(set(g) ^ (set(names) | {"shapes"})))
+    shapes = g["shapes"]
+    if not isinstance(shapes, h5py.Dataset) or shapes.shape != (
+            max(len(names), 1), MAX_STATE_DIMS) or shapes.dtype.kind != "i":
+        raise KingenError("inconsistent run file: malformed table of resume state shapes",
+                          file=g.file.filename, field=f"{where}/shapes")
+    for n in names:
+        ds = g[n]
+        ndim = ds.attrs.get("ndim") if isinstance(ds, h5py.Dataset) else None
+        if (ndim is None or ds.dtype.kind not in STATE_KINDS or ds.dtype.fields is not None
+                or int(ndim) != ds.ndim - (ds.ndim == 1 and int(ndim) == 0)):
+            raise KingenError("malformed resume state: only arrays of numbers are read",
+                              file=g.file.filename, field=f"{where}/{n}",
+                              value=str(getattr(ds, "dtype", type(ds).__name__)))
+    return names
+
+
+def _refuse_inputs(p: Path, inputs: Mapping[str, str]) -> None:
+    """KingenError if ``p`` is one of the run's input files."""
+    for path, role in inputs.items():
+        q = Path(path)
+        same = q.resolve() == p.resolve()
+        if not same and q.exists() and p.exists():
+            same = os.path.samefile(q, p)
+        if same:
+            raise KingenError(f"output is this fit's {role} ({path}); refusing to overwrite "
+                              "an input: choose another output file", file=str(p))
+
+
+def _refuse_non_run(p: Path) -> None:
+    """KingenError unless ``p`` carries the kingen run-file marker (it is then replaced)."""
+    if not is_run_file(p):
+        raise KingenError("not a kingen run file; refusing to overwrite it (choose another "
+                          "output file, or remove this one yourself)", file=str(p))
+
+
+def is_run_file(path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` is an HDF5 file with the kingen run marker (of any layout version,
+    damaged or not: only the marker is read)."""
+    p = Path(path)
+    try:
+        if not p.is_file() or p.stat().st_size == 0 or not h5py.is_hdf5(p):
+            return False
+        with _open_read(p) as f:
+            marker = f.attrs.get("kingen_run")
+            return marker is not None and _text(marker) == MARKER
+    except (KingenError, OSError, RuntimeError, ValueError):
         return False
 
 
