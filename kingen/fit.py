@@ -931,7 +931,9 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
         settings = store.config
         cfg_path = settings.get("config_path", "<config>")
         base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
-        cfg = loads_config(store.config_text, path=cfg_path, base=base)
+        # the size limits were passed (or lifted) when the run started
+        cfg = loads_config(store.config_text, path=cfg_path, base=base,
+                           overrides={"force": True})
         cfg.ga = GASettings(**settings["ga"])
         if generations is not None:
             cfg.ga.generations = int(generations)

@@ -743,8 +743,8 @@ class _Parser:
             if abs(log_ratio) > math.log1p(scheme.reversibility_tolerance):
                 raise self.error(
                     f"cycle {text} violates microscopic reversibility: product of rates one "
-                    f"way {exp_text(log_f, 6)}, the other way {exp_text(log_b, 6)} (ratio "
-                    f"{exp_text(log_ratio)}, tolerance {scheme.reversibility_tolerance:g}); "
+                    f"way {exp_text(log_f, '.6g')}, the other way {exp_text(log_b, '.6g')} "
+                    f"(ratio {exp_text(log_ratio)}, tolerance {scheme.reversibility_tolerance:g}); "
                     f"correct a rate, or mark one rate of the cycle derived = true",
                     "transitions")
 
@@ -768,10 +768,11 @@ class _Parser:
                 "closed set of states; give initial occupancies (states.X.initial)", "states")
 
 
-def exp_text(log_value: float, digits: int = 4) -> str:
-    """``exp(log_value)`` as text, written as a power of ten where it overflows a float."""
+def exp_text(log_value: float, spec: str = ".4g") -> str:
+    """``exp(log_value)`` formatted with ``spec``, or as a power of ten where it overflows
+    or underflows a float."""
     if abs(log_value) < 700:
-        return f"{math.exp(log_value):.{digits}g}"
+        return format(math.exp(log_value), spec)
     return f"1e{log_value / math.log(10):+.1f}"
 
 
