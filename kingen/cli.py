@@ -330,7 +330,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             f"{n}" + (f" [{g:g} pS]" if g else "") for n, g in zip(s.states, s.conductance)))
         print(f"transitions: {len(s.transitions)}; independent cycles: {len(s.cycles)}")
         for cycle, (log_f, log_b) in zip(s.cycles, s.cycle_log_products()):
-            ratio = exp_text(log_f - log_b, ".4f")
+            ratio = exp_text(log_f - log_b)
             how = ("derived: " + s.parameters[s.transitions[cycle.derived].param].name
                    if cycle.derived is not None else f"ratio {ratio}")
             print(f"  {s.describe_cycle(cycle)}  ({how})")

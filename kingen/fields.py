@@ -96,10 +96,19 @@ def loads_toml(text: str, file: str) -> dict[str, Any]:
     return doc
 
 
-def _digits(value: int) -> str:
-    """A huge integer as a short text (``str`` of it is slow and refused past 4300 digits)."""
-    sign = "-" if value < 0 else ""
-    return f"{sign}<{len(hex(abs(value))) - 2} hex digits>"
+class _Huge:
+    """A huge integer as it is named in a message: ``str`` of the integer itself is slow
+    and refused past 4300 digits."""
+
+    def __init__(self, value: int) -> None:
+        self.text = f"{'-' if value < 0 else ''}<integer of {value.bit_length()} bits>"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _digits(value: int) -> _Huge:
+    return _Huge(value)
 
 
 class Fields:

@@ -773,7 +773,7 @@ def exp_text(log_value: float, spec: str = ".4g") -> str:
     or underflows a float."""
     if abs(log_value) < 700:
         return format(math.exp(log_value), spec)
-    return f"1e{log_value / math.log(10):+.1f}"
+    return f"10^{log_value / math.log(10):.1f}"
 
 
 def closed_classes(n_states: int, edges: list[tuple[int, int]]) -> list[list[int]]:
