@@ -12,7 +12,7 @@ limit                          default             what it bounds
 :data:`MAX_STATES`             500 states          states of a scheme (solver code is
                                                    generated per state)
 :data:`MAX_SAMPLES_PER_SWEEP`  10,000,000          samples of one sweep (duration / dt)
-:data:`MAX_PULSES_PER_SWEEP`   100,000             pulses or transients of one sweep
+:data:`MAX_PULSES_PER_SWEEP`   2,000               pulses or transients of one sweep
 :data:`MAX_SWEEPS`             100,000             sweeps of one protocol
 :data:`MAX_STEPS_PER_CANDIDATE`  1,000,000,000     RK4 steps to simulate one candidate
                                                    under every protocol
@@ -30,7 +30,8 @@ from kingen.errors import KingenError
 
 MAX_STATES = 500
 MAX_SAMPLES_PER_SWEEP = 10_000_000
-MAX_PULSES_PER_SWEEP = 100_000
+# Segmenting a sweep costs pulses squared: 2,000 pulses is a 20 s train at 100 Hz.
+MAX_PULSES_PER_SWEEP = 2_000
 MAX_SWEEPS = 100_000
 MAX_STEPS_PER_CANDIDATE = 1_000_000_000
 MEMORY_FRACTION = 0.5

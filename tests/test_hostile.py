@@ -135,7 +135,7 @@ def test_duration_and_train_bombs() -> None:
     msg = protocol_error("[train]\nstart = 2\nduration = 1\nconcentration = 10\n"
                          "n = 100000000\nfrequency = 50\n")
     assert msg == ("p.toml: train.n = 100000000: needs 100,000,000 pulses in one sweep; the "
-                   "limit is 100,000: fewer pulses (kingen.limits.MAX_PULSES_PER_SWEEP), or "
+                   "limit is 2,000: fewer pulses (kingen.limits.MAX_PULSES_PER_SWEEP), or "
                    "pass --force (force = true in a fit configuration) to try anyway")
 
 
