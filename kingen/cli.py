@@ -21,6 +21,12 @@ from kingen.errors import KingenError
 
 # Modules that add their own subcommands with ``add_parsers(subparsers)``.
 _COMMAND_MODULES = ("kingen.fit_cli", "kingen.output_cli")
+FORCE_HELP = ("lift the size limits (states, samples, RK4 steps, memory) that refuse work "
+              "too large for this machine; see the README's 'Limits and bad input'")
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
+# What a failed feature means (kingen.features gives NaN and never raises on data).
+FEATURE_FAILED = ("could not be measured from the simulated current (too flat, too short, "
+                  "or its fit did not converge)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,12 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--csv", type=Path, help="write time_ms and current_pA columns here")
     sim.add_argument("--plot", type=Path, help="write a figure (PNG or PDF) here")
     sim.add_argument("--json", action="store_true", help="print the features as JSON")
+    sim.add_argument("--force", action="store_true", help=FORCE_HELP)
     sim.set_defaults(handler=cmd_simulate)
 
     info = sub.add_parser("info", help="describe a scheme file, or this installation",
                           description="Describe a scheme (states, parameters, cycles) or, "
                                       "without a file, the installation and its GPU.")
     info.add_argument("model", nargs="?", help="scheme file (TOML)")
+    info.add_argument("--force", action="store_true", help=FORCE_HELP)
     info.set_defaults(handler=cmd_info)
 
     for name in _COMMAND_MODULES:
@@ -98,19 +106,39 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- simulate
 
 def _load_protocol(args: argparse.Namespace):
-    from kingen.protocol import STANDARD_PROTOCOLS, load_protocol, standard_protocol
+    from kingen.protocol import STANDARD_PROTOCOLS, check_size, load_protocol, standard_protocol
 
+    force = getattr(args, "force", False)
     if args.protocol in STANDARD_PROTOCOLS:
         kwargs = {}
         if args.exchange is not None:
             kwargs["exchange"] = args.exchange
         if args.dt is not None:
             kwargs["dt"] = args.dt
-        return standard_protocol(args.protocol, **kwargs)
+        protocol = standard_protocol(args.protocol, **kwargs, force=True)
+        check_size(protocol, file=None, field="--dt", value=protocol.sweeps[0].dt,
+                   force=force)
+        return protocol
     if args.exchange is not None or args.dt is not None:
         raise KingenError("--exchange and --dt apply to standard protocols; set them in the "
                           "protocol file", field="--protocol", value=args.protocol)
-    return load_protocol(args.protocol)
+    return load_protocol(args.protocol, force=force)
+
+
+def output_path(path: Path | None, flag: str, suffixes: tuple[str, ...] = ()) -> Path | None:
+    """Check an output file named on the command line before any work is done: not a
+    folder, its folder exists, and (for figures) a format kingen writes."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir() or path.name in ("", ".", ".."):
+        raise KingenError("is a folder: give a file name", file=str(path), field=flag)
+    if not path.parent.is_dir():
+        raise KingenError("folder does not exist", file=str(path.parent), field=flag)
+    if suffixes and path.suffix and path.suffix.lower() not in suffixes:
+        raise KingenError(f"unknown image format (use {', '.join(suffixes)})", file=str(path),
+                          field=flag, value=path.suffix)
+    return path
 
 
 def simulate_currents(scheme, protocol, *, solver: str = "exact", backend: str = "auto",
@@ -120,7 +148,14 @@ def simulate_currents(scheme, protocol, *, solver: str = "exact", backend: str =
     if solver == "exact":
         from kingen.solve import simulate_exact
 
-        trace = simulate_exact(scheme, protocol)
+        try:
+            trace = simulate_exact(scheme, protocol)
+        except (RuntimeError, ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
+            # SciPy's integrators and expm give up on absurdly stiff rates as raw errors
+            raise KingenError(f"the exact solver failed ({type(exc).__name__}: {exc}); the "
+                              f"rates or concentrations are too extreme for it, or try "
+                              f"--solver rk4", file=scheme.path,
+                              field=f"protocol {protocol.name}") from None
         return ([s.time for s in trace.sweeps], trace.currents, "exact reference")
     from kingen.solve import simulate_batch
 
@@ -142,29 +177,41 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kingen.features import protocol_features
     from kingen.scheme import Scheme
 
-    scheme = Scheme.load(args.model)
+    scheme = Scheme.load(args.model, force=args.force)
     protocol = _load_protocol(args)
     if args.step is not None and args.solver != "rk4":
         raise KingenError("--step applies to --solver rk4", field="--step", value=args.step)
+    csv_path = output_path(args.csv, "--csv")
+    plot_path = output_path(args.plot, "--plot", IMAGE_SUFFIXES)
+    if args.solver == "rk4":
+        _check_rk4_work(scheme, protocol, args.step, args.force)
     times, currents, engine = simulate_currents(scheme, protocol, solver=args.solver,
                                                 backend=args.backend,
                                                 precision=args.precision, step=args.step)
-    if args.csv:
-        write_current_csv(args.csv, protocol, times, currents)
-    if args.plot:
-        from kingen.plot import plot_traces
+    _check_finite(scheme, protocol, times, currents)
+    try:
+        if csv_path:
+            write_current_csv(csv_path, protocol, times, currents)
+        if plot_path:
+            from kingen.plot import plot_traces
 
-        conc = [s.concentration(t) for s, t in zip(protocol.sweeps, times)]
-        plot_traces(times, currents, [s.label for s in protocol.sweeps],
-                    f"{scheme.name}: {protocol.name}", args.plot, concentration_mM=conc)
+            conc = [s.concentration(t) for s, t in zip(protocol.sweeps, times)]
+            plot_traces(times, currents, [s.label for s in protocol.sweeps],
+                        f"{scheme.name}: {protocol.name}", plot_path, concentration_mM=conc)
+    except OSError as exc:
+        raise KingenError(f"cannot write: {exc.strerror or exc}",
+                          file=str(exc.filename or csv_path or plot_path)) from None
     features = protocol_features(protocol, times, currents)
+    values, failed = _split_failed(features)
     if args.json:
-        print(json.dumps(_jsonable(features), indent=2))
+        print(json.dumps({**values, **({"failed": failed} if failed else {})}, indent=2))
     else:
         print(f"{scheme.name} | protocol {protocol.name} ({protocol.n_sweeps} sweep"
               f"{'s' if protocol.n_sweeps != 1 else ''}) | {engine}")
         for key, value in features.items():
             print(f"  {key:16s} {_show(value)}")
+        for key, why in failed.items():
+            print(f"  failed: {key}: {why}")
         for path in (args.csv, args.plot):
             if path:
                 print(f"  wrote {path}")
@@ -205,24 +252,66 @@ def write_current_csv(path: Path, protocol, times: list[np.ndarray],
         raise
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+def _check_rk4_work(scheme, protocol, step: float | None, force: bool) -> None:
+    """Refuse an RK4 solve whose steps exceed the limit, before it starts."""
+    from kingen import limits
+    from kingen.fit_config import estimate_rk4_steps
+
+    if step is not None and not (math.isfinite(step) and step > 0):
+        raise KingenError("must be a finite number > 0 (ms)", field="--step", value=step)
+    steps = estimate_rk4_steps(scheme, list(protocol.sweeps), step=step)
+    limits.check(steps, limits.MAX_STEPS_PER_CANDIDATE, "RK4 steps", force=force,
+                 field="--step" if step is not None else None, value=step,
+                 hint="a larger --step, a larger dt or shorter sweeps "
+                      "(kingen.limits.MAX_STEPS_PER_CANDIDATE)")
+
+
+def _check_finite(scheme, protocol, times: list[np.ndarray], currents: list[np.ndarray]
+                  ) -> None:
+    """A current that overflowed is named here, not passed on as NaN features."""
+    for sweep, t, y in zip(protocol.sweeps, times, currents):
+        bad = ~np.isfinite(np.asarray(y, dtype=float))
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise KingenError(f"the simulated current is not finite from t = {t[k]:g} ms on "
+                              f"(sweep '{sweep.label}'): the rates, conductances or "
+                              f"potentials are too large to simulate", file=scheme.path,
+                              field=f"protocol {protocol.name}")
+
+
+def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:
+    """(JSON-able features, {feature: why it failed}); a failed (NaN) scalar is moved out, a
+    failed entry of a list reads "failed"; never ``null``."""
+    failed: dict[str, str] = {}
+
+    def clean(value, key: str):
+        if isinstance(value, dict):
+            return {k: clean(v, f"{key}.{k}") for k, v in value.items()}
+        if isinstance(value, (list, tuple, np.ndarray)):
+            return [clean(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, (np.floating, float)):
+            v = float(value)
+            if math.isfinite(v):
+                return v
+            failed[key] = FEATURE_FAILED
+            return "failed"
+        if isinstance(value, np.integer):
+            return int(value)
+        return value
+
+    out = {}
+    for key, value in features.items():
+        v = clean(value, key)
+        if v != "failed":
+            out[key] = v
+    return out, failed
 
 
 def _show(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_show(v) for v in value) + "]"
     if isinstance(value, (float, np.floating)):
-        return f"{float(value):.4g}"
+        return f"{float(value):.4g}" if math.isfinite(float(value)) else "failed"
     return str(value)
 
 
@@ -231,18 +320,19 @@ def _show(value) -> str:
 def cmd_info(args: argparse.Namespace) -> int:
     """``kingen info``: a scheme's summary, or the installation's."""
     if args.model:
-        from kingen.scheme import Scheme
+        from kingen.scheme import Scheme, exp_text
 
-        s = Scheme.load(args.model)
+        s = Scheme.load(args.model, force=args.force)
         print(f"{s.name}  ({s.path})")
         if s.source:
             print(f"source: {s.source}")
         print(f"states ({s.n_states}): " + ", ".join(
             f"{n}" + (f" [{g:g} pS]" if g else "") for n, g in zip(s.states, s.conductance)))
         print(f"transitions: {len(s.transitions)}; independent cycles: {len(s.cycles)}")
-        for cycle, (f, b) in zip(s.cycles, s.cycle_products()):
+        for cycle, (log_f, log_b) in zip(s.cycles, s.cycle_log_products()):
+            ratio = exp_text(log_f - log_b)
             how = ("derived: " + s.parameters[s.transitions[cycle.derived].param].name
-                   if cycle.derived is not None else f"ratio {f / b:.4f}")
+                   if cycle.derived is not None else f"ratio {ratio}")
             print(f"  {s.describe_cycle(cycle)}  ({how})")
         print("parameters (internal units):")
         for p in s.parameters:

@@ -351,7 +351,12 @@ def _read_table(path: Path) -> _Table:
         i += 1
     if i == len(lines):
         raise KingenError("no header row", file=name)
-    rows = list(csv.reader(io.StringIO("\n".join(lines[i:]))))
+    reader = csv.reader(io.StringIO("\n".join(lines[i:])))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # e.g. a cell over the csv module's 128 KiB field limit
+        raise KingenError(f"malformed CSV: {exc}", file=name,
+                          field=f"row {i + reader.line_num}") from None
     header = [h.strip() for h in rows[0]]
     body = rows[1:]
     # Blank lines at the end of a file are not rows.
@@ -366,8 +371,10 @@ def _read_table(path: Path) -> _Table:
     return _Table(name, comments, header, columns, i + 2)
 
 
-def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool) -> np.ndarray:
-    """A column as floats; trailing blank cells end it (a shorter sweep) when allowed."""
+def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool, factor: float = 1.0,
+                  unit: str = "") -> np.ndarray:
+    """A column as floats times ``factor`` (a unit conversion); trailing blank cells end it
+    (a shorter sweep) when allowed."""
     cells = table.columns[j]
     column = table.header[j]
     n = len(cells)
@@ -388,7 +395,17 @@ def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool) -> np.nd
         if not math.isfinite(value):
             raise KingenError("NaN or infinite value", file=table.name,
                               field=f"{column} row {row}", value=cell)
-        out[k] = value
+        out[k] = _converted(value, factor, unit, table.name, f"{column} row {row}", cell)
+    return out
+
+
+def _converted(value: float, factor: float, unit: str, file: str, where: str, text: Any
+               ) -> float:
+    """``value * factor``, refused where the conversion overflows (as kingen.fields does)."""
+    out = value * factor
+    if not math.isfinite(out):
+        raise KingenError(f"overflows once converted to {unit or 'internal units'} "
+                          f"(x {factor:g})", file=file, field=where, value=text)
     return out
 
 
@@ -454,7 +471,7 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
     tf = _unit_factor(table, header[0], "time", unit)
     if not table.columns[0]:
         raise KingenError("no data rows (empty sweep)", file=name)
-    time = _parse_column(table, 0, allow_trailing_blank=False) * tf
+    time = _parse_column(table, 0, allow_trailing_blank=False, factor=tf, unit="ms")
     steps = np.diff(time)
     if np.any(steps <= 0):
         row = table.first_row + 1 + int(np.argmax(steps <= 0))
@@ -470,7 +487,8 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
                               "conc_<unit>[_<label>])", file=name, field="header",
                               value=column)
         f = _unit_factor(table, column, kind, unit)
-        values = _parse_column(table, j, allow_trailing_blank=True) * f
+        values = _parse_column(table, j, allow_trailing_blank=True, factor=f,
+                               unit=units.internal_unit(kind))
         key = label if label is not None else "0"
         if values.size == 0:
             raise KingenError("empty sweep (no values)", file=name, field=column)
@@ -667,14 +685,17 @@ def _feature_targets(table: _Table) -> Targets:
                 raise KingenError(f"the feature name says {suffix}, the unit column {unit}",
                                   file=name, field=f"unit row {row}", value=unit)
             f = units.factor(kind, unit, file=name, field=f"unit row {row}")
-        value = _number(cell("value"), name, f"value row {row}") * f
+        unit_in = units.internal_unit(kind) if kind else ""
+        value = _converted(_number(cell("value"), name, f"value row {row}"), f, unit_in, name,
+                           f"value row {row}", cell("value"))
         weight_text = cell("weight")
         weight = _number(weight_text, name, f"weight row {row}") if weight_text else 1.0
         if weight < 0:
             raise KingenError("weight must be >= 0", file=name, field=f"weight row {row}",
                               value=weight_text)
         sd_text = cell("sd")
-        sd = abs(_number(sd_text, name, f"sd row {row}") * f) if sd_text else None
+        sd = abs(_converted(_number(sd_text, name, f"sd row {row}"), f, unit_in, name,
+                            f"sd row {row}", sd_text)) if sd_text else None
         if key in features:
             raise KingenError("feature given twice", file=name, field=f"feature row {row}",
                               value=key)
@@ -703,7 +724,8 @@ def _table_column(table: _Table, j: int, kind: str | None) -> np.ndarray:
                               f"{column}_{units.internal_unit(kind)})", file=table.name,
                               field="header", value=column)
         f = units.factor(kind, unit, file=table.name, field=f"header {column!r} unit")
-    values = _parse_column(table, j, allow_trailing_blank=False) * f
+    values = _parse_column(table, j, allow_trailing_blank=False, factor=f,
+                           unit=units.internal_unit(kind) if kind else "")
     if values.size == 0:
         raise KingenError("no data rows", file=table.name, field=column)
     return values
@@ -758,16 +780,66 @@ def _to_pA(unit: str, conversion: float, offset: float, file: str, where: str
     text = str(unit).strip()
     base = 1e12 if text.lower() in _AMPERE_NAMES else units.factor(
         "current", text, file=file, field=f"{where}.unit")
-    return conversion * base, offset * base
+    factor, shift = conversion * base, offset * base
+    if not (math.isfinite(factor) and math.isfinite(shift)):
+        raise KingenError("conversion or offset is not a finite number once in pA", file=file,
+                          field=f"{where}.conversion", value=conversion)
+    return factor, shift
 
 
-def _series_time_s(series: Any, n: int) -> np.ndarray:
+def _stored_unit(series: Any) -> str:
+    """The unit as stored in the file: pynwb reports a VoltageClampSeries' fixed unit
+    ('amperes') whatever the file says, so a file in furlongs would pass unseen."""
+    attrs = getattr(getattr(series, "data", None), "attrs", None)
+    unit = attrs.get("unit") if attrs is not None else None
+    if isinstance(unit, bytes):
+        unit = unit.decode("utf-8", "replace")
+    return str(unit if unit is not None else series.unit)
+
+
+def _numbers(data: Any, file: str, where: str) -> np.ndarray:
+    """A stored dataset as floats, refusing text and other non-numbers."""
+    try:
+        return np.asarray(data[:], dtype=float)
+    except (ValueError, TypeError):
+        dtype = getattr(data, "dtype", type(data).__name__)
+        raise KingenError(f"not numbers (stored as {dtype})", file=file,
+                          field=where) from None
+
+
+def _series_time_s(series: Any, n: int, file: str = "<nwb>", where: str = "series"
+                   ) -> np.ndarray:
     """Absolute sample times of a TimeSeries, s."""
     if series.timestamps is not None:
-        return np.asarray(series.timestamps[:], dtype=float)
+        return _numbers(series.timestamps, file, f"{where}.timestamps")
     rate = float(series.rate)
+    if not (math.isfinite(rate) and rate > 0):
+        raise KingenError("sampling rate must be a finite number > 0 Hz", file=file,
+                          field=f"{where}.rate", value=rate)
     start = float(series.starting_time or 0.0)
+    if not math.isfinite(start):
+        raise KingenError("must be a finite number", file=file,
+                          field=f"{where}.starting_time", value=start)
     return start + np.arange(n) / rate
+
+
+def check_sweep(time_ms: np.ndarray, current_pA: np.ndarray, file: str, where: str) -> None:
+    """The checks every reader applies to a sweep in internal units: samples present, every
+    time and current finite, time increasing. (CSV makes the same checks cell by cell, to
+    name the row.)"""
+    if current_pA.size == 0:
+        raise KingenError("empty sweep (no samples)", file=file, field=where)
+    for what, values in (("current", current_pA), ("time", time_ms)):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise KingenError(f"NaN or infinite value in the {what} (in internal units)",
+                              file=file, field=f"{where} sample {k}", value=float(values[k]))
+    steps = np.diff(time_ms)
+    if np.any(steps <= 0):
+        k = int(np.argmax(steps <= 0)) + 1
+        raise KingenError("time does not increase", file=file, field=f"{where} sample {k}",
+                          value=float(time_ms[k]))
 
 
 def _relative_time_ms(series: Any, t_abs: np.ndarray) -> np.ndarray:
@@ -844,16 +916,20 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
         lo = getattr(ref, "idx_start", None)
         count = getattr(ref, "count", None)
         lo = 0 if lo is None or lo < 0 else int(lo)
-        raw = np.asarray(ts.data[:], dtype=float)
-        hi = raw.size if count is None or count < 0 else lo + int(count)
         where = f"acquisition/{ts.name}"
-        factor, shift = _to_pA(ts.unit, float(ts.conversion), float(getattr(ts, "offset", 0.0)
-                                                                      or 0.0), name, where)
-        t_abs = _series_time_s(ts, raw.size)[lo:hi]
+        raw = _numbers(ts.data, name, f"{where}.data")
+        hi = raw.size if count is None or count < 0 else lo + int(count)
+        factor, shift = _to_pA(_stored_unit(ts), float(ts.conversion),
+                               float(getattr(ts, "offset", 0.0) or 0.0), name, where)
+        t_abs = _series_time_s(ts, raw.size, name, where)[lo:hi]
         if t_abs.size == 0:
             raise KingenError("empty sweep (no samples)", file=name, field=where)
-        currents.append(raw[lo:hi] * factor + shift)
-        times.append(_relative_time_ms(ts, t_abs))
+        with np.errstate(over="ignore", invalid="ignore"):
+            current = raw[lo:hi] * factor + shift
+            t_ms = _relative_time_ms(ts, t_abs)
+        check_sweep(t_ms, current, name, where)
+        currents.append(current)
+        times.append(t_ms)
         starts.append(float(t_abs[0]))
         label = ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
         labels.append(label)
@@ -866,7 +942,7 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
         protocol=nwb.protocol if nwb.protocol else meta.pop("protocol", None),
         time_ms=times, current_pA=currents, sweep_labels=labels,
         concentration_mM=concs if all(have) else None,
-        holding_mV=_nwb_holding(nwb, pynwb), source=name, meta=meta,
+        holding_mV=_nwb_holding(nwb, pynwb, name), source=name, meta=meta,
     )
 
 
@@ -890,11 +966,14 @@ def _match_stimulus(tabled: str | None, label: str, k: int, n: int, stimuli: dic
 
 
 def _concentration_on(stim: Any, t_abs: np.ndarray, file: str) -> np.ndarray:
-    f = units.factor("concentration", str(stim.unit), file=file,
-                     field=f"stimulus/{stim.name}.unit")
-    data = np.asarray(stim.data[:], dtype=float) * float(stim.conversion) + float(
-        getattr(stim, "offset", 0.0) or 0.0)
-    ts = _series_time_s(stim, data.size)
+    where = f"stimulus/{stim.name}"
+    f = units.factor("concentration", _stored_unit(stim), file=file, field=f"{where}.unit")
+    with np.errstate(over="ignore", invalid="ignore"):
+        data = _numbers(stim.data, file, f"{where}.data") * float(stim.conversion) + float(
+            getattr(stim, "offset", 0.0) or 0.0)
+    ts = _series_time_s(stim, data.size, file, where)
+    with np.errstate(over="ignore", invalid="ignore"):
+        check_sweep(ts * 1e3, data * f, file, where)
     if ts.size == t_abs.size and np.allclose(ts, t_abs, rtol=0, atol=1e-12):
         return data * f
     return np.interp(t_abs, ts, data) * f
@@ -916,14 +995,19 @@ def _nwb_meta(nwb: Any) -> dict[str, Any]:
     return meta
 
 
-def _nwb_holding(nwb: Any, pynwb: Any) -> float | None:
+def _nwb_holding(nwb: Any, pynwb: Any, file: str = "<nwb>") -> float | None:
     """Holding potential from the first voltage-clamp stimulus (its first sample), mV."""
     for s in nwb.stimulus.values():
         if isinstance(s, pynwb.icephys.VoltageClampStimulusSeries) and len(s.data) > 0:
-            unit = str(s.unit).strip()
+            unit = _stored_unit(s).strip()
             base = 1e3 if unit.lower() in ("volts", "volt", "v") else units.factor(
-                "voltage", unit)
-            return float(s.data[0]) * float(s.conversion) * base
+                "voltage", unit, file=file, field=f"stimulus/{s.name}.unit")
+            value = float(_numbers(s.data, file, f"stimulus/{s.name}.data")[0]) * float(
+                s.conversion) * base
+            if not math.isfinite(value):
+                raise KingenError("holding potential is not a finite number of mV", file=file,
+                                  field=f"stimulus/{s.name}.data", value=value)
+            return value
     return None
 
 
@@ -1052,8 +1136,10 @@ def read_abf(path: str | os.PathLike[str], *, channel: int = 0) -> Recording:
                 unit = str(abf.sweepUnitsY)
                 f = units.factor("current", unit, file=name, field=f"channel {channel} units")
                 holding = _abf_holding(abf)
-            currents.append(np.asarray(abf.sweepY, dtype=float) * f)
-            times.append(np.asarray(abf.sweepX, dtype=float) * 1e3 - abf.sweepX[0] * 1e3)
+            with np.errstate(over="ignore", invalid="ignore"):
+                currents.append(np.asarray(abf.sweepY, dtype=float) * f)
+                times.append(np.asarray(abf.sweepX, dtype=float) * 1e3 - abf.sweepX[0] * 1e3)
+            check_sweep(times[-1], currents[-1], name, f"sweep {s} channel {channel}")
     except KingenError:
         raise
     except Exception as exc:  # noqa: BLE001 -- truncated data surface as assorted errors

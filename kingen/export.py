@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,10 @@ import numpy as np
 from kingen import __version__, units
 from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
+from kingen.fields import loads_toml
 from kingen.plot import FILE_MODE, safe_name
 from kingen.scheme import Scheme
 from kingen.store import RunStore, as_store
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -162,7 +157,7 @@ def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
         params, origin = fitted_params(store)
         amp, amp_from = choose_amplitude(store, protocol)
         best = store.best()
-        doc = tomllib.loads(scheme.text)
+        doc = loads_toml(scheme.text, scheme.path)
         values = to_file_units(scheme, params)
         lower = to_file_units(scheme, scheme.lower)
         upper = to_file_units(scheme, scheme.upper)

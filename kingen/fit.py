@@ -1083,7 +1083,9 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
         cfg_path = settings.get("config_path", "<config>")
         base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
         scheme = reader.scheme()
-        cfg = loads_config(reader.config_text, path=cfg_path, base=base, scheme=scheme)
+        # the size limits were passed (or lifted) when the run started
+        cfg = loads_config(reader.config_text, path=cfg_path, base=base, scheme=scheme,
+                           overrides={"force": True})
         _, arrays = reader.last_state()
     cfg.ga = GASettings(**settings["ga"])
     if generations is not None:

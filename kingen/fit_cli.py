@@ -42,6 +42,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, default=None, help="run file (HDF5)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run file")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("--force", action="store_true",
+                   help="lift the size limits (states, samples, RK4 steps, memory)")
     p.set_defaults(handler=cmd_fit)
 
     r = subparsers.add_parser(
@@ -78,7 +80,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         overwrite = True
     overrides = {"backend": args.backend, "precision": args.precision,
                  "generations": args.generations, "population": args.population,
-                 "seed": args.seed, "output": None if output is None else str(output)}
+                 "seed": args.seed, "output": None if output is None else str(output),
+                 "force": args.force}
     result = fit(config, overwrite=overwrite, progress=not args.quiet,
                  overrides=overrides)
     print(result.summary())

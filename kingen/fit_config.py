@@ -8,25 +8,32 @@ relative to the configuration file. See :data:`EXAMPLE` for every field with its
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kingen import limits
 from kingen.data import Recording, Targets, load_recording, load_targets
 from kingen.errors import KingenError
+from kingen.fields import Fields, join, loads_toml
 from kingen.objective import ProtocolData
 from kingen.params import ParameterMap, apply_overrides, apply_ties
-from kingen.protocol import STANDARD_PROTOCOLS, load_protocol, standard_protocol
-from kingen.scheme import Scheme
-from kingen.solve.schedule import DEFAULT_COURANT, RK4_STABILITY_LIMIT
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from kingen.protocol import (
+    STANDARD_PROTOCOLS,
+    Sweep,
+    check_size,
+    load_protocol,
+    standard_protocol,
+)
+from kingen.scheme import Scheme, check_rate_range
+from kingen.solve.schedule import (
+    DEFAULT_COURANT,
+    RK4_STABILITY_LIMIT,
+    max_rates,
+    step_limit,
+)
 
 ALGORITHMS = ("mu_plus_lambda", "cmaes")
 OPERATORS = ("auto", "deap", "numpy")
@@ -43,6 +50,7 @@ precision = "float64"       # float64 | float32
 courant = 2.5               # h·ρ of the automatic step choice, in (0, 2.785)
 polish = true               # refine the best by least squares in log space at the end
 polish_evaluations = 40     # at most this many least-squares iterations
+force = false               # lift the size limits of kingen.limits (as --force does)
 
 [[protocols]]
 protocol = "deactivation"   # standard name, or a protocol TOML file
@@ -191,70 +199,14 @@ class FitConfig:
 # ---------------------------------------------------------------------- reading
 
 _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "polish",
-        "polish_evaluations", "protocols", "parameters", "ga", "stop"}
+        "polish_evaluations", "protocols", "parameters", "ga", "stop", "force"}
 _PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
              "amplitude", "mask", "subtract_baseline"}
 _PARAM_KEYS = {"bounds", "value", "scale", "fixed"}
 
 
-class _Checker:
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def error(self, message: str, where: str, value: Any = None) -> KingenError:
-        return KingenError(message, file=self.file, field=where, value=value)
-
-    def keys(self, table: dict, allowed: set[str], where: str) -> None:
-        for key in table:
-            if key not in allowed:
-                raise self.error(f"unknown key (known: {', '.join(sorted(allowed))})",
-                                 f"{where}{key}" if where else key)
-
-    def table(self, doc: dict, key: str) -> dict:
-        value = doc.get(key, {})
-        if not isinstance(value, dict):
-            raise self.error("must be a table", key, value)
-        return value
-
-    def number(self, t: dict, key: str, default: float, where: str, *, lo: float | None = None,
-               hi: float | None = None, strict: bool = False) -> float:
-        value = t.get(key, default)
-        name = f"{where}{key}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-                value):
-            raise self.error("must be a finite number", name, value)
-        if lo is not None and (value <= lo if strict else value < lo):
-            raise self.error(f"must be {'>' if strict else '>='} {lo:g}", name, value)
-        if hi is not None and value > hi:
-            raise self.error(f"must be <= {hi:g}", name, value)
-        return float(value)
-
-    def integer(self, t: dict, key: str, default: int, where: str, lo: int = 0) -> int:
-        value = t.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error("must be an integer", f"{where}{key}", value)
-        if value < lo:
-            raise self.error(f"must be >= {lo}", f"{where}{key}", value)
-        return int(value)
-
-    def boolean(self, t: dict, key: str, default: bool, where: str) -> bool:
-        value = t.get(key, default)
-        if not isinstance(value, bool):
-            raise self.error("must be true or false", f"{where}{key}", value)
-        return value
-
-    def choice(self, t: dict, key: str, default: str, options: tuple[str, ...], where: str
-               ) -> str:
-        value = t.get(key, default)
-        if value not in options:
-            raise self.error(f"must be one of {', '.join(options)}", f"{where}{key}", value)
-        return str(value)
-
-    def string(self, t: dict, key: str, where: str, default: str | None = None) -> str | None:
-        value = t.get(key, default)
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise self.error("must be a non-empty string", f"{where}{key}", value)
-        return value
+class _Checker(Fields):
+    """:class:`~kingen.fields.Fields` with the configuration's own file-list field."""
 
     def paths(self, t: dict, key: str, where: str, base: Path) -> list[Path]:
         value = t.get(key)
@@ -264,12 +216,12 @@ class _Checker:
         if not isinstance(items, list) or not items or not all(
                 isinstance(v, str) and v.strip() for v in items):
             raise self.error("must be a file name or a non-empty list of file names",
-                             f"{where}{key}", value)
+                             join(where, key), value)
         out = []
         for v in items:
             p = (base / v) if not Path(v).is_absolute() else Path(v)
             if not p.is_file():
-                raise self.error("file not found", f"{where}{key}", v)
+                raise self.error("file not found", join(where, key), v)
             out.append(p)
         return out
 
@@ -283,7 +235,8 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
         The TOML file.
     overrides
         Command-line values that replace the file's: ``backend``, ``precision``, ``seed``,
-        ``output``, ``generations``, ``population``.
+        ``output``, ``generations``, ``population``, ``force`` (lift the size limits of
+        :mod:`kingen.limits`).
 
     Raises
     ------
@@ -309,10 +262,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     ``scheme``, if given, is used instead of reading the configuration's model file (a
     resumed run uses the scheme stored in its run file); the model file need not exist.
     """
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise KingenError(f"malformed TOML: {exc}", file=path) from None
+    doc = loads_toml(text, path)
     base = Path(base)
     c = _Checker(path)
     c.keys(doc, _TOP, "")
@@ -320,31 +270,32 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     for key in ("backend", "precision", "seed", "output"):
         if ov.get(key) is not None:
             doc[key] = ov[key]
+    force = bool(ov.get("force")) or c.boolean(doc, "force", "", False)
 
     # ---- model
-    model = c.string(doc, "model", "")
+    model = c.string(doc, "model", "", None)
     if model is None:
         raise c.error("missing: the scheme file to fit", "model")
     model_path = base / model if not Path(model).is_absolute() else Path(model)
     if scheme is None:
         if not model_path.is_file():
             raise c.error("scheme file not found", "model", model)
-        scheme = Scheme.load(model_path)
+        scheme = Scheme.load(model_path, force=force)
 
     # ---- top-level settings
-    seed = c.integer(doc, "seed", 0, "")
-    backend = c.choice(doc, "backend", "auto", ("auto", "cpu", "cuda"), "")
-    precision = c.choice(doc, "precision", "float64", ("float64", "float32"), "")
+    seed = c.integer(doc, "seed", "", 0, ge=0)
+    backend = c.choice(doc, "backend", ("auto", "cpu", "cuda"), "", "auto")
+    precision = c.choice(doc, "precision", ("float64", "float32"), "", "float64")
     step = None
     if "step" in doc:
-        step = c.number(doc, "step", 0.0, "", lo=0.0, strict=True)
-    courant = c.number(doc, "courant", DEFAULT_COURANT, "", lo=0.0, strict=True)
+        step = c.number(doc, "step", "", gt=0.0)
+    courant = c.number(doc, "courant", "", DEFAULT_COURANT, gt=0.0)
     if courant >= RK4_STABILITY_LIMIT:
         raise c.error(f"must be below RK4's stability limit {RK4_STABILITY_LIMIT}", "courant",
                       courant)
-    polish = c.boolean(doc, "polish", True, "")
-    polish_evaluations = c.integer(doc, "polish_evaluations", 40, "", lo=1)
-    output = c.string(doc, "output", "", default=None)
+    polish = c.boolean(doc, "polish", "", True)
+    polish_evaluations = c.integer(doc, "polish_evaluations", "", 40, ge=1)
+    output = c.string(doc, "output", "", None)
     if output is None:
         stem = Path(path).stem if path[:1] != "<" else "fit"
         out_path = base / f"{stem}.h5"
@@ -368,7 +319,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
         raise c.error("missing: give at least one [[protocols]] table", "protocols")
     if not isinstance(raw, list) or not raw or not all(isinstance(t, dict) for t in raw):
         raise c.error("must be a non-empty array of tables ([[protocols]])", "protocols")
-    items = [_protocol(c, t, i, base) for i, t in enumerate(raw)]
+    items = [_protocol(c, t, i, base, force) for i, t in enumerate(raw)]
     seen: set[str] = set()
     for i, item in enumerate(items):
         if item.protocol.name in seen:
@@ -376,12 +327,56 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
                           f"protocols[{i}].name", item.protocol.name)
         seen.add(item.protocol.name)
 
+    # ---- the work and memory a generation needs, before anything is allocated
+    sweeps = [s for item in items for s in item.protocol.sweeps]
+    steps = estimate_rk4_steps(scheme, sweeps, step=step, courant=courant)
+    limits.check(steps, limits.MAX_STEPS_PER_CANDIDATE, "RK4 steps to simulate one candidate",
+                 force=force, file=path, field="step" if step is not None else "courant",
+                 value=step if step is not None else courant,
+                 hint="a larger step, a courant nearer 2.5, a larger dt or shorter sweeps "
+                      "(kingen.limits.MAX_STEPS_PER_CANDIDATE)")
+    candidates = ga.population + ga.lambda_
+    limits.check_memory(
+        generation_bytes(candidates, scheme.n_params, scheme.n_states, len(sweeps)),
+        f"a generation of {candidates:,} candidates", force=force, file=path,
+        field="ga.population", value=ga.population, hint="lower ga.population")
+
     cfg = FitConfig(path=path, text=text, model_path=str(model_path), scheme=scheme,
                     pmap=pmap, ties=ties, protocols=items, ga=ga, stop=stop, seed=seed,
                     backend=backend, precision=precision, step=step, courant=courant,
                     output=str(out_path), polish=polish, polish_evaluations=polish_evaluations)
     cfg.settings = cfg.to_dict()
     return cfg
+
+
+def estimate_rk4_steps(scheme: Scheme, sweeps: list[Sweep], *, step: float | None = None,
+                       courant: float = DEFAULT_COURANT) -> float:
+    """RK4 steps one candidate takes over ``sweeps``, estimated without building the
+    schedule: each segment at the step :func:`kingen.solve.schedule.build_schedule` would
+    choose there, plus one per sample. A float: a hostile step makes it astronomically big."""
+    pmax = max_rates(scheme)
+    total = 0.0
+    for sweep in sweeps:
+        total += sweep.duration / sweep.dt + 1.0
+        for seg in sweep.segments():
+            if seg.smooth:
+                probe = np.linspace(seg.start, seg.end, 257)
+                cmax = float(sweep.concentration(probe).max())
+            else:
+                cmax = seg.concentration
+            h = step if step is not None else step_limit(scheme, cmax, pmax, courant)
+            h = min(h, sweep.dt)
+            with np.errstate(over="ignore"):
+                total += (seg.end - seg.start) / h if h > 0 else math.inf
+    return total
+
+
+def generation_bytes(candidates: int, n_params: int, n_states: int, n_sweeps: int) -> float:
+    """Memory one generation's arrays take, estimated: per candidate its genes, parameters,
+    errors and features (16 numbers a parameter), and per candidate and sweep the solver's
+    state and results (4 numbers a state, and 32 more)."""
+    per_candidate = 16 * n_params + n_sweeps * (4 * n_states + 32)
+    return 8.0 * float(candidates) * per_candidate
 
 
 def _parameters(c: _Checker, t: dict, scheme: Scheme
@@ -406,24 +401,20 @@ def _parameters(c: _Checker, t: dict, scheme: Scheme
     for key, spec in t.items():
         if key in reserved:
             continue
-        known(key, f"parameters.{key}")
+        where = f"parameters.{key}"
+        known(key, where)
         if not isinstance(spec, dict):
-            raise c.error("must be a table such as { bounds = [1, 100] }", f"parameters.{key}",
-                          spec)
-        c.keys(spec, _PARAM_KEYS, f"parameters.{key}.")
+            raise c.error("must be a table such as { bounds = [1, 100] }", where, spec)
+        c.keys(spec, _PARAM_KEYS, where)
         o: dict[str, Any] = {}
         if "bounds" in spec:
-            b = spec["bounds"]
-            if (not isinstance(b, list) or len(b) != 2 or any(
-                    isinstance(x, bool) or not isinstance(x, (int, float)) for x in b)):
-                raise c.error("must be [lower, upper]", f"parameters.{key}.bounds", b)
-            o["bounds"] = [float(b[0]), float(b[1])]
+            o["bounds"] = c.numbers(spec, "bounds", where, length=2, gt=0.0)
         if "value" in spec:
-            o["value"] = c.number(spec, "value", 0.0, f"parameters.{key}.")
+            o["value"] = c.number(spec, "value", where, gt=0.0)
         if "scale" in spec:
-            o["scale"] = c.choice(spec, "scale", "log", ("log", "linear"), f"parameters.{key}.")
+            o["scale"] = c.choice(spec, "scale", ("log", "linear"), where)
         if "fixed" in spec:
-            o["fixed"] = c.boolean(spec, "fixed", False, f"parameters.{key}.")
+            o["fixed"] = c.boolean(spec, "fixed", where)
         overrides[key] = o
     free = name_list("free")
     fixed = name_list("fixed") or []
@@ -443,18 +434,16 @@ def _parameters(c: _Checker, t: dict, scheme: Scheme
     scheme = apply_overrides(scheme, overrides, file=c.file)
 
     ties: dict[str, tuple[str, float]] = {}
-    raw = t.get("tied", {})
-    if not isinstance(raw, dict):
-        raise c.error("must be a table such as { k_b = \"k_a\" }", "parameters.tied", raw)
+    raw = c.table(t, "tied", "parameters")
     for target, spec in raw.items():
         where = f"parameters.tied.{target}"
         known(target, where)
         if isinstance(spec, str):
             source, factor = spec, 1.0
         elif isinstance(spec, dict):
-            c.keys(spec, {"to", "factor"}, f"{where}.")
+            c.keys(spec, {"to", "factor"}, where)
             source = spec.get("to")
-            factor = c.number(spec, "factor", 1.0, f"{where}.", lo=0.0, strict=True)
+            factor = c.number(spec, "factor", where, 1.0, gt=0.0)
         else:
             raise c.error("must be a parameter name or { to = \"k_a\", factor = 2 }", where,
                           spec)
@@ -469,6 +458,10 @@ def _parameters(c: _Checker, t: dict, scheme: Scheme
         if ps[target].order != ps[source].order:
             raise c.error("tied to a parameter of another order (a binding rate and a "
                           "first-order rate)", where, source)
+        for bound in (ps[source].lower * factor, ps[source].upper * factor):
+            check_rate_range(bound, ps[target].internal_unit, file=c.file,
+                             field=f"{where}.factor", value=factor,
+                             what="with the bounds of the rate it is tied to")
         ties[target] = (source, factor)
     if ties:
         scheme = apply_ties(scheme, ties)
@@ -476,7 +469,7 @@ def _parameters(c: _Checker, t: dict, scheme: Scheme
 
 
 def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
-    w = "ga."
+    w = "ga"
     c.keys(t, set(GASettings.__dataclass_fields__), w)
     if ov.get("generations") is not None:
         t = {**t, "generations": ov["generations"]}
@@ -484,69 +477,74 @@ def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
         t = {**t, "population": ov["population"]}
         t.pop("offspring", None)
     ga = GASettings(
-        algorithm=c.choice(t, "algorithm", "mu_plus_lambda", ALGORITHMS, w),
-        population=c.integer(t, "population", 64, w, lo=2),
-        offspring=c.integer(t, "offspring", 0, w, lo=0),
-        generations=c.integer(t, "generations", 100, w, lo=1),
-        cxpb=c.number(t, "cxpb", 0.6, w, lo=0.0, hi=1.0),
-        mutpb=c.number(t, "mutpb", 0.3, w, lo=0.0, hi=1.0),
-        eta_cx=c.number(t, "eta_cx", 15.0, w, lo=0.0, strict=True),
-        eta_mut=c.number(t, "eta_mut", 20.0, w, lo=0.0, strict=True),
-        indpb=c.number(t, "indpb", 0.0, w, lo=0.0, hi=1.0),
-        tournament=c.integer(t, "tournament", 3, w, lo=1),
-        hall_of_fame=c.integer(t, "hall_of_fame", 10, w, lo=1),
-        sigma=c.number(t, "sigma", 0.25, w, lo=0.0, strict=True),
-        operators=c.choice(t, "operators", "auto", OPERATORS, w),
-        start_from_model=c.boolean(t, "start_from_model", False, w),
+        algorithm=c.choice(t, "algorithm", ALGORITHMS, w, "mu_plus_lambda"),
+        population=c.integer(t, "population", w, 64, ge=2),
+        offspring=c.integer(t, "offspring", w, 0, ge=0),
+        generations=c.integer(t, "generations", w, 100, ge=1),
+        cxpb=c.number(t, "cxpb", w, 0.6, ge=0.0, le=1.0),
+        mutpb=c.number(t, "mutpb", w, 0.3, ge=0.0, le=1.0),
+        eta_cx=c.number(t, "eta_cx", w, 15.0, gt=0.0),
+        eta_mut=c.number(t, "eta_mut", w, 20.0, gt=0.0),
+        indpb=c.number(t, "indpb", w, 0.0, ge=0.0, le=1.0),
+        tournament=c.integer(t, "tournament", w, 3, ge=1),
+        hall_of_fame=c.integer(t, "hall_of_fame", w, 10, ge=1),
+        # a fraction of each gene's range: past 1 it only throws samples out of bounds,
+        # and a huge one overflows CMA-ES's covariance
+        sigma=c.number(t, "sigma", w, 0.25, gt=0.0, le=1.0),
+        operators=c.choice(t, "operators", OPERATORS, w, "auto"),
+        start_from_model=c.boolean(t, "start_from_model", w, False),
     )
     if ga.cxpb + ga.mutpb > 1.0 + 1e-12:
         raise c.error("cxpb + mutpb must be <= 1", "ga.mutpb", ga.mutpb)
-    if ga.algorithm == "mu_plus_lambda" and ga.offspring and ga.offspring < 1:
-        raise c.error("must be >= 1", "ga.offspring", ga.offspring)
+    if ga.tournament > ga.population + ga.lambda_:
+        # each selection draws this many: past the pool it only costs time
+        raise c.error(f"must be <= population + offspring ({ga.population + ga.lambda_})",
+                      "ga.tournament", ga.tournament)
     return ga
 
 
 def _stop(c: _Checker, t: dict) -> StopSettings:
-    w = "stop."
+    w = "stop"
     c.keys(t, set(StopSettings.__dataclass_fields__), w)
     return StopSettings(
-        patience=c.integer(t, "patience", 0, w),
-        min_improvement=c.number(t, "min_improvement", 1e-6, w, lo=0.0),
-        target_error=c.number(t, "target_error", 0.0, w, lo=0.0),
-        wall_time=c.number(t, "wall_time", 0.0, w, lo=0.0),
+        patience=c.integer(t, "patience", w, 0, ge=0),
+        min_improvement=c.number(t, "min_improvement", w, 1e-6, ge=0.0),
+        target_error=c.number(t, "target_error", w, 0.0, ge=0.0),
+        wall_time=c.number(t, "wall_time", w, 0.0, ge=0.0),
     )
 
 
-def _protocol(c: _Checker, t: dict, i: int, base: Path) -> ProtocolData:
-    w = f"protocols[{i}]."
+def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> ProtocolData:
+    w = f"protocols[{i}]"
     c.keys(t, _PROTOCOL, w)
-    spec = c.string(t, "protocol", w)
+    spec = c.string(t, "protocol", w, None)
     if spec is None:
-        raise c.error("missing: a standard protocol name or a protocol file", f"{w}protocol")
+        raise c.error("missing: a standard protocol name or a protocol file", f"{w}.protocol")
     recordings = c.paths(t, "recording", w, base)
     target_files = c.paths(t, "targets", w, base)
     recs = [load_recording(p) for p in recordings]
     for p, r in zip(recordings, recs, strict=True):
         if r.n_sweeps == 0 or all(np.asarray(r.sweep_current(k)).size == 0
                                   for k in range(r.n_sweeps)):
-            raise c.error("empty recording: no sweeps", f"{w}recording", str(p))
+            raise c.error("empty recording: no sweeps", f"{w}.recording", str(p))
     standard = spec in STANDARD_PROTOCOLS
     if standard:
         dt_default = _recording_dt(recs) or 0.02
-        exchange = c.number(t, "exchange", 0.0, w, lo=0.0)
-        dt = c.number(t, "dt", dt_default, w, lo=0.0, strict=True)
-        protocol = standard_protocol(spec, exchange=exchange, dt=dt)
+        exchange = c.number(t, "exchange", w, 0.0, ge=0.0)
+        dt = c.number(t, "dt", w, dt_default, gt=0.0)
+        protocol = standard_protocol(spec, exchange=exchange, dt=dt, force=True)
+        check_size(protocol, file=c.file, field=f"{w}.dt", value=dt, force=force)
     else:
         p = base / spec if not Path(spec).is_absolute() else Path(spec)
         if not p.is_file():
             raise c.error(f"not a standard protocol ({', '.join(STANDARD_PROTOCOLS)}) and no "
-                          "such protocol file", f"{w}protocol", spec)
+                          "such protocol file", f"{w}.protocol", spec)
         for key in ("exchange", "dt"):
             if key in t:
                 raise c.error("only for standard protocols (set it in the protocol file)",
-                              f"{w}{key}", t[key])
-        protocol = load_protocol(p)
-    name = c.string(t, "name", w)
+                              f"{w}.{key}", t[key])
+        protocol = load_protocol(p, force=force)
+    name = c.string(t, "name", w, None)
     if name is not None:
         protocol = replace(protocol, name=name)
     recording = _merge_recordings(recs) if recs else None
@@ -555,28 +553,30 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path) -> ProtocolData:
         if recording.protocol not in ok:
             raise c.error(f"the recording is of protocol '{recording.protocol}', which is not "
                           f"the protocol it is given for ('{protocol.name}')",
-                          f"{w}recording", recording.source)
+                          f"{w}.recording", recording.source)
     targets = load_targets(target_files) if target_files else None
     if targets is not None and not (targets.features or targets.recovery is not None
                                     or targets.dose_response is not None):
-        raise c.error("empty targets: no feature or table", f"{w}targets", target_files[0].name)
+        raise c.error("empty targets: no feature or table", f"{w}.targets",
+                      target_files[0].name)
     if recording is None and targets is None:
-        raise c.error("no data: give recording = ... and/or targets = ...", f"{w}recording")
+        raise c.error("no data: give recording = ... and/or targets = ...", f"{w}.recording")
     amplitude = None
     if "amplitude" in t:
-        amplitude = c.number(t, "amplitude", 0.0, w, lo=0.0, strict=True)
-    mask_raw = t.get("mask", [])
-    if not isinstance(mask_raw, list) or not all(
-            isinstance(m, list) and len(m) == 2 and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in m)
-            and m[0] < m[1] for m in mask_raw):
-        raise c.error("must be a list of [t0, t1] ranges with t0 < t1 (ms)", f"{w}mask",
-                      mask_raw)
+        amplitude = c.number(t, "amplitude", w, gt=0.0)
+    mask = []
+    for k, m in enumerate(c.array(t, "mask", w)):
+        where = f"{w}.mask[{k}]"
+        if not isinstance(m, list) or len(m) != 2:
+            raise c.error("must be a [t0, t1] range (ms)", where, m)
+        t0, t1 = (c.number(m, j, where) for j in range(2))
+        if t0 >= t1:
+            raise c.error("must be a [t0, t1] range with t0 < t1 (ms)", where, m)
+        mask.append((t0, t1))
     return ProtocolData(
         protocol=protocol, recording=recording, targets=targets,
-        weight=c.number(t, "weight", 1.0, w, lo=0.0, strict=True), amplitude=amplitude,
-        mask=[(float(a), float(b)) for a, b in mask_raw],
-        subtract_baseline=c.boolean(t, "subtract_baseline", True, w), source=c.file)
+        weight=c.number(t, "weight", w, 1.0, gt=0.0), amplitude=amplitude, mask=mask,
+        subtract_baseline=c.boolean(t, "subtract_baseline", w, True), source=c.file)
 
 
 def _recording_dt(recs: list[Recording]) -> float | None:

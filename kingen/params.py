@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.scheme import Scheme
+from kingen.scheme import Scheme, check_rate_range
 from kingen.units import parse_rate_unit
 
 _LN10 = math.log(10.0)
@@ -175,11 +175,16 @@ def apply_overrides(scheme: Scheme, overrides: dict[str, dict], *, file: str = "
                 raise KingenError("lower bound must be below the upper bound", file=file,
                                   field=f"{where}.bounds", value=spec["bounds"])
             lower, upper = lo * factor, hi * factor
+            for k, bound in enumerate((lower, upper)):
+                check_rate_range(bound, p.internal_unit, file=file,
+                                 field=f"{where}.bounds[{k}]", value=spec["bounds"][k])
         if "value" in spec:
             if spec["value"] <= 0:
                 raise KingenError("rate constants must be > 0", file=file,
                                   field=f"{where}.value", value=spec["value"])
             value = spec["value"] * factor
+            check_rate_range(value, p.internal_unit, file=file, field=f"{where}.value",
+                             value=spec["value"])
         if not p.derived and not (lower * (1 - 1e-12) <= value <= upper * (1 + 1e-12)):
             if "value" in spec or "bounds" not in spec:
                 raise KingenError(f"value outside its bounds [{lower / factor:g}, "

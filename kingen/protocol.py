@@ -13,7 +13,6 @@ rates) or smooth (concentration evaluated at each stage time).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,9 @@ from typing import Any
 import numpy as np
 from scipy.special import erf
 
-from kingen import units
+from kingen import limits, units
 from kingen.errors import KingenError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from kingen.fields import MISSING, Fields, loads_toml
 
 # A Gaussian-CDF edge goes from 10 % to 90 % over 2 * 1.2815516 sigma.
 _TEN_NINETY_SIGMAS = 2.0 * 1.2815515655446004
@@ -41,6 +36,10 @@ STANDARD_RECOVERY_INTERVALS_MS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 10
 STANDARD_DOSES_MM = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 PROTOCOL_KINDS = ("deactivation", "desensitization", "recovery", "dose_response", "train",
                   "custom")
+# Beyond these no patch-clamp experiment goes (10 V, 10 M); inside them every current and
+# every rate times concentration stays finite.
+MAX_POTENTIAL_MV = 1e4
+MAX_CONCENTRATION_MM = 1e4
 
 
 @dataclass(frozen=True)
@@ -274,6 +273,7 @@ def standard_protocol(
     holding: float = -60.0,
     reversal: float = 0.0,
     concentration: float = 10.0,
+    force: bool = False,
 ) -> Protocol:
     """One of the standard AMPA protocols, by name.
 
@@ -291,7 +291,17 @@ def standard_protocol(
         Holding and reversal potentials, mV.
     concentration
         Agonist concentration of the deactivation, desensitization and recovery pulses, mM.
+    force
+        Lift the limits of :mod:`kingen.limits` (samples per sweep).
     """
+    protocol = _standard_protocol(name, exchange=exchange, dt=dt, holding=holding,
+                                  reversal=reversal, concentration=concentration)
+    check_size(protocol, file=None, field="dt", value=dt, force=force)
+    return protocol
+
+
+def _standard_protocol(name: str, *, exchange: float, dt: float, holding: float,
+                       reversal: float, concentration: float) -> Protocol:
     if not (math.isfinite(float(dt)) and dt > 0):
         raise KingenError("sampling interval must be > 0 ms", field="dt", value=dt)
     if not (math.isfinite(float(exchange)) and exchange >= 0):
@@ -337,7 +347,7 @@ def standard_set(*, exchange: float = 0.0, dt: float = 0.02) -> list[Protocol]:
 
 # --------------------------------------------------------------------------- TOML files
 
-def load_protocol(spec: str | Path) -> Protocol:
+def load_protocol(spec: str | Path, *, force: bool = False) -> Protocol:
     """A protocol by standard name or from a TOML file.
 
     The file format (times in the units of ``[units]``, default ms and mM)::
@@ -378,178 +388,231 @@ def load_protocol(spec: str | Path) -> Protocol:
         n = 10
         frequency = 50
 
+    ``force`` lifts the limits of :mod:`kingen.limits` (samples and pulses per sweep).
+
     Raises
     ------
     KingenError
-        If the name is unknown, the file is unreadable or malformed, or a field is wrong.
+        If the name is unknown, the file is unreadable or malformed, a field is wrong, or
+        the protocol is larger than the limits.
     """
     text_spec = str(spec)
     path = Path(text_spec)
     if text_spec in STANDARD_PROTOCOLS:
-        return standard_protocol(text_spec)
+        return standard_protocol(text_spec, force=force)
     if not path.suffix and not path.exists():
-        return standard_protocol(text_spec)
+        return standard_protocol(text_spec, force=force)
     if not path.is_file():
         raise KingenError("protocol file not found", file=text_spec)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise KingenError(f"malformed TOML: {exc}", file=text_spec) from None
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KingenError(f"cannot read: {exc}", file=text_spec) from None
-    return protocol_from_dict(doc, source=text_spec)
+    return protocol_from_dict(loads_toml(text, text_spec), source=text_spec, force=force)
 
 
-def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>") -> Protocol:
+def check_size(protocol: Protocol, *, file: str | None, field: str | None = None,
+               value: Any = None, force: bool = False) -> None:
+    """Refuse a protocol whose sweeps need more samples than :mod:`kingen.limits` allows,
+    before any sample array is made."""
+    limits.check(protocol.n_sweeps, limits.MAX_SWEEPS, "sweeps", force=force, file=file,
+                 field="sweeps", hint="split the protocol (kingen.limits.MAX_SWEEPS)")
+    for i, s in enumerate(protocol.sweeps):
+        samples = s.duration / s.dt + 1.0  # a float: an int of it may be astronomically big
+        limits.check(samples, limits.MAX_SAMPLES_PER_SWEEP, "samples in one sweep",
+                     force=force, file=file, field=field or f"sweeps[{i}]",
+                     value=value if field else None,
+                     hint=f"sweep '{s.label}' lasts {s.duration:g} ms sampled every "
+                          f"{s.dt:g} ms: raise dt or shorten the sweep "
+                          "(kingen.limits.MAX_SAMPLES_PER_SWEEP)")
+
+
+_PULSE_KEYS = ("start", "duration", "concentration", "rise", "decay", "exchange")
+_KEYS = {
+    "": ("protocol", "units", "sweeps", "paired", "dose", "train"),
+    "protocol": ("name", "kind", "dt", "holding", "reversal", "exchange", "description"),
+    "units": ("time", "concentration"),
+    "sweep": ("label", "duration", "pulses", "transients", "holding", "reversal", "x",
+              "description"),
+    "pulse": _PULSE_KEYS,
+    "transient": ("start", "peak", "tau_decay", "tau_rise"),
+    "paired": _PULSE_KEYS + ("intervals", "tail"),
+    "dose": ("start", "duration", "rise", "decay", "exchange", "concentrations", "tail"),
+    "train": _PULSE_KEYS + ("n", "frequency", "tail"),
+}
+
+
+def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
+                       force: bool = False) -> Protocol:
     """Build a protocol from a parsed TOML document (see :func:`load_protocol`)."""
-    reader = _Reader(source)
-    head = reader.table(doc, "protocol", required=False)
-    unit_table = reader.table(doc, "units", required=False)
-    tf = units.factor("time", unit_table.get("time", "ms"), file=source, field="units.time")
-    cf = units.factor("concentration", unit_table.get("concentration", "mM"), file=source,
-                      field="units.concentration")
-    name = str(head.get("name", Path(source).stem))
-    kind = head.get("kind", "custom")
-    if kind not in PROTOCOL_KINDS:
-        raise KingenError(f"unknown kind (use one of {', '.join(PROTOCOL_KINDS)})", file=source,
-                          field="protocol.kind", value=kind)
-    dt = reader.positive(head, "dt", 0.02 / tf, "protocol") * tf
-    holding = reader.number(head, "holding", -60.0, "protocol")
-    reversal = reader.number(head, "reversal", 0.0, "protocol")
-    exchange = reader.nonnegative(head, "exchange", 0.0, "protocol") * tf
+    r = _Reader(source, force)
+    f = r.f
+    f.keys(doc, _KEYS[""], "")
+    head = f.table(doc, "protocol")
+    f.keys(head, _KEYS["protocol"], "protocol")
+    unit_table = f.table(doc, "units")
+    f.keys(unit_table, _KEYS["units"], "units")
+    r.tf = tf = units.factor("time", f.string(unit_table, "time", "units", "ms"),
+                             file=source, field="units.time")
+    r.cf = cf = units.factor("concentration",
+                             f.string(unit_table, "concentration", "units", "mM"),
+                             file=source, field="units.concentration")
+    name = f.string(head, "name", "protocol", Path(source).stem)
+    kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "custom")
+    dt = r.time(head, "dt", "protocol", 0.02 / tf, gt=0.0)
+    holding = r.potential(head, "holding", "protocol", -60.0)
+    reversal = r.potential(head, "reversal", "protocol", 0.0)
+    r.exchange = r.time(head, "exchange", "protocol", 0.0, ge=0.0)
     common = dict(dt=dt, holding=holding, reversal=reversal)
 
     sweeps: list[Sweep] = []
-    for i, s in enumerate(doc.get("sweeps", [])):
+    for i, s in enumerate(f.array(doc, "sweeps", tables=True)):
         where = f"sweeps[{i}]"
-        if not isinstance(s, dict):
-            raise KingenError("must be a table", file=source, field=where)
-        pulses = tuple(reader.pulse(p, f"{where}.pulses[{j}]", tf, cf, exchange)
-                       for j, p in enumerate(s.get("pulses", [])))
-        transients = tuple(reader.transient(p, f"{where}.transients[{j}]", tf, cf)
-                           for j, p in enumerate(s.get("transients", [])))
-        duration = reader.positive(s, "duration", None, where) * tf
+        f.keys(s, _KEYS["sweep"], where)
+        pulses = tuple(r.pulse(p, f"{where}.pulses[{j}]")
+                       for j, p in enumerate(r.items(s, "pulses", where)))
+        transients = tuple(r.transient(p, f"{where}.transients[{j}]")
+                           for j, p in enumerate(r.items(s, "transients", where)))
+        duration = r.time(s, "duration", where, gt=0.0)
         # x is an interval (time units) for recovery, a concentration for dose_response
-        x = None if s.get("x") is None else reader.number(s, "x", None, where) * (
-            tf if kind == "recovery" else cf if kind == "dose_response" else 1.0)
-        sweeps.append(Sweep(str(s.get("label", i)), duration, pulses=pulses,
-                            transients=transients,
-                            x=x, **{**common,
-                                            "holding": reader.number(s, "holding", holding,
-                                                                     where),
-                                            "reversal": reader.number(s, "reversal",
-                                                                      reversal, where)}))
+        x = None if s.get("x") is None else f.number(
+            s, "x", where, factor=tf if kind == "recovery" else
+            cf if kind == "dose_response" else 1.0)
+        label = s.get("label", i)
+        if isinstance(label, (dict, list)):
+            raise f.error("must be a string", f"{where}.label", label)
+        sweeps.append(Sweep(str(label), duration, pulses=pulses, transients=transients, x=x,
+                            **{**common,
+                               "holding": r.potential(s, "holding", where, holding),
+                               "reversal": r.potential(s, "reversal", where, reversal)}))
     if "paired" in doc:
-        t = reader.table(doc, "paired")
-        base = reader.pulse(t, "paired", tf, cf, exchange)
-        intervals = reader.number_list(t, "intervals", "paired")
-        tail = reader.nonnegative(t, "tail", 20.0 / tf, "paired") * tf
-        for interval in intervals:
-            second = replace(base, start=base.end + interval * tf)
-            sweeps.append(Sweep(f"{interval:g}", second.end + tail, pulses=(base, second),
-                                x=interval * tf, **common))
-        kind = head.get("kind", "recovery")
+        t = f.table(doc, "paired")
+        f.keys(t, _KEYS["paired"], "paired")
+        base = r.pulse(t, "paired")
+        intervals = f.numbers(t, "intervals", "paired", gt=0.0, factor=tf, unit="ms")
+        limits.check(len(intervals), limits.MAX_SWEEPS, "sweeps", force=force, file=source,
+                     field="paired.intervals")
+        tail = r.time(t, "tail", "paired", 20.0 / tf, ge=0.0)
+        for k, interval in enumerate(intervals):
+            second = replace(base, start=base.end + interval)
+            sweeps.append(Sweep(f"{t['intervals'][k]:g}", second.end + tail,
+                                pulses=(base, second), x=interval, **common))
+        kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "recovery")
     if "dose" in doc:
-        t = reader.table(doc, "dose")
-        concs = reader.number_list(t, "concentrations", "dose")
-        tail = reader.nonnegative(t, "tail", 20.0 / tf, "dose") * tf
-        for c in concs:
-            pulse = reader.pulse({**t, "concentration": c}, "dose", tf, cf, exchange)
-            sweeps.append(Sweep(f"{c:g}", pulse.end + tail, pulses=(pulse,), x=c * cf,
-                                **common))
-        kind = head.get("kind", "dose_response")
+        t = f.table(doc, "dose")
+        f.keys(t, _KEYS["dose"], "dose")
+        f.numbers(t, "concentrations", "dose", gt=0.0, factor=cf, unit="mM")
+        limits.check(len(t["concentrations"]), limits.MAX_SWEEPS, "sweeps", force=force,
+                     file=source, field="dose.concentrations")
+        tail = r.time(t, "tail", "dose", 20.0 / tf, ge=0.0)
+        for k, c in enumerate(t["concentrations"]):
+            pulse = r.pulse({**t, "concentration": c}, "dose",
+                            concentration_field=f"dose.concentrations[{k}]")
+            sweeps.append(Sweep(f"{c:g}", pulse.end + tail, pulses=(pulse,),
+                                x=pulse.concentration, **common))
+        kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "dose_response")
     if "train" in doc:
-        t = reader.table(doc, "train")
-        base = reader.pulse(t, "train", tf, cf, exchange)
-        n = int(reader.positive(t, "n", None, "train"))
-        period = 1000.0 / reader.positive(t, "frequency", None, "train")  # Hz -> ms
+        t = f.table(doc, "train")
+        f.keys(t, _KEYS["train"], "train")
+        base = r.pulse(t, "train")
+        n = f.integer(t, "n", "train", ge=1)
+        # before a tuple of n pulses is made
+        limits.check(n, limits.MAX_PULSES_PER_SWEEP, "pulses in one sweep", force=force,
+                     file=source, field="train.n", value=n,
+                     hint="fewer pulses (kingen.limits.MAX_PULSES_PER_SWEEP)")
+        period = 1000.0 / f.number(t, "frequency", "train", gt=0.0)  # Hz -> ms
+        last = base.start + (n - 1) * period
+        if not math.isfinite(last + base.duration):
+            raise f.error("the train lasts longer than any float can count in ms",
+                          "train.frequency", t["frequency"])
         pulses = tuple(replace(base, start=base.start + k * period) for k in range(n))
-        tail = reader.nonnegative(t, "tail", 50.0 / tf, "train") * tf
+        tail = r.time(t, "tail", "train", 50.0 / tf, ge=0.0)
         sweeps.append(Sweep("train", pulses[-1].end + tail, pulses=pulses, **common))
-        kind = head.get("kind", "train")
+        kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "train")
     if not sweeps:
         raise KingenError("no sweeps: give [[sweeps]], [paired], [dose] or [train]",
                           file=source, field="sweeps")
     for i, s in enumerate(sweeps):
+        if not math.isfinite(s.duration):
+            raise KingenError("the sweep lasts longer than any float can count in ms "
+                              "(its pulses end too late)", file=source, field=f"sweeps[{i}]")
         if s.dt > s.duration:
             raise KingenError("sampling interval longer than the sweep", file=source,
                               field=f"sweeps[{i}].duration", value=s.duration)
-    return Protocol(name, kind, tuple(sweeps), source=source)
+    protocol = Protocol(str(name), kind, tuple(sweeps), source=source)
+    check_size(protocol, file=source, force=force)
+    return protocol
 
 
 class _Reader:
-    """Field readers that name the file and field in their errors."""
+    """Protocol fields in internal units, read with :class:`kingen.fields.Fields`."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, force: bool = False) -> None:
         self.source = source
+        self.force = force
+        self.f = Fields(source)
+        self.tf = 1.0  # file time unit -> ms
+        self.cf = 1.0  # file concentration unit -> mM
+        self.exchange = 0.0  # the protocol's default edge, ms
 
-    def table(self, doc: dict, key: str, required: bool = True) -> dict:
-        value = doc.get(key)
-        if value is None:
-            if required:
-                raise KingenError("missing table", file=self.source, field=key)
-            return {}
-        if not isinstance(value, dict):
-            raise KingenError("must be a table", file=self.source, field=key)
+    def time(self, t: dict, key: str, where: str, default: Any = None, **limits: Any
+             ) -> float:
+        """A time, ms (``default`` in file units; None: required)."""
+        return self.f.number(t, key, where, MISSING if default is None else default,
+                             factor=self.tf, unit="ms", **limits)
+
+    def potential(self, t: dict, key: str, where: str, default: float) -> float:
+        """A potential, mV."""
+        return self.f.number(t, key, where, default, ge=-MAX_POTENTIAL_MV,
+                             le=MAX_POTENTIAL_MV)
+
+    def concentration(self, t: dict, key: str, where: str, *, gt: float | None = None,
+                      ge: float | None = None, field: str | None = None) -> float:
+        """A concentration, mM, at most :data:`MAX_CONCENTRATION_MM`."""
+        value = self.f.number(t, key, where, gt=gt, ge=ge, factor=self.cf, unit="mM")
+        if value > MAX_CONCENTRATION_MM:
+            raise self.f.error(f"more than {MAX_CONCENTRATION_MM:g} mM once converted: not "
+                               "a solution", field or f"{where}.{key}", t[key])
         return value
 
-    def number(self, t: dict, key: str, default: float | None, where: str) -> float:
-        value = t.get(key, default)
-        if value is None:
-            raise KingenError("missing", file=self.source, field=f"{where}.{key}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-                value):
-            raise KingenError("must be a finite number", file=self.source,
-                              field=f"{where}.{key}", value=value)
-        return float(value)
-
-    def positive(self, t: dict, key: str, default: float | None, where: str) -> float:
-        value = self.number(t, key, default, where)
-        if value <= 0:
-            raise KingenError("must be > 0", file=self.source, field=f"{where}.{key}",
-                              value=value)
+    def items(self, s: dict, key: str, where: str) -> list:
+        """The pulses or transients of a sweep, at most the limit's number."""
+        value = self.f.array(s, key, where, tables=True)
+        limits.check(len(value), limits.MAX_PULSES_PER_SWEEP, f"{key} in one sweep",
+                     force=self.force, file=self.source, field=f"{where}.{key}",
+                     hint="fewer pulses (kingen.limits.MAX_PULSES_PER_SWEEP)")
         return value
 
-    def nonnegative(self, t: dict, key: str, default: float | None, where: str) -> float:
-        value = self.number(t, key, default, where)
-        if value < 0:
-            raise KingenError("must be >= 0", file=self.source, field=f"{where}.{key}",
-                              value=value)
-        return value
-
-    def number_list(self, t: dict, key: str, where: str) -> list[float]:
-        values = t.get(key)
-        if not isinstance(values, list) or not values:
-            raise KingenError("must be a non-empty list of numbers", file=self.source,
-                              field=f"{where}.{key}", value=values)
-        return [self.positive({key: v}, key, None, where) for v in values]
-
-    def pulse(self, p: dict, where: str, tf: float, cf: float, exchange: float) -> Pulse:
+    def pulse(self, p: dict, where: str, concentration_field: str | None = None) -> Pulse:
         if not isinstance(p, dict):
-            raise KingenError("must be a table", file=self.source, field=where)
+            raise self.f.error("must be a table", where, p)
+        if where.startswith("sweeps"):
+            self.f.keys(p, _KEYS["pulse"], where)
 
         def edge(key: str) -> float:
             # a pulse's own rise/decay, else its exchange, else the protocol's exchange
             name = key if key in p else "exchange"
             if name not in p:
-                return exchange
-            return self.nonnegative(p, name, None, where) * tf
+                return self.exchange
+            return self.time(p, name, where, ge=0.0)
 
         return Pulse(
-            start=self.nonnegative(p, "start", None, where) * tf,
-            duration=self.positive(p, "duration", None, where) * tf,
-            concentration=self.nonnegative(p, "concentration", None, where) * cf,
+            start=self.time(p, "start", where, ge=0.0),
+            duration=self.time(p, "duration", where, gt=0.0),
+            concentration=self.concentration(p, "concentration", where, ge=0.0,
+                                             field=concentration_field),
             rise=edge("rise"),
             decay=edge("decay"),
         )
 
-    def transient(self, p: dict, where: str, tf: float, cf: float) -> Transient:
+    def transient(self, p: dict, where: str) -> Transient:
         if not isinstance(p, dict):
-            raise KingenError("must be a table", file=self.source, field=where)
-        tau_rise = self.nonnegative(p, "tau_rise", 0.0, where) * tf
-        tau_decay = self.positive(p, "tau_decay", None, where) * tf
+            raise self.f.error("must be a table", where, p)
+        self.f.keys(p, _KEYS["transient"], where)
+        tau_rise = self.time(p, "tau_rise", where, 0.0, ge=0.0)
+        tau_decay = self.time(p, "tau_decay", where, gt=0.0)
         if tau_rise >= tau_decay:
-            raise KingenError("tau_rise must be shorter than tau_decay", file=self.source,
-                              field=f"{where}.tau_rise", value=p.get("tau_rise"))
-        return Transient(self.nonnegative(p, "start", None, where) * tf,
-                         self.positive(p, "peak", None, where) * cf, tau_decay, tau_rise)
+            raise self.f.error("tau_rise must be shorter than tau_decay", f"{where}.tau_rise",
+                               p.get("tau_rise"))
+        return Transient(self.time(p, "start", where, ge=0.0), self.concentration(
+            p, "peak", where, gt=0.0), tau_decay, tau_rise)

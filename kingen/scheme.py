@@ -15,23 +15,26 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kingen import units
+from kingen import limits, units
 from kingen.errors import KingenError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from kingen.fields import Fields, loads_toml
 
 DEFAULT_REVERSIBILITY_TOLERANCE = 0.02
 DEFAULT_BOUND_FACTOR = 10.0
+# Rate constants (and their bounds), once in ms^-1 or mM^-1 ms^-1, lie in this range: wide
+# beyond any physical rate, narrow enough that a product of a cycle's rates, a Q matrix or an
+# RK4 step never overflows or loses the rate to underflow.
+RATE_RANGE = (1e-30, 1e30)
+# Conductances (pS) and channel counts above this are not physical; with potentials of at
+# most 10 V they keep every current finite.
+MAX_CONDUCTANCE_PS = 1e12
+MAX_CHANNELS = 1e12
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -139,8 +142,10 @@ class Scheme:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def load(cls, path: str | Path) -> Scheme:
+    def load(cls, path: str | Path, *, force: bool = False) -> Scheme:
         """Read and validate a scheme file.
+
+        ``force`` lifts the size limits of :mod:`kingen.limits` (e.g. the number of states).
 
         Raises
         ------
@@ -155,16 +160,12 @@ class Scheme:
             text = p.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise KingenError(f"cannot read: {exc}", file=name) from None
-        return cls.loads(text, path=name)
+        return cls.loads(text, path=name, force=force)
 
     @classmethod
-    def loads(cls, text: str, path: str = "<scheme>") -> Scheme:
+    def loads(cls, text: str, path: str = "<scheme>", *, force: bool = False) -> Scheme:
         """Parse and validate scheme text (the contents of a scheme file)."""
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise KingenError(f"malformed TOML: {exc}", file=path) from None
-        return _Parser(doc, path, text).build()
+        return _Parser(loads_toml(text, path), path, text, force=force).build()
 
     # ------------------------------------------------------------------ sizes and names
     @property
@@ -361,6 +362,16 @@ class Scheme:
         return [(float(np.prod(k[list(c.forward)])), float(np.prod(k[list(c.backward)])))
                 for c in self.cycles]
 
+    def cycle_log_products(self, params: np.ndarray | None = None,
+                           ) -> list[tuple[float, float]]:
+        """Natural logs of :meth:`cycle_products`, summed term by term: a cycle of large or
+        small rates whose products overflow or underflow still compares exactly."""
+        p = self.values if params is None else np.asarray(params, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logk = np.log(self.rates(p, 1.0))
+        return [(float(np.sum(logk[list(c.forward)])), float(np.sum(logk[list(c.backward)])))
+                for c in self.cycles]
+
     def describe_cycle(self, cycle: Cycle) -> str:
         """A cycle as text, e.g. ``C1-C2-C4-C3-C1``."""
         names = [self.states[i] for i in cycle.states]
@@ -371,67 +382,43 @@ class Scheme:
 
 
 class _Parser:
-    def __init__(self, doc: dict[str, Any], path: str, text: str) -> None:
+    def __init__(self, doc: dict[str, Any], path: str, text: str, *, force: bool = False
+                 ) -> None:
         self.doc = doc
         self.path = path
         self.text = text
+        self.force = force
+        self.f = Fields(path)
 
     def error(self, message: str, field: str | None = None, value: Any = None) -> KingenError:
-        return KingenError(message, file=self.path, field=field, value=value)
-
-    def table(self, key: str) -> dict[str, Any]:
-        value = self.doc.get(key)
-        if value is None:
-            raise self.error("missing table", key)
-        if not isinstance(value, dict):
-            raise self.error("must be a table", key)
-        return value
+        return self.f.error(message, field, value)
 
     def build(self) -> Scheme:
-        known = {"model", "units", "states", "parameters", "transitions"}
-        for key in self.doc:
-            if key not in known:
-                raise self.error(f"unknown table (tables are {', '.join(sorted(known))})", key)
-        model = self.table("model")
-        known_model = ("name", "source", "agonist", "channels", "reversibility_tolerance",
-                       "check_reversibility", "description")
-        for key in model:
-            if key not in known_model:
-                raise self.error(f"unknown field (use {', '.join(known_model)})",
-                                 f"model.{key}")
-        unit_table = self.doc.get("units", {})
-        if not isinstance(unit_table, dict):
-            raise self.error("must be a table", "units")
-        for key in unit_table:
-            if key not in ("time", "concentration", "conductance"):
-                raise self.error("unknown unit kind (use time, concentration, conductance)",
-                                 f"units.{key}")
+        f = self.f
+        f.keys(self.doc, ("model", "units", "states", "parameters", "transitions"), "")
+        model = f.table(self.doc, "model", required=True)
+        f.keys(model, ("name", "source", "agonist", "channels", "reversibility_tolerance",
+                       "check_reversibility", "description"), "model")
+        unit_table = f.table(self.doc, "units")
+        f.keys(unit_table, ("time", "concentration", "conductance"), "units")
         file_units = {
-            "time": str(unit_table.get("time", "ms")),
-            "concentration": str(unit_table.get("concentration", "mM")),
-            "conductance": str(unit_table.get("conductance", "pS")),
-        }
+            kind: f.string(unit_table, kind, "units", default)
+            for kind, default in (("time", "ms"), ("concentration", "mM"),
+                                  ("conductance", "pS"))}
         tf = units.factor("time", file_units["time"], file=self.path, field="units.time")
         cf = units.factor("concentration", file_units["concentration"], file=self.path,
                           field="units.concentration")
         gf = units.factor("conductance", file_units["conductance"], file=self.path,
                           field="units.conductance")
 
-        name = str(model.get("name", Path(self.path).stem))
+        name = f.string(model, "name", "model", Path(self.path).stem)
         agonist = model.get("agonist", "glu")
         if not isinstance(agonist, str) or not _NAME.match(agonist):
             raise self.error("must be a name such as 'glu'", "model.agonist", agonist)
-        channels = self.number(model, "channels", 1.0, "model")
-        if channels <= 0:
-            raise self.error("must be > 0", "model.channels", channels)
-        tolerance = self.number(model, "reversibility_tolerance",
-                                DEFAULT_REVERSIBILITY_TOLERANCE, "model")
-        if tolerance < 0:
-            raise self.error("must be >= 0", "model.reversibility_tolerance", tolerance)
-        check_rev = model.get("check_reversibility", True)
-        if not isinstance(check_rev, bool):
-            raise self.error("must be true or false (no quotes)", "model.check_reversibility",
-                             check_rev)
+        channels = f.number(model, "channels", "model", 1.0, gt=0.0, le=MAX_CHANNELS)
+        tolerance = f.number(model, "reversibility_tolerance", "model",
+                             DEFAULT_REVERSIBILITY_TOLERANCE, ge=0.0)
+        check_rev = f.boolean(model, "check_reversibility", "model", True)
 
         states, conductance, initial = self.states(gf)
         params_raw = self.parameters_raw()
@@ -444,10 +431,11 @@ class _Parser:
         cycles = find_cycles(len(states), transitions)
         rules = self.derived(states, parameters, transitions, cycles)
         scheme = Scheme(
-            name=name, source=str(model.get("source", "")), path=self.path, text=self.text,
-            agonist=agonist, states=states, conductance=conductance, parameters=parameters,
-            transitions=transitions, cycles=cycles, derived_rules=rules, channels=channels,
-            initial=initial, file_units=file_units, reversibility_tolerance=tolerance,
+            name=str(name), source=str(model.get("source", "")), path=self.path,
+            text=self.text, agonist=agonist, states=states, conductance=conductance,
+            parameters=parameters, transitions=transitions, cycles=cycles,
+            derived_rules=rules, channels=channels, initial=initial, file_units=file_units,
+            reversibility_tolerance=tolerance,
         )
         if check_rev:
             self.check_reversibility(scheme)
@@ -457,19 +445,15 @@ class _Parser:
         return scheme
 
     # -- fields
-    def number(self, table: dict, key: str, default: float | None, where: str) -> float:
-        value = table.get(key, default)
-        if value is None:
-            raise self.error("missing", f"{where}.{key}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-                value):
-            raise self.error("must be a finite number", f"{where}.{key}", value)
-        return float(value)
-
     def states(self, gf: float) -> tuple[list[str], np.ndarray, np.ndarray | None]:
-        table = self.table("states")
+        table = self.f.table(self.doc, "states", required=True)
         if not table:
             raise self.error("no states", "states")
+        # Before anything per state is built: a 10,000-state file would take minutes here
+        # and hours in the solver.
+        limits.check(len(table), limits.MAX_STATES, "states", force=self.force,
+                     file=self.path, field="states",
+                     hint="split the model or lump states (kingen.limits.MAX_STATES)")
         names, g, init, any_init = [], [], [], False
         for sname, spec in table.items():
             where = f"states.{sname}"
@@ -477,22 +461,18 @@ class _Parser:
                 raise self.error("state names are letters, digits and _", where)
             if not isinstance(spec, dict):
                 raise self.error("must be a table such as { conductance = 0 }", where, spec)
-            for key in spec:
-                if key not in ("conductance", "initial", "description"):
-                    raise self.error("unknown field (use conductance, initial, description)",
-                                     f"{where}.{key}")
-            cond = self.number(spec, "conductance", 0.0, where)
-            if cond < 0:
-                raise self.error("conductance must be >= 0", f"{where}.conductance", cond)
+            self.f.keys(spec, ("conductance", "initial", "description"), where)
+            cond = self.f.number(spec, "conductance", where, 0.0, ge=0.0, factor=gf,
+                                 unit="pS")
+            if cond > MAX_CONDUCTANCE_PS:
+                raise self.error(f"more than {MAX_CONDUCTANCE_PS:g} pS once converted: not a "
+                                 "single-channel conductance", f"{where}.conductance",
+                                 spec["conductance"])
             names.append(sname)
-            g.append(cond * gf)
+            g.append(cond)
             if "initial" in spec:
                 any_init = True
-                value = self.number(spec, "initial", None, where)
-                if not 0.0 <= value <= 1.0:
-                    raise self.error("initial occupancy must be in [0, 1]",
-                                     f"{where}.initial", value)
-                init.append(value)
+                init.append(self.f.number(spec, "initial", where, ge=0.0, le=1.0))
             else:
                 init.append(0.0)
         initial = None
@@ -504,7 +484,7 @@ class _Parser:
         return names, np.array(g), initial
 
     def parameters_raw(self) -> dict[str, dict]:
-        table = self.table("parameters")
+        table = self.f.table(self.doc, "parameters", required=True)
         for pname, spec in table.items():
             where = f"parameters.{pname}"
             if not _NAME.match(pname):
@@ -519,11 +499,8 @@ class _Parser:
             if not isinstance(spec, dict):
                 raise self.error("must be a number or a table such as { value = 1.0 }", where,
                                  spec)
-            allowed = ("value", "unit", "bounds", "scale", "fixed", "description")
-            for key in spec:
-                if key not in allowed:
-                    raise self.error(f"unknown field (use {', '.join(allowed)})",
-                                     f"{where}.{key}")
+            self.f.keys(spec, ("value", "unit", "bounds", "scale", "fixed", "description"),
+                        where)
         return table
 
     def transitions(self, states: list[str], params: dict[str, dict], agonist: str,
@@ -543,15 +520,10 @@ class _Parser:
             where = f"transitions[{m}]"
             if not isinstance(spec, dict):
                 raise self.error("must be a table { from, to, rate }", where, spec)
-            for key in spec:
-                if key not in ("from", "to", "rate", "derived", "description"):
-                    raise self.error("unknown field (use from, to, rate, derived)",
-                                     f"{where}.{key}")
+            self.f.keys(spec, ("from", "to", "rate", "derived", "description"), where)
             ends = []
             for key in ("from", "to"):
-                value = spec.get(key)
-                if value is None:
-                    raise self.error("missing", f"{where}.{key}")
+                value = self.f.string(spec, key, where)
                 if value not in index:
                     raise self.error(f"unknown state (states are {', '.join(states)})",
                                      f"{where}.{key}", value)
@@ -571,9 +543,7 @@ class _Parser:
                                  f"{where}.rate", expr)
             factor, pname, uses_agonist = self.rate_expression(expr, f"{where}.rate", params,
                                                                agonist)
-            derived = spec.get("derived", False)
-            if not isinstance(derived, bool):
-                raise self.error("must be true or false", f"{where}.derived", derived)
+            derived = self.f.boolean(spec, "derived", where, False)
             usage.setdefault(pname, []).append((m, uses_agonist, derived))
             names.append(pname)
             out.append(Transition(i, j, factor, -1, uses_agonist, derived, expr))
@@ -611,6 +581,10 @@ class _Parser:
                 if value <= 0:
                     raise self.error("rate factor must be > 0", where, expr)
                 factor *= value
+                if not RATE_RANGE[0] <= factor <= RATE_RANGE[1]:
+                    raise self.error(f"rate factor out of range (the factors of a rate must "
+                                     f"multiply to between {RATE_RANGE[0]:g} and "
+                                     f"{RATE_RANGE[1]:g})", where, expr)
             elif token == agonist:
                 if uses_agonist:
                     raise self.error(f"the agonist '{agonist}' appears twice", where, expr)
@@ -658,33 +632,30 @@ class _Parser:
             else:
                 ufac = 1.0 / tf if order == 1 else 1.0 / (tf * cf)
                 unit = self._default_unit(order)
-            value = self.number(spec, "value", None, where)
-            if value <= 0:
-                raise self.error("rate constants must be > 0", f"{where}.value", value)
-            bounds = spec.get("bounds")
-            if bounds is None:
+            internal = "ms^-1" if order == 1 else "mM^-1 ms^-1"
+            value = self.f.number(spec, "value", where, gt=0.0, factor=ufac, unit=internal)
+            check_rate_range(value, internal, file=self.path, field=f"{where}.value",
+                             value=spec["value"])
+            if "bounds" not in spec:
                 lo, hi = value / DEFAULT_BOUND_FACTOR, value * DEFAULT_BOUND_FACTOR
+                for bound in (lo, hi):
+                    check_rate_range(bound, internal, file=self.path, field=f"{where}.value",
+                                     value=spec["value"], what="its default bounds (x/ 10)")
             else:
-                if (not isinstance(bounds, list) or len(bounds) != 2 or any(
-                        isinstance(b, bool) or not isinstance(b, (int, float)) for b in bounds)):
-                    raise self.error("must be [lower, upper]", f"{where}.bounds", bounds)
-                lo, hi = float(bounds[0]), float(bounds[1])
-                if lo <= 0 or hi <= 0:
-                    raise self.error("bounds must be > 0", f"{where}.bounds", bounds)
+                lo, hi = self.f.numbers(spec, "bounds", where, length=2, gt=0.0, factor=ufac,
+                                        unit=internal)
+                for k, bound in enumerate((lo, hi)):
+                    check_rate_range(bound, internal, file=self.path,
+                                     field=f"{where}.bounds[{k}]", value=spec["bounds"][k])
                 if lo >= hi:
                     raise self.error("lower bound must be below the upper bound",
-                                     f"{where}.bounds", bounds)
+                                     f"{where}.bounds", spec["bounds"])
             if not derived and not (lo * (1 - 1e-12) <= value <= hi * (1 + 1e-12)):
-                raise self.error(f"value outside its bounds [{lo:g}, {hi:g}]",
-                                 f"{where}.value", value)
-            scale = spec.get("scale", "log")
-            if scale not in ("log", "linear"):
-                raise self.error("must be 'log' or 'linear'", f"{where}.scale", scale)
-            fixed = spec.get("fixed", False)
-            if not isinstance(fixed, bool):
-                raise self.error("must be true or false", f"{where}.fixed", fixed)
-            out.append(Parameter(pname, value * ufac, lo * ufac, hi * ufac, order, unit,
-                                 scale, fixed, derived))
+                raise self.error(f"value outside its bounds [{lo / ufac:g}, {hi / ufac:g}]",
+                                 f"{where}.value", spec["value"])
+            scale = self.f.choice(spec, "scale", ("log", "linear"), where, "log")
+            fixed = self.f.boolean(spec, "fixed", where, False)
+            out.append(Parameter(pname, value, lo, hi, order, unit, scale, fixed, derived))
         return out
 
     def _default_unit(self, order: int) -> str:
@@ -751,7 +722,7 @@ class _Parser:
         return rules
 
     def check_reversibility(self, scheme: Scheme) -> None:
-        for cycle, (f, b) in zip(scheme.cycles, scheme.cycle_products()):
+        for cycle, (log_f, log_b) in zip(scheme.cycles, scheme.cycle_log_products()):
             if cycle.derived is not None:
                 continue
             text = scheme.describe_cycle(cycle)
@@ -766,13 +737,16 @@ class _Parser:
                 raise self.error(
                     f"cycle {text} binds agonist {n_ag_f} time(s) one way and {n_ag_b} the "
                     f"other: it cannot be reversible at every concentration", "transitions")
-            ratio = f / b
-            if abs(math.log(ratio)) > math.log1p(scheme.reversibility_tolerance):
+            # In log space: products of a cycle's rates may overflow or underflow while
+            # their ratio is an ordinary number.
+            log_ratio = log_f - log_b
+            if abs(log_ratio) > math.log1p(scheme.reversibility_tolerance):
                 raise self.error(
                     f"cycle {text} violates microscopic reversibility: product of rates one "
-                    f"way {f:.6g}, the other way {b:.6g} (ratio {ratio:.4g}, tolerance "
-                    f"{scheme.reversibility_tolerance:g}); correct a rate, or mark one rate "
-                    f"of the cycle derived = true", "transitions")
+                    f"way {exp_text(log_f, '.6g')}, the other way {exp_text(log_b, '.6g')} "
+                    f"(ratio {exp_text(log_ratio)}, tolerance {scheme.reversibility_tolerance:g}); "
+                    f"correct a rate, or mark one rate of the cycle derived = true",
+                    "transitions")
 
     def check_derived_values(self, scheme: Scheme) -> None:
         for rule in scheme.derived_rules:
@@ -784,12 +758,82 @@ class _Parser:
                     f"[{p.lower:.6g}, {p.upper:.6g}]", f"parameters.{p.name}.bounds")
 
     def check_rest(self, scheme: Scheme) -> None:
-        q0 = scheme.Q(0.0)
-        rank = np.linalg.matrix_rank(q0)
-        if rank < scheme.n_states - 1:
+        # Structural, not numerical: the rest distribution is unique exactly when the
+        # agonist-free graph has one closed class; a rank test on Q(0) mistakes rates many
+        # orders of magnitude apart for a second class (and takes minutes on large schemes).
+        edges = [(t.source, t.target) for t in scheme.transitions if not t.agonist]
+        if len(closed_classes(scheme.n_states, edges)) > 1:
             raise self.error(
                 "the resting state is not unique: with no agonist the scheme has more than one "
                 "closed set of states; give initial occupancies (states.X.initial)", "states")
+
+
+def exp_text(log_value: float, spec: str = ".4g") -> str:
+    """``exp(log_value)`` formatted with ``spec``, or as a power of ten where it overflows
+    or underflows a float."""
+    if abs(log_value) < 700:
+        return format(math.exp(log_value), spec)
+    return f"10^{log_value / math.log(10):.1f}"
+
+
+def closed_classes(n_states: int, edges: list[tuple[int, int]]) -> list[list[int]]:
+    """The closed communicating classes of a directed graph (strongly connected components
+    with no edge leaving them), found without recursion."""
+    out_edges: list[list[int]] = [[] for _ in range(n_states)]
+    in_edges: list[list[int]] = [[] for _ in range(n_states)]
+    for a, b in edges:
+        out_edges[a].append(b)
+        in_edges[b].append(a)
+    # Kosaraju: finishing order on the graph, then components on the reversed graph.
+    seen = [False] * n_states
+    order: list[int] = []
+    for root in range(n_states):
+        if seen[root]:
+            continue
+        seen[root] = True
+        stack = [(root, 0)]
+        while stack:
+            node, k = stack.pop()
+            if k < len(out_edges[node]):
+                stack.append((node, k + 1))
+                nxt = out_edges[node][k]
+                if not seen[nxt]:
+                    seen[nxt] = True
+                    stack.append((nxt, 0))
+            else:
+                order.append(node)
+    component = [-1] * n_states
+    groups: list[list[int]] = []
+    for root in reversed(order):
+        if component[root] >= 0:
+            continue
+        component[root] = len(groups)
+        members = [root]
+        stack = [root]
+        while stack:
+            for prev in in_edges[stack.pop()]:
+                if component[prev] < 0:
+                    component[prev] = len(groups)
+                    members.append(prev)
+                    stack.append(prev)
+        groups.append(members)
+    leaving = {component[a] for a, b in edges if component[a] != component[b]}
+    return [g for c, g in enumerate(groups) if c not in leaving]
+
+
+def check_rate_range(rate: float, internal_unit: str, *, file: str | None, field: str,
+                     value: Any, what: str = "") -> None:
+    """Refuse a rate constant (internal units) outside :data:`RATE_RANGE`.
+
+    Such a rate overflows or underflows in the products of a cycle and in Q, and would be
+    reported later as a non-unique resting state or a failed solve; here it is named.
+    """
+    lo, hi = RATE_RANGE
+    if not lo <= rate <= hi:
+        of = f" {what}" if what else ""
+        raise KingenError(f"out of range: gives{of} {rate:.3g} {internal_unit}; rate "
+                          f"constants must lie in [{lo:g}, {hi:g}] {internal_unit}",
+                          file=file, field=field, value=value)
 
 
 def _cycle_text(states: list[str], cycle: Cycle) -> str:

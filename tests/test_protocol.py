@@ -154,5 +154,5 @@ pulses = [{{start = 0.002, duration = 0.01, concentration = 10}},
     f.write_text(body.format(x="0.01"))
     assert load_protocol(f).sweeps[0].x == pytest.approx(10.0)  # ms
     f.write_text(body.format(x='"ten"'))
-    with pytest.raises(KingenError, match=r"sweeps\[0\]\.x = 'ten': must be a finite number"):
+    with pytest.raises(KingenError, match=r"sweeps\[0\]\.x = 'ten': must be a number"):
         load_protocol(f)

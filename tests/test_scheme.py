@@ -136,7 +136,7 @@ BAD_CASES = {
                           "unknown parameter 'kof'"),
     "self transition": (lambda t: _replace(t, '"O -> C" = "koff"', '"O -> O" = "koff"'),
                         "to itself"),
-    "unknown table": (lambda t: t + '[[extra]]\n', "unknown table"),
+    "unknown table": (lambda t: t + '[[extra]]\n', "extra: unknown field (known: model,"),
     "misspelt model field": (lambda t: _replace(t, 'name = "two-state"',
                                                 'name = "two-state"\ncheck_reversiblity = false'),
                              "model.check_reversiblity: unknown field"),
@@ -148,7 +148,7 @@ BAD_CASES = {
                             "no conducting state"),
     "non-positive rate": (lambda t: _replace(t, "value = 500,", "value = -5,"), "must be > 0"),
     "non-positive bound": (lambda t: _replace(t, "bounds = [50, 5000]", "bounds = [0, 5000]"),
-                           "bounds must be > 0"),
+                           "bounds[0] = 0: must be > 0"),
     "inverted bounds": (lambda t: _replace(t, "bounds = [50, 5000]", "bounds = [5000, 50]"),
                         "lower bound must be below"),
     "value outside bounds": (lambda t: _replace(t, "value = 500,", "value = 9000,"),
@@ -253,7 +253,7 @@ def test_default_rate_units_can_be_read_back_for_every_concentration_unit():
 def test_negative_reversibility_tolerance_is_a_clear_error():
     text = (MODELS / "jonas_1993.toml").read_text().replace(
         "[units]", "reversibility_tolerance = -1\n[units]", 1)
-    with pytest.raises(KingenError, match="model.reversibility_tolerance = -1.0: must be >= 0"):
+    with pytest.raises(KingenError, match="model.reversibility_tolerance = -1: must be >= 0"):
         Scheme.loads(text, "tol.toml")
 
 
