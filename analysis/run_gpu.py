@@ -45,7 +45,7 @@ def main() -> int:
     dev = ceilings(remeasure=True)
     (out / "ceilings.json").write_text(json.dumps(dev.to_json(), indent=2))
     work = out / "run"
-    run_analyze(a.target, work, use_ncu=True, size=a.size)
+    run_analyze(a.target, work, use_ncu=True, size=a.size, full=True)
     # the analysis' files first, so that a run cut short during tuning keeps them
     with tarfile.open(out / "ncu_raw.tar.gz", "w:gz") as tf:
         tf.add(work / "ncu", arcname="ncu")

@@ -122,10 +122,12 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Run ``kingen tune``; no GPU is one line and exit 0, other user problems exit 1."""
+    from kingen.shipped import resolve_model
     from kingen.solve.backends import cuda_status
 
     try:
         model = _model(args)
+        resolve_model(model)  # a bad name is reported with or without a GPU
         if args.candidates < 1:
             raise KingenError("must be >= 1", field="candidates", value=args.candidates)
     except KingenError as exc:
