@@ -346,3 +346,103 @@ def test_thresholds_are_shared_with_classify():
     c = Context(m, 16, False, None, thresholds=Thresholds(occupancy_pct=40.0))
     assert not c.low_occupancy()
     assert np.isclose(occupancy_pct(200, 128), 12.5)
+
+
+def test_propagator_flop_model():
+    from types import SimpleNamespace
+
+    from kingen.analysis.solver_cases import flops_per_candidate, flops_per_step
+    from kingen.scheme import Scheme
+    from kingen.shipped import resolve_model
+
+    scheme = Scheme.load(resolve_model("robert_howe_2003"))
+    s, fps = scheme.n_states, flops_per_step(scheme, "float64")
+    assert (s, fps) == (16, 4 * (16 + 2 * 42) + 13 * 16)
+    plan = SimpleNamespace(n_keys=2, key_steps=[100, 200], prop_samples=5000, stage_steps=300)
+    got = flops_per_candidate(scheme, "float64", 10**6, "propagator", plan)
+    assert got == s * 300 * fps + 5000 * (2 * s * s + s) + 300 * fps
+    assert flops_per_candidate(scheme, "float64", 10**6) == 10**6 * fps
+    from kingen.errors import KingenError
+
+    with pytest.raises(KingenError, match="propagator plan"):
+        flops_per_candidate(scheme, "float64", 10, "propagator", None)
+
+
+@sim
+def test_run_tune_end_to_end_under_the_simulator(tmp_path, monkeypatch):
+    """The GPU glue of ``kingen tune`` (batch, exact and CPU checks, timing, classification,
+    roofline placement against the H100 references, log, plot, recorded choice), with the
+    simulator standing in for the GPU and wall-clock timing for CUDA events."""
+    import time as _time
+
+    from numba import cuda
+
+    import kingen.analysis._gpu as gpu
+    import kingen.analysis.hardware as hw
+    import kingen.solve.backends as backends
+    from kingen.analysis.optimize import run_tune
+    from kingen.scheme import Scheme
+    from kingen.shipped import resolve_model
+    from kingen.solve.cuda import tuned_config
+
+    def wall_ms(fn, repeats=10, warmup=2, batch=5):
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(repeats):
+            t = _time.perf_counter()
+            for _ in range(batch):
+                fn()
+            out.append((_time.perf_counter() - t) * 1e3 / batch)
+        return out
+
+    dev = hw.DeviceInfo(name="Fake GPU", compute_capability=(9, 0), sms=132, clock_mhz=1980,
+                        mem_clock_mhz=2619, bus_width_bits=5120, l2_bytes=50 * 2**20,
+                        total_mem_bytes=80 * 2**30,
+                        datasheet=hw.datasheet_for("H100", (9, 0), 132, 1980, 2619, 5120),
+                        measured={"dram_gbs": 2937.0, "l2_gbs": 5529.0,
+                                  "fp32_gflops": 57000.0, "fp64_gflops": 30300.0})
+    monkeypatch.setenv("KINGEN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(gpu, "require_gpu", lambda: cuda)
+    monkeypatch.setattr(hw, "require_gpu", lambda: cuda)
+    monkeypatch.setattr(hw, "time_ms", wall_ms)
+    monkeypatch.setattr(hw, "ceilings", lambda remeasure=False, quick=False: dev)
+    monkeypatch.setattr(backends, "cuda_status",
+                        lambda: backends.CudaStatus(True, False, "Fake GPU", ""))
+    lines = []
+    out = tmp_path / "out"
+    log = run_tune("jonas_1993", out, n_candidates=2, protocols="deactivation",
+                   use_ncu=False, references=H100, budget_s=0.01, max_steps=1,
+                   echo=lines.append)
+    assert lines[0].startswith("device ceilings") and any("step 0" in ln for ln in lines)
+    assert log.rows[0].variant == "b128" and log.rows[0].exact_error < 1e-6
+    assert log.rows[0].behaves_like["nearest"]
+    assert len(log.rows) in (1, 2) and log.chosen["variant"]
+    data = json.loads((out / "optimization_log.json").read_text())
+    assert data["model"] == "jonas_1993" and data["device"] == "Fake GPU"
+    assert len(data["references"]) == 8 and (out / "roofline.png").stat().st_size > 0
+    assert "| 0 | b128 | yes |" in (out / "optimization_log.md").read_text()
+    scheme = Scheme.load(resolve_model("jonas_1993"))
+    chosen = LaunchConfig(**log.chosen["config"])
+    assert tuned_config("Fake GPU", scheme, "float64") == chosen
+    assert log.recorded_in.endswith("solver_tuning.json")
+
+
+def test_merge_records_of_a_two_kernel_launch():
+    from kingen.analysis.profile import ProfileRecord, merge_records
+
+    build = ProfileRecord("build", "ncu", 1.0, duration_ms=1.0, cycles_elapsed=1e6,
+                          inst_executed=1e8, dram_bytes=1e6, fp64_pipe_pct=90.0,
+                          registers_per_thread=128, waves=0.5, stalls={"wait": 1.0})
+    sample = ProfileRecord("sample", "ncu", 3.0, duration_ms=3.0, cycles_elapsed=3e6,
+                           inst_executed=2e8, dram_bytes=3e6, fp64_pipe_pct=50.0,
+                           registers_per_thread=200, waves=2.0, stalls={"wait": 3.0},
+                           achieved_occupancy_pct=20.0)
+    m = merge_records([build, sample], 4.2)
+    assert m.time_ms == 4.2 and m.kernel == "build + sample" and m.path == "ncu"
+    assert m.inst_executed == 3e8 and m.dram_bytes == 4e6 and m.cycles_elapsed == 4e6
+    assert m.fp64_pipe_pct == pytest.approx((90 * 1 + 50 * 3) / 4)
+    assert m.stalls["wait"] == pytest.approx(2.5)
+    assert m.registers_per_thread == 200 and m.waves == 2.0  # the longer kernel's launch
+    assert m.achieved_occupancy_pct == 20.0  # averaged over the kernels that report it
+    assert merge_records([sample], 3.3).time_ms == 3.3

@@ -482,9 +482,9 @@ def markdown(log: OptimizationLog) -> str:
     if log.command:
         lines += [f"Command: `{log.command}` ({log.seconds:.0f} s)", ""]
     lines += ["| step | variant | kept | time ms | candidates/s | GFLOP/s | intensity vs balance"
-              " | % FP64 | % FP32 | % DRAM | % L2 | verdict | advice followed | x baseline | "
-              "x previous | behaves like |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              " | % FP64 | % FP32 | % DRAM | % L2 | % issue | verdict | advice followed | "
+              "x baseline | x previous | behaves like |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in log.rows:
         rel = "above" if r.intensity > r.balance else "below"
         like = r.behaves_like.get("nearest") or "-"
@@ -492,7 +492,7 @@ def markdown(log: OptimizationLog) -> str:
             f"| {r.step} | {r.variant} | {'yes' if r.kept else 'no'} | {r.time_ms:.3f} | "
             f"{r.candidates_per_s:,.0f} | {_f(r.gflops)} | {r.intensity:.3g} vs "
             f"{r.balance:.3g} ({rel}) | {_f(r.pct_fp64)} | {_f(r.pct_fp32)} | "
-            f"{_f(r.pct_dram)} | {_f(r.pct_l2)} | {r.verdict} | {r.advice} | "
+            f"{_f(r.pct_dram)} | {_f(r.pct_l2)} | {_f(r.pct_inst)} | {r.verdict} | {r.advice} | "
             f"{r.speedup_vs_baseline:.2f} | {r.speedup_vs_previous:.2f} | {like} |")
     if log.rows:
         lines += ["", f"Intensity unit: {log.rows[0].intensity_unit} "

@@ -354,10 +354,11 @@ def merge_records(recs: list[ProfileRecord], time_ms: float) -> ProfileRecord:
         return None if all(v is None for v in vals) else float(sum(v or 0.0 for v in vals))
 
     def avg(name: str) -> float | None:
-        pairs = [(getattr(r, name), x) for r, x in zip(recs, w)]
-        if all(v is None for v, _ in pairs):
+        # over the kernels that report it
+        pairs = [(getattr(r, name), x) for r, x in zip(recs, w) if getattr(r, name) is not None]
+        if not pairs:
             return None
-        return float(sum((v or 0.0) * x for v, x in pairs) / total_w)
+        return float(sum(v * x for v, x in pairs) / sum(x for _, x in pairs))
 
     stalls: dict[str, float] = {}
     for r, x in zip(recs, w):
