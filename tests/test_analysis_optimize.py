@@ -446,3 +446,30 @@ def test_merge_records_of_a_two_kernel_launch():
     assert m.registers_per_thread == 200 and m.waves == 2.0  # the longer kernel's launch
     assert m.achieved_occupancy_pct == 20.0  # averaged over the kernels that report it
     assert merge_records([sample], 3.3).time_ms == 3.3
+
+
+def test_counters_only_for_the_baseline_and_each_steps_best():
+    times = {"b128": 170.0, "prop-l1-b128": 40.0, "prop-l2-b128": 30.0,
+             "prop-l4-b128": 35.0, "prop-l8-b128": 31.0}
+    evaluate, _ = synthetic(times)
+    refined, saved = [], []
+
+    def refine(m):
+        refined.append(m.config.name)
+        m2 = meas(m.config, m.time_ms, registers=90, pct_fp64=85.0, pct_inst=50.0,
+                  registers_per_thread=90)
+        m2.metrics.path = "ncu"
+        return m2
+
+    best, log = optimize(evaluate, LaunchConfig(), n_states=16, n_candidates=10,
+                         propagator=True, refine=refine,
+                         on_step=lambda lg: saved.append(len(lg.rows)), echo=lambda *a: None)
+    assert refined == ["b128", "prop-l2-b128"]
+    assert all(r.path == "ncu" for r in log.rows) and saved == [1, 2]
+    entry = next(t for t in log.measurements if t["variant"] == "prop-l2-b128")
+    assert entry["registers"] == 90 and entry["metrics"]["path"] == "ncu"
+    # a time limit stops the loop before any new variant, and says so
+    evaluate, calls = synthetic(times)
+    best, log = optimize(evaluate, LaunchConfig(), n_states=16, n_candidates=10,
+                         propagator=True, time_limit_s=0.0, echo=lambda *a: None)
+    assert calls == ["b128"] and "time limit" in log.stop_reason and len(log.rows) == 1

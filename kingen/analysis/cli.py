@@ -104,7 +104,8 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--out", type=Path, default=Path("kingen-tune"),
                    help="output folder (default: ./kingen-tune)")
     p.add_argument("--no-ncu", action="store_true",
-                   help="skip Nsight Compute: classify from event timing and declared counts")
+                   help="skip Nsight Compute: classify from event timing and declared counts "
+                   "(by default ncu re-classifies the baseline and each step's best)")
     p.add_argument("--full", action="store_true", help="ncu's full set of counters (slow)")
     p.add_argument("--references", type=Path, metavar="ANALYZE_JSON",
                    help="take the stencil and SGEMM roofline points from a previous "
@@ -114,6 +115,9 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    help="keep a step only at this speedup or more (default 1.05)")
     p.add_argument("--budget", type=float, default=2.0, metavar="SECONDS",
                    help="timing budget per variant (default 2 s)")
+    p.add_argument("--time-limit", type=float, default=480.0, metavar="SECONDS",
+                   help="start no new variant after this long; the log keeps the steps "
+                   "done (default 480 s)")
     p.add_argument("--no-record", action="store_true",
                    help="write the log but do not record the choice for later fits")
     p.set_defaults(func=cmd_tune)
@@ -145,7 +149,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                  n_candidates=args.candidates, protocols=args.protocols,
                  use_ncu=not args.no_ncu, full=args.full, references=args.references,
                  max_steps=args.max_steps, gain=args.gain, record=not args.no_record,
-                 budget_s=args.budget)
+                 budget_s=args.budget, time_limit_s=args.time_limit)
     except KingenError as exc:
         print(f"kingen tune: {exc}", flush=True)
         return 0 if str(exc).startswith(NO_GPU) else 1

@@ -544,6 +544,9 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
              limits: SMLimits | None = None, thresholds: Thresholds | None = None,
              rules: tuple[Rule, ...] = RULES, max_steps: int = 6, gain: float = GAIN,
              max_variants: int = 8, log: OptimizationLog | None = None,
+             refine: Callable[[Measurement], Measurement] | None = None,
+             on_step: Callable[[OptimizationLog], Any] | None = None,
+             time_limit_s: float | None = None,
              echo: Callable[..., Any] = say) -> tuple[Measurement, OptimizationLog]:
     """Run the loop from ``start``; return the chosen variant's measurement and the log.
 
@@ -564,6 +567,15 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
     max_steps, gain, max_variants
         At most this many steps, each kept only at ``gain`` x or better, each trying at
         most this many variants.
+    refine
+        Re-classifies one measurement with hardware counters (ncu), keeping its time: run
+        on the baseline and on each step's best only, the variants the log's rows show and
+        the next step's rules read (the others are compared on event time).
+    on_step
+        Called with the log after every step (``kingen tune`` writes it: a run cut short
+        keeps the steps it finished).
+    time_limit_s
+        No new variant is started after this many seconds; the loop stops and says so.
 
     Raises
     ------
@@ -585,16 +597,31 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
                                  "roof": asdict(place(m)) if placed else None,
                                  "behaves_like": like(m) if m.ok else {}})
 
+    t0 = time.perf_counter()
+
+    def out_of_time() -> bool:
+        return time_limit_s is not None and time.perf_counter() - t0 > time_limit_s
+
+    def counters(m: Measurement) -> Measurement:
+        if refine is None or not m.ok:
+            return m
+        echo(f"  {m.config.name}: profiling with ncu to re-classify it")
+        return refine(m)
+
     echo(f"step 0: {start.name} (the solver kernel as it stands): check, time, classify")
     base = evaluate(start)
-    record(base, 0, None)
     if not base.ok:
+        record(base, 0, None)
         raise KingenError(f"the starting variant fails its check ({base.note})",
                           field="tune", value=start.name)
+    base = counters(base)
+    record(base, 0, None)
     echo(f"step 0: {start.name}: {base.time_ms:.3f} ms, {base.verdict.kind} "
          f"({base.verdict.unit})")
     log.rows.append(make_row(0, base, n_candidates, base.time_ms, base.time_ms, None, True,
                              like(base)))
+    if on_step:
+        on_step(log)
     current = base
     tried = {start.name}
     log.stop_reason = f"reached the step limit ({max_steps})"
@@ -610,6 +637,10 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
              + ", ".join(f"{c.name} ({r.name})" for c, r in todo))
         results: list[tuple[Measurement, Rule]] = []
         for cfg, rule in todo:
+            if out_of_time():
+                echo(f"step {step}: time limit ({time_limit_s:.0f} s) reached; "
+                     f"{cfg.name} and later variants not tried")
+                break
             tried.add(cfg.name)
             m = evaluate(cfg)
             record(m, step, rule)
@@ -621,17 +652,27 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
             else:
                 echo(f"step {step}: {cfg.name}: FAILED its check ({m.note}); dropped")
         if not results:
-            log.stop_reason = f"no variant of step {step} passed its check"
+            log.stop_reason = (f"time limit ({time_limit_s:.0f} s) reached" if out_of_time()
+                               else f"no variant of step {step} passed its check")
             echo(f"step {step}: {log.stop_reason}; stopping")
             break
         best, rule = min(results, key=lambda mr: mr[0].time_ms)
         speedup = current.time_ms / best.time_ms
         kept = speedup >= gain
+        best = counters(best)  # every row of the log on the same (counter) footing
+        if refine is not None:
+            for t in log.measurements:
+                if t["variant"] == best.config.name and t["step"] == step:
+                    t.update({**best.to_json(), "step": step, "rule": rule.name,
+                              "roof": asdict(place(best)) if place else None,
+                              "behaves_like": like(best)})
         row = make_row(step, best, n_candidates, base.time_ms, current.time_ms, rule, kept,
                        like(best))
         row.tried = [{"variant": m.config.name, "rule": r.name, "time_ms": m.time_ms}
                      for m, r in results]
         log.rows.append(row)
+        if on_step:
+            on_step(log)
         if not kept:
             log.stop_reason = (f"step {step}'s best, {best.config.name}, gains "
                                f"{100 * (speedup - 1):+.1f} % (< {100 * (gain - 1):.0f} %)")
@@ -640,6 +681,10 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
         echo(f"step {step}: kept {best.config.name} ({speedup:.2f}x over "
              f"{current.config.name}, {base.time_ms / best.time_ms:.2f}x over the baseline)")
         current = best
+        if out_of_time():
+            log.stop_reason = f"time limit ({time_limit_s:.0f} s) reached"
+            echo(f"step {step}: {log.stop_reason}; stopping")
+            break
     log.chosen = {"variant": current.config.name, "config": asdict(current.config),
                   "time_ms": current.time_ms,
                   "speedup_vs_baseline": base.time_ms / current.time_ms}
@@ -670,11 +715,17 @@ def registers_of(problem: Any, config: LaunchConfig) -> int | None:
 
 def gpu_evaluator(problem: Any, dev: Any, *, use_ncu: bool, full: bool, out_dir: Path,
                   thresholds: Thresholds, budget_s: float = 2.0, check_rows: int = 16,
-                  echo: Callable[..., Any] = say) -> Callable[[LaunchConfig], Measurement]:
-    """The measuring function of the loop on the current GPU: exact check (traces mode),
-    CPU check of the timed objective kernel, event timing, ncu when asked, classification."""
+                  echo: Callable[..., Any] = say
+                  ) -> tuple[Callable[[LaunchConfig], Measurement],
+                             Callable[[Measurement], Measurement] | None]:
+    """The measuring functions of the loop on the current GPU.
+
+    ``evaluate``: exact check (traces mode), CPU check of the timed objective kernel, event
+    timing, classification on declared counts. ``refine`` (None without ncu): one ncu
+    profile of a measured variant and its classification on the counters, at its event time.
+    """
     from kingen.analysis.metrics import compute
-    from kingen.analysis.report import profile_case
+    from kingen.analysis.report import ncu_profile, profile_case
     from kingen.analysis.solver_cases import (
         CPU_TOLERANCE,
         EXACT_TOLERANCE,
@@ -704,19 +755,27 @@ def gpu_evaluator(problem: Any, dev: Any, *, use_ncu: bool, full: bool, out_dir:
             nan = MetricSet(name=case.name, intensity_dram=math.nan, balance_dram=math.nan)
             return Measurement(cfg, math.nan, case.flops, case.bytes, nan,
                                classify(nan, thresholds), False, exact, cpu, None, why)
-        echo(f"  {cfg.name}: check ok (exact {exact:.2g} of peak, CPU {cpu:.2g}); timing"
-             + (", then ncu" if use_ncu else ""))
-        rec, _times = profile_case(case, "default", use_ncu, repeats=10,
-                                   raw_dir=out_dir / "ncu", full=full, budget_s=budget_s)
+        echo(f"  {cfg.name}: check ok (exact {exact:.2g} of peak, CPU {cpu:.2g}); timing")
+        rec, _times = profile_case(case, "default", False, repeats=10, budget_s=budget_s)
         m = compute(case.name, rec, dev, case.flops, case.bytes, "rk4", case.precision)
         v = classify(m, thresholds)
-        regs = int(rec.registers_per_thread) if rec.registers_per_thread else registers_of(
-            problem, cfg)
-        note = rec.path_note + f" ({time.perf_counter() - t0:.0f} s)"
-        return Measurement(cfg, m.time_ms or rec.time_ms, case.flops, case.bytes, m, v, True,
-                           exact, cpu, regs, note.strip())
+        note = f"event timing ({time.perf_counter() - t0:.0f} s)"
+        return Measurement(cfg, rec.time_ms, case.flops, case.bytes, m, v, True, exact, cpu,
+                           registers_of(problem, cfg), note)
 
-    return evaluate
+    def refine(meas: Measurement) -> Measurement:
+        t0 = time.perf_counter()
+        case = variant_case(problem, meas.config, check_rows)
+        rec = ncu_profile(case, "default", meas.time_ms, out_dir / "ncu", full)
+        m = compute(case.name, rec, dev, case.flops, case.bytes, "rk4", case.precision)
+        regs = int(rec.registers_per_thread) if rec.registers_per_thread else meas.registers
+        note = (f"ncu ({time.perf_counter() - t0:.0f} s)" if rec.path == "ncu" else
+                f"ncu not used: {rec.path_note}")
+        echo(f"  {meas.config.name}: {note}")
+        return replace(meas, metrics=m, verdict=classify(m, thresholds), registers=regs,
+                       note=f"{meas.note}; {note}")
+
+    return evaluate, (refine if use_ncu else None)
 
 
 def measure_references(dev: Any, *, use_ncu: bool, out_dir: Path, thresholds: Thresholds,
@@ -785,6 +844,7 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
              use_ncu: bool = True, full: bool = False, references: Path | None = None,
              max_steps: int = 6, gain: float = GAIN, record: bool = True,
              budget_s: float = 2.0, thresholds: Thresholds | None = None,
+             time_limit_s: float | None = 480.0,
              echo: Callable[..., Any] = say) -> OptimizationLog:
     """``kingen tune`` on the current GPU (see the module docstring); returns the log.
 
@@ -839,19 +899,21 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
     log = OptimizationLog(problem.model, precision, protocols, n_candidates, status.device,
                           command=" ".join(["kingen", *sys.argv[1:]]))
     log.references = [r.to_json() for r in refs]
-    evaluate = gpu_evaluator(problem, dev, use_ncu=use_ncu, full=full, out_dir=out_dir,
-                             thresholds=th, budget_s=budget_s, echo=echo)
+    evaluate, refine = gpu_evaluator(problem, dev, use_ncu=use_ncu, full=full,
+                                     out_dir=out_dir, thresholds=th, budget_s=budget_s,
+                                     echo=echo)
     start = sim._tuned()
-    try:
-        best, log = optimize(evaluate, start, n_states=problem.scheme.n_states,
-                             n_candidates=n_candidates, propagator=has_prop, flops_ratio=ratio,
-                             references=refs, place=place, limits=sm_limits(),
-                             thresholds=th, max_steps=max_steps, gain=gain, log=log,
-                             echo=echo)
-    finally:
-        log.seconds = time.perf_counter() - t0
-        if log.rows:
-            write_log(log, out_dir)
+
+    def save(partial: OptimizationLog) -> None:
+        partial.seconds = time.perf_counter() - t0
+        write_log(partial, out_dir)
+
+    left = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - t0), 0)
+    best, log = optimize(evaluate, start, n_states=problem.scheme.n_states,
+                         n_candidates=n_candidates, propagator=has_prop, flops_ratio=ratio,
+                         references=refs, place=place, limits=sm_limits(), thresholds=th,
+                         max_steps=max_steps, gain=gain, log=log, refine=refine,
+                         on_step=save, time_limit_s=left, echo=echo)
     if record:
         path = record_tuning(status.device, problem.scheme, precision, best.config,
                              {"log": str(out_dir / "optimization_log.json"),

@@ -46,6 +46,15 @@ def profile_case(case: KernelCase, size: str, use_ncu: bool, repeats: int = 20,
     if not use_ncu:
         return ProfileRecord(kernel=case.name, path="events", time_ms=t,
                              path_note="ncu not requested"), times
+    return ncu_profile(case, size, t, raw_dir, full), times
+
+
+def ncu_profile(case: KernelCase, size: str, time_ms: float, raw_dir: Path | None = None,
+                full: bool = False) -> ProfileRecord:
+    """Profile one launch of ``case`` with ncu in a worker process; the record carries the
+    event time ``time_ms`` measured beforehand. Falls back to an event-path record saying
+    why when ncu cannot run or read counters."""
+    t = time_ms
     args = list(case.worker_args or ["--target", case.group, "--size", size])
     several = case.kernel_count != 1
     args += ["--case", case.name, "--launches", "1" if several else "2"]
@@ -62,11 +71,10 @@ def profile_case(case: KernelCase, size: str, use_ncu: bool, repeats: int = 20,
         if rows:
             if several:
                 recs = [record_from_ncu(r, t, res.clock_control) for r in rows]
-                return merge_records(recs, t), times
-            return record_from_ncu(rows[-1], t, res.clock_control), times
+                return merge_records(recs, t)
+            return record_from_ncu(rows[-1], t, res.clock_control)
         res.reason = "ncu printed no kernel row (regex matched nothing?)"
-    return ProfileRecord(kernel=case.name, path="events", time_ms=t,
-                         path_note=res.reason), times
+    return ProfileRecord(kernel=case.name, path="events", time_ms=t, path_note=res.reason)
 
 
 def _fmt(x: float | None, spec: str = ".0f") -> str:
