@@ -703,6 +703,9 @@ def registers_of(problem: Any, config: LaunchConfig) -> int | None:
     try:
         from kingen.solve.compiled import solver_module
 
+        sim = problem.simulator("cuda")
+        if sim.simulator:
+            return None  # the simulator has no registers
         kern = solver_module(problem.scheme, "objective", problem.precision, "cuda",
                              max_registers=config.max_registers).launch
         regs = kern.get_regs_per_thread()
