@@ -473,3 +473,22 @@ def test_counters_only_for_the_baseline_and_each_steps_best():
     best, log = optimize(evaluate, LaunchConfig(), n_states=16, n_candidates=10,
                          propagator=True, time_limit_s=0.0, echo=lambda *a: None)
     assert calls == ["b128"] and "time limit" in log.stop_reason and len(log.rows) == 1
+
+
+@sim
+def test_a_variant_that_cannot_run_is_a_failed_variant(monkeypatch):
+    import kingen.analysis.solver_cases as sc
+    from kingen.analysis.optimize import gpu_evaluator
+
+    prob = sc.solver_problem("jonas_1993", 2, "float64", "deactivation")
+
+    def boom(*a, **k):
+        raise RuntimeError("ptxas: too many resources requested for launch\nmore")
+
+    monkeypatch.setattr(sc, "exact_error", boom)
+    evaluate, refine = gpu_evaluator(prob, None, use_ncu=False, full=False,
+                                     out_dir=Path("unused"), thresholds=Thresholds(),
+                                     echo=lambda *a: None)
+    m = evaluate(LaunchConfig(64, 32))
+    assert refine is None and not m.ok
+    assert m.note == "RuntimeError: ptxas: too many resources requested for launch"

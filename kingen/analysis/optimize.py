@@ -740,13 +740,25 @@ def gpu_evaluator(problem: Any, dev: Any, *, use_ncu: bool, full: bool, out_dir:
     prec = problem.precision
 
     def evaluate(cfg: LaunchConfig) -> Measurement:
+        # a variant that cannot be built or run (compile error, launch failure) is a failed
+        # variant in the log, not the end of the run
+        try:
+            return _evaluate(cfg)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            why = f"{type(exc).__name__}: {first}"
+            nan = MetricSet(name=cfg.name, intensity_dram=math.nan, balance_dram=math.nan)
+            return Measurement(cfg, math.nan, math.nan, math.nan, nan,
+                               classify(nan, thresholds), False, None, None, None, why)
+
+    def _evaluate(cfg: LaunchConfig) -> Measurement:
         t0 = time.perf_counter()
         case = variant_case(problem, cfg, check_rows)
         echo(f"  {cfg.name}: compiling and checking against the exact reference")
         try:
             exact = exact_error(problem, cfg)
             cpu = cpu_error(problem, cfg, check_rows) if exact <= EXACT_TOLERANCE[prec] else None
-        except KingenError as exc:
+        except KingenError as exc:  # e.g. the solver refuses this configuration
             exact, cpu, why = math.inf, None, str(exc)
         else:
             why = ""
@@ -878,10 +890,16 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
     has_prop = propagator_available(sim)
     ratio = None
     if has_prop:
-        stage = problem.flops(LaunchConfig())
-        ratio = problem.flops(LaunchConfig(form="propagator")) / stage if stage else None
-        echo(f"propagator form available: {ratio:.3f}x the stage form's flops on this batch"
-             if ratio is not None else "propagator form available")
+        try:
+            stage = problem.flops(LaunchConfig())
+            ratio = problem.flops(LaunchConfig(form="propagator")) / stage if stage else None
+        except Exception as exc:  # a solver whose plan cannot be read: stage form only
+            has_prop = False
+            echo(f"propagator plan unreadable ({type(exc).__name__}: {exc}); "
+                 "stage-form variants only")
+        else:
+            echo(f"propagator form available: {ratio:.3f}x the stage form's flops on this "
+                 "batch" if ratio is not None else "propagator form available")
     else:
         echo("propagator form not in this solver: stage-form variants only")
     if references is not None:
