@@ -223,7 +223,7 @@ def test_failing_baseline_is_an_error():
 def test_log_files_have_one_row_per_step(tmp_path):
     times = {"b128": 170.0, "prop-l1-b128": 60.0, "prop-l2-b128": 50.0,
              "prop-l4-b128": 55.0, "prop-l8-b128": 58.0}
-    evaluate, _ = synthetic(times)
+    evaluate, _ = synthetic(times, fail={"prop-l8-b128"})
     refs = [RoofPoint("stencil_zreg", "stencil", 1.0, 2300.0, 4.0, MEMORY),
             RoofPoint("sgemm_cublas", "sgemm", 200.0, 51000.0, 90.0, COMPUTE)]
 
@@ -250,6 +250,8 @@ def test_log_files_have_one_row_per_step(tmp_path):
     assert "| 1 | prop-l2-b128 | yes | 50.000 |" in text
     assert "3.40 | 3.40 | sgemm_cublas |" in text  # 170/50 vs baseline and vs previous
     assert markdown(log) == text
+    assert "| 1 | prop-l8-b128 | less-arithmetic | FAILED | 0.03 |" in text
+    assert "exact error 3e-02 of peak |" in text
     assert not list(tmp_path.glob("*.tmp"))
 
 

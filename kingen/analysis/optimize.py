@@ -501,9 +501,10 @@ def markdown(log: OptimizationLog) -> str:
               "| step | variant | rule | check | exact error (of peak) | time ms | verdict |",
               "|---|---|---|---|---|---|---|"]
     for t in log.measurements:
+        verdict = t["verdict"]["kind"] if t["ok"] else t.get("note") or "-"
         lines.append(f"| {t.get('step', '-')} | {t['variant']} | {t.get('rule', '-')} | "
                      f"{'ok' if t['ok'] else 'FAILED'} | {_f(t['exact_error'], '.2g')} | "
-                     f"{_f(t['time_ms'], '.3f')} | {t['verdict']['kind']} |")
+                     f"{_f(t['time_ms'], '.3f')} | {verdict} |")
     if log.references:
         lines += ["", "## References on the same roofline", "",
                   "| kernel | flop/byte | GFLOP/s | % FP peak | verdict |", "|---|---|---|---|---|"]
@@ -519,13 +520,25 @@ def markdown(log: OptimizationLog) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plain(x: Any) -> Any:
+    """``x`` with every non-finite float replaced by None (strict JSON has no NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
+
+
 def write_log(log: OptimizationLog, out_dir: Path) -> tuple[Path, Path]:
     """Write ``optimization_log.json`` and ``optimization_log.md`` (atomically each)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in (("optimization_log.json",
-                        json.dumps(log.to_json(), indent=1, default=str)),
+                        json.dumps(_plain(log.to_json()), indent=1, default=str,
+                                   allow_nan=False)),
                        ("optimization_log.md", markdown(log))):
         tmp = out_dir / (name + ".tmp")
         tmp.write_text(text)
