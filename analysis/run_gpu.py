@@ -5,7 +5,7 @@ Run from the repository root (the device machine's command, see analysis/README.
     PYTHONUNBUFFERED=1 python3 analysis/run_gpu.py --out "$OUT"
 
 Measures the device ceilings, checks/times/profiles (ncu) every reference kernel variant and,
-through target "all", the solver's cases when ``kingen.solve.cuda.analysis_cases`` exists;
+through target "all", the solver's cases (``kingen.analysis.solver_cases``);
 then runs the tuner on the SGEMM variants. At most 8 files come back from $OUT: the ncu raw
 outputs are packed into one tarball.
 """
