@@ -5,7 +5,7 @@ Run from the repository root (the device machine's command, see analysis/README.
     PYTHONUNBUFFERED=1 python3 analysis/run_gpu.py --out "$OUT"
 
 Measures the device ceilings, checks/times/profiles (ncu) every reference kernel variant and,
-through target "all", the solver's cases when ``kingen.solve.cuda.analysis_cases`` exists;
+through target "all", the solver's cases (``kingen.analysis.solver_cases``);
 then runs the tuner on the SGEMM variants. At most 8 files come back from $OUT: the ncu raw
 outputs are packed into one tarball.
 """
@@ -45,7 +45,7 @@ def main() -> int:
     dev = ceilings(remeasure=True)
     (out / "ceilings.json").write_text(json.dumps(dev.to_json(), indent=2))
     work = out / "run"
-    run_analyze(a.target, work, use_ncu=True, size=a.size)
+    run_analyze(a.target, work, use_ncu=True, size=a.size, full=True)
     # the analysis' files first, so that a run cut short during tuning keeps them
     with tarfile.open(out / "ncu_raw.tar.gz", "w:gz") as tf:
         tf.add(work / "ncu", arcname="ncu")

@@ -48,3 +48,46 @@ def test_bad_target_rejected():
 
     with pytest.raises(SystemExit):
         parse(["analyze", "gemm"])
+
+
+def parse_tune(argv):
+    from kingen.analysis.cli import add_tune_parser
+
+    p = argparse.ArgumentParser(prog="kingen")
+    sub = p.add_subparsers(dest="command")
+    add_analyze_parser(sub)
+    add_tune_parser(sub)
+    return p.parse_args(argv)
+
+
+def test_analyze_takes_the_solver_options():
+    a = parse(["analyze", "rk4", "--model", "jonas_1993", "--full", "--precision", "float32",
+               "--candidates", "64", "--protocols", "standard"])
+    assert (a.model, a.full, a.precision, a.candidates, a.protocols) == (
+        "jonas_1993", True, "float32", 64, "standard")
+    d = parse(["analyze", "rk4"])
+    assert (d.model, d.full, d.precision, d.candidates, d.protocols) == (
+        None, False, None, 16384, "desensitization")
+
+
+def test_tune_without_gpu_is_one_line(tmp_path, capsys):
+    from kingen.analysis.cli import cmd_tune
+
+    args = parse_tune(["tune", "--model", "jonas_1993", "--out", str(tmp_path / "t")])
+    assert args.func is cmd_tune and args.out == tmp_path / "t" and args.gain == 1.05
+    assert cmd_tune(args) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("kingen tune: no usable CUDA GPU")
+    assert not (tmp_path / "t").exists()
+
+
+def test_tune_model_errors_are_one_line(capsys):
+    from kingen.analysis.cli import cmd_tune
+
+    assert cmd_tune(parse_tune(["tune", "no_such_scheme"])) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "shipped schemes:" in out[0] and "jonas_1993" in out[0]
+    assert cmd_tune(parse_tune(["tune", "jonas_1993", "--model", "geiger_1999"])) == 1
+    assert "give the scheme once" in capsys.readouterr().out
+    # the positional MODEL still works (the old form of the command)
+    assert parse_tune(["tune", "jonas_1993"]).model_pos == "jonas_1993"

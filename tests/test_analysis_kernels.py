@@ -70,11 +70,11 @@ def test_reference_stencil():
 
 
 def test_rk4_without_solver_is_one_line(monkeypatch):
-    import kingen.solve.cuda as sc
     from kingen.errors import KingenError
+    from kingen.solve.batch import Simulator
 
-    # An install whose solver module lacks the analysis entry point (a partial or older
+    # An install whose solver cannot launch its kernel on its own (a partial or older
     # build) must get one line, not an AttributeError.
-    monkeypatch.delattr(sc, "analysis_cases")
+    monkeypatch.delattr(Simulator, "prepare_launch")
     with pytest.raises(KingenError, match="solver kernel is not available"):
         cases_for("rk4", "tiny")

@@ -29,33 +29,23 @@ def cuda_module() -> Any:
 def require_gpu() -> Any:
     """Return ``numba.cuda`` when a real GPU is usable, else raise the one-line error.
 
-    The simulator counts as no GPU: timings and counters from it mean nothing.
+    Asks the solver's probe (:func:`kingen.solve.backends.cuda_status`, kingen's only one).
+    The simulator counts as no GPU: timings and counters from it mean nothing. A missing
+    numba-cuda or a numpy too new for it is an installation problem, not "no GPU".
     """
+    from kingen.solve.backends import cuda_status
+
     if simulator_enabled():
         raise KingenError(NO_GPU + " (the CUDA simulator is on: NUMBA_ENABLE_CUDASIM=1)")
-    cuda = cuda_module()
-    try:
-        ok = cuda.is_available()
-    except Exception:  # a broken driver install reads as no GPU, not as a traceback
-        ok = False
-    if not ok:
-        raise KingenError(NO_GPU)
-    _check_numpy_compat()
-    return cuda
-
-
-def _check_numpy_compat() -> None:
-    # numba-cuda 0.30 calls np.row_stack, which numpy 2.5 removed: every kernel would fail
-    # to compile with an AttributeError deep inside numba; say it once, up front.
-    import numpy as np
-
-    if not hasattr(np, "row_stack"):
-        raise KingenError(
-            "this numpy has no np.row_stack, which numba-cuda <0.31 needs to compile kernels; "
-            "install numpy<2.5",
-            field="numpy",
-            value=np.__version__,
-        )
+    status = cuda_status()
+    if status.usable:
+        return cuda_module()
+    if status.problem == "missing":
+        raise KingenError(status.reason, field="analysis")
+    if status.problem == "numpy":
+        raise KingenError(status.reason, field="numpy")
+    raise KingenError(NO_GPU + (f" ({status.reason})" if status.reason and
+                                status.reason != "no CUDA GPU found" else ""))
 
 
 def synchronize() -> None:

@@ -284,6 +284,23 @@ def time_ms(fn: Any, repeats: int = 10, warmup: int = 2, batch: int = 5) -> list
     return out
 
 
+def time_within(fn: Any, budget_s: float = 2.0, max_repeats: int = 20, warmup: int = 2,
+                batch: int = 5) -> list[float]:
+    """Like :func:`time_ms`, with as many samples as fit in about ``budget_s`` seconds.
+
+    One untimed call first (compilation, first-launch costs), one single timed call to size
+    the rest, then at least 3 samples of up to ``batch`` calls each: a 0.5 ms stencil gets
+    ``max_repeats`` samples, a 170 ms solver kernel 3 samples of 3 calls.
+    """
+    cuda = require_gpu()
+    fn()
+    cuda.synchronize()
+    one = max(time_ms(fn, repeats=1, warmup=0, batch=1)[0] * 1e-3, 1e-6)
+    b = max(1, min(batch, int(budget_s / (3 * one))))
+    repeats = max(3, min(max_repeats, int(budget_s / (b * one))))
+    return time_ms(fn, repeats=repeats, warmup=max(0, warmup - 1), batch=b)
+
+
 def measure_peaks(info: DeviceInfo, quick: bool = False) -> dict[str, float]:
     """Run the micro-benchmarks; GB/s and GFLOP/s, plus how each was measured."""
     k = _build()

@@ -22,7 +22,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 # Sections of ncu's "full" set that hold what the classifier reads, plus metrics named
-# explicitly because the sections show some only as derived values.
+# explicitly because the sections show some only as derived values. ``kingen analyze
+# --full`` collects all of them; the default collects QUICK_SECTIONS and the metrics
+# without SASS instrumentation (QUICK_METRICS): each SASS-patched metric and the source
+# counters replay a long kernel, the solver's, many times over.
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy",
             "LaunchStats", "SchedulerStats", "WarpStateStats", "InstructionStats",
             "SourceCounters")
@@ -58,6 +61,8 @@ EXTRA_METRICS = (
     "sm__instruction_throughput.avg.pct_of_peak_sustained_active",
     "smsp__issue_active.avg.pct_of_peak_sustained_active",
 )
+QUICK_SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats")
+QUICK_METRICS = tuple(m for m in EXTRA_METRICS if "sass" not in m)
 
 _SCALE = {"": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
           "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
@@ -264,16 +269,19 @@ class NcuResult:
 
 def ncu_command(ncu: str, kernel_regex: str, worker_args: list[str], launch_skip: int = 1,
                 clock_control: str = "base", metrics: tuple[str, ...] = EXTRA_METRICS,
-                base_units: bool = True) -> list[str]:
-    """The ncu command line that profiles launch ``launch_skip`` of the matching kernel."""
+                base_units: bool = True, sections: tuple[str, ...] = SECTIONS,
+                launch_count: int | None = 1) -> list[str]:
+    """The ncu command line that profiles launch ``launch_skip`` of the matching kernel
+    (``launch_count`` None: every matching launch from there on)."""
     cmd = [ncu, "--target-processes", "all", "--csv", "--page", "raw",
-           "-k", f"regex:{kernel_regex}", "--launch-skip", str(launch_skip),
-           "--launch-count", "1"]
+           "-k", f"regex:{kernel_regex}", "--launch-skip", str(launch_skip)]
+    if launch_count is not None:
+        cmd += ["--launch-count", str(launch_count)]
     if base_units:
         cmd += ["--print-units", "base"]
     if clock_control != "base":
         cmd += ["--clock-control", clock_control]
-    for s in SECTIONS:
+    for s in sections:
         cmd += ["--section", s]
     if metrics:
         cmd += ["--metrics", ",".join(metrics)]
@@ -284,21 +292,24 @@ _UNKNOWN = re.compile(r"[Ff]ailed to find metric[s]?\s*'?\"?([A-Za-z0-9_.]+)")
 
 
 def run_ncu(kernel_regex: str, worker_args: list[str], launch_skip: int = 1,
-            timeout_s: float = 300.0) -> NcuResult:
+            timeout_s: float = 300.0, full: bool = True,
+            launch_count: int | None = 1) -> NcuResult:
     """Run ncu on the worker; retry with ``--clock-control none`` and without unknown metrics.
 
-    Never raises for profiler trouble: the result says what went wrong.
+    ``full`` collects every section and metric; otherwise :data:`QUICK_SECTIONS` and
+    :data:`QUICK_METRICS`. Never raises for profiler trouble: the result says what went wrong.
     """
     ncu = find_ncu()
     if ncu is None:
         return NcuResult(False, "", "ncu not found on PATH")
-    metrics = list(EXTRA_METRICS)
+    metrics = list(EXTRA_METRICS if full else QUICK_METRICS)
+    sections = SECTIONS if full else QUICK_SECTIONS
     clock = "base"
     base_units = True
     last = ""
     for _ in range(len(EXTRA_METRICS) + 3):
         cmd = ncu_command(ncu, kernel_regex, worker_args, launch_skip, clock, tuple(metrics),
-                          base_units)
+                          base_units, sections, launch_count)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                                   env=dict(os.environ))
@@ -324,3 +335,47 @@ def run_ncu(kernel_regex: str, worker_args: list[str], launch_skip: int = 1,
         break
     tail = " | ".join(ln.strip() for ln in last.strip().splitlines()[-3:])
     return NcuResult(False, last, f"ncu produced no metrics: {tail}", clock, [])
+
+
+def merge_records(recs: list[ProfileRecord], time_ms: float) -> ProfileRecord:
+    """One record for several kernels that together make one launch (the propagator form's
+    build and sample kernels): counts add up; utilisations are averaged, weighted by each
+    kernel's duration; launch properties (registers, occupancy, waves) are the longest
+    kernel's."""
+    if len(recs) == 1:
+        recs[0].time_ms = time_ms
+        return recs[0]
+    w = [r.duration_ms or r.cycles_elapsed or 1.0 for r in recs]
+    total_w = sum(w)
+    main = recs[max(range(len(recs)), key=w.__getitem__)]
+
+    def add(name: str) -> float | None:
+        vals = [getattr(r, name) for r in recs]
+        return None if all(v is None for v in vals) else float(sum(v or 0.0 for v in vals))
+
+    def avg(name: str) -> float | None:
+        # over the kernels that report it
+        pairs = [(getattr(r, name), x) for r, x in zip(recs, w) if getattr(r, name) is not None]
+        if not pairs:
+            return None
+        return float(sum(v * x for v, x in pairs) / sum(x for _, x in pairs))
+
+    stalls: dict[str, float] = {}
+    for r, x in zip(recs, w):
+        for k, v in r.stalls.items():
+            stalls[k] = stalls.get(k, 0.0) + v * x / total_w
+    summed = ("duration_ms", "cycles_elapsed", "inst_executed", "inst_issued", "dram_bytes",
+              "l2_bytes", "l1_bytes", "local_bytes", "fp32_flops", "fp64_flops", "fp32_inst",
+              "fp64_inst")
+    averaged = ("fp32_pipe_pct", "fp64_pipe_pct", "issue_pct", "achieved_occupancy_pct",
+                "sectors_per_request", "branch_efficiency_pct", "sol_compute_pct",
+                "sol_memory_pct", "sol_dram_pct", "sol_l2_pct", "sol_l1_pct")
+    kw: dict[str, Any] = {k: add(k) for k in summed}
+    kw.update({k: avg(k) for k in averaged})
+    return ProfileRecord(
+        kernel=" + ".join(r.kernel for r in recs), path="ncu", time_ms=time_ms,
+        path_note=f"{len(recs)} kernels merged", clock_control=main.clock_control,
+        theoretical_occupancy_pct=main.theoretical_occupancy_pct,
+        occupancy_limiter=main.occupancy_limiter,
+        registers_per_thread=max((r.registers_per_thread or 0.0) for r in recs) or None,
+        waves=main.waves, stalls=stalls, **kw)

@@ -13,27 +13,53 @@ import numpy as np
 
 from kingen.analysis._gpu import require_gpu
 from kingen.analysis.classify import Thresholds, Verdict, classify
-from kingen.analysis.hardware import SECTOR, DeviceInfo, ceilings, time_ms
+from kingen.analysis.hardware import SECTOR, DeviceInfo, ceilings, time_within
 from kingen.analysis.kernels.base import KernelCase, cases_for, rk4_cases
 from kingen.analysis.metrics import INSTR_UNIT, MetricSet, compute
-from kingen.analysis.profile import ProfileRecord, parse_ncu_csv, record_from_ncu, run_ncu
+from kingen.analysis.profile import (
+    ProfileRecord,
+    merge_records,
+    parse_ncu_csv,
+    record_from_ncu,
+    run_ncu,
+)
 from kingen.errors import KingenError
 
 
+def say(*parts: Any) -> None:
+    """Print one progress line now (the GPU runs are long; nothing may sit in a buffer)."""
+    print(*parts, flush=True)
+
+
 def profile_case(case: KernelCase, size: str, use_ncu: bool, repeats: int = 20,
-                 raw_dir: Path | None = None) -> tuple[ProfileRecord, list[float]]:
+                 raw_dir: Path | None = None, full: bool = False,
+                 budget_s: float = 2.0) -> tuple[ProfileRecord, list[float]]:
     """Event-time a case, then profile one launch with ncu when asked and possible.
 
-    Returns the record and the event times (ms). ncu output is saved as
-    ``raw_dir/<case>.ncu.csv`` when ``raw_dir`` is given.
+    Timing takes about ``budget_s`` seconds (at most ``repeats`` samples). ``full`` asks ncu
+    for every section and metric; the default only for what the classifier reads. Returns
+    the record and the event times (ms). ncu output is saved as ``raw_dir/<case>.ncu.csv``
+    when ``raw_dir`` is given.
     """
-    times = time_ms(case.launch, repeats=repeats, warmup=3)
+    times = time_within(case.launch, budget_s=budget_s, max_repeats=repeats, warmup=3)
     t = float(np.median(times))
     if not use_ncu:
         return ProfileRecord(kernel=case.name, path="events", time_ms=t,
                              path_note="ncu not requested"), times
-    args = ["--target", case.group, "--case", case.name, "--size", size, "--launches", "2"]
-    res = run_ncu(case.kernel_regex, args, launch_skip=1)
+    return ncu_profile(case, size, t, raw_dir, full), times
+
+
+def ncu_profile(case: KernelCase, size: str, time_ms: float, raw_dir: Path | None = None,
+                full: bool = False) -> ProfileRecord:
+    """Profile one launch of ``case`` with ncu in a worker process; the record carries the
+    event time ``time_ms`` measured beforehand. Falls back to an event-path record saying
+    why when ncu cannot run or read counters."""
+    t = time_ms
+    args = list(case.worker_args or ["--target", case.group, "--size", size])
+    several = case.kernel_count != 1
+    args += ["--case", case.name, "--launches", "1" if several else "2"]
+    res = run_ncu(case.kernel_regex, args, launch_skip=0 if several else 1, full=full,
+                  launch_count=None if several else 1)
     if raw_dir is not None and res.text:
         raw_dir.mkdir(parents=True, exist_ok=True)
         (raw_dir / f"{case.name}.ncu.csv").write_text(res.text)
@@ -43,10 +69,12 @@ def profile_case(case: KernelCase, size: str, use_ncu: bool, repeats: int = 20,
         except ValueError:
             rows = []
         if rows:
-            return record_from_ncu(rows[-1], t, res.clock_control), times
+            if several:
+                recs = [record_from_ncu(r, t, res.clock_control) for r in rows]
+                return merge_records(recs, t)
+            return record_from_ncu(rows[-1], t, res.clock_control)
         res.reason = "ncu printed no kernel row (regex matched nothing?)"
-    return ProfileRecord(kernel=case.name, path="events", time_ms=t,
-                         path_note=res.reason), times
+    return ProfileRecord(kernel=case.name, path="events", time_ms=t, path_note=res.reason)
 
 
 def _fmt(x: float | None, spec: str = ".0f") -> str:
@@ -137,7 +165,8 @@ def roofline_plots(dev: DeviceInfo, rows: list[tuple[KernelCase, MetricSet, Verd
 def run_analyze(target: str, out_dir: Path, use_ncu: bool = True, size: str = "default",
                 remeasure: bool = False, repeats: int = 20,
                 thresholds: Thresholds | None = None,
-                echo: Callable[[str], Any] = print) -> dict[str, Any]:
+                echo: Callable[[str], Any] = say, full: bool = False,
+                rk4: dict[str, Any] | None = None) -> dict[str, Any]:
     """Analyse the kernels of ``target`` on the current GPU.
 
     Checks every variant against its numpy reference, times it with CUDA events, profiles
@@ -158,38 +187,64 @@ def run_analyze(target: str, out_dir: Path, use_ncu: bool = True, size: str = "d
     remeasure
         Re-run the device micro-benchmarks instead of using the cache.
     repeats
-        Timed launches per kernel (median reported).
+        Most timed samples per kernel (median reported); each kernel is timed for about
+        two seconds.
+    echo
+        Where progress lines go (default: printed and flushed at once).
+    full
+        Every ncu section and metric (minutes per solver kernel); by default only what the
+        classifier reads.
+    rk4
+        Options of the solver's cases (:func:`kingen.analysis.kernels.base.rk4_cases`):
+        model, n_candidates, precision, protocols.
 
     Raises
     ------
     KingenError
         No GPU, no solver kernel for ``rk4``, unknown target.
     """
+    import time
+
+    t0 = time.perf_counter()
     require_gpu()
     th = thresholds or Thresholds()
-    cases = cases_for(target, size)
-    if target == "all":
-        try:
-            rk4_cases()
-        except KingenError as exc:
-            echo(f"rk4 skipped: {exc}")
+    echo("measuring the device ceilings (about a minute)" if remeasure else
+         "device ceilings: from the cache, or measured now (about a minute, once per device)")
     dev = ceilings(remeasure=remeasure)
     echo(f"device: {dev.name} (cc {dev.compute_capability[0]}.{dev.compute_capability[1]}, "
          f"{dev.sms} SMs, {dev.clock_mhz:.0f} MHz); measured DRAM {dev.peak('dram_gbs'):.0f} "
          f"GB/s, L2 {dev.peak('l2_gbs'):.0f} GB/s, FP32 {dev.peak('fp32_gflops'):.0f}, FP64 "
          f"{dev.peak('fp64_gflops'):.0f} GFLOP/s; {dev.warp_inst_per_s / 1e9:.0f} warp GIPS; "
          f"balance DRAM {dev.balance('dram'):.3g}, L2 {dev.balance('l2'):.3g} ({INSTR_UNIT})")
+    echo(f"building the cases of '{target}'" + (" (the solver's: scheme, protocols, "
+                                                 "candidates)" if target in ("rk4", "all")
+                                                 else ""))
+    cases = cases_for(target, size) if target != "all" else cases_for("stencil", size) + (
+        cases_for("sgemm", size))
+    if target == "all":
+        try:
+            cases += rk4_cases(**(rk4 or {}))
+        except KingenError as exc:
+            echo(f"rk4 skipped: {exc}")
+    elif target == "rk4" and rk4:
+        cases = rk4_cases(**rk4)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, records = [], []
-    for case in cases:
+    profiler = ("ncu, " + ("every section" if full else "classifier's counters only; --full "
+                           "for all")) if use_ncu else "event timing only"
+    for i, case in enumerate(cases, 1):
+        echo(f"[{i}/{len(cases)}] {case.name}: checking against its reference "
+             f"({time.perf_counter() - t0:.0f} s)")
         ok, err = case.verify()
         if not ok:
             echo(f"{case.name}: FAILED its check (relative error {err:.3g} > "
                  f"{case.tolerance:g}); not analysed")
             records.append({"name": case.name, "check": {"ok": False, "rel_error": err}})
             continue
-        rec, times = profile_case(case, size, use_ncu, repeats, out_dir / "ncu")
+        echo(f"[{i}/{len(cases)}] {case.name}: check ok (relative error {err:.2g}); "
+             f"timing, then profiling ({profiler})")
+        rec, times = profile_case(case, size, use_ncu, repeats, out_dir / "ncu", full=full)
         m = compute(case.name, rec, dev, case.flops, case.bytes, case.group, case.precision)
         v = classify(m, th)
         rows.append((case, m, v))
@@ -200,14 +255,15 @@ def run_analyze(target: str, out_dir: Path, use_ncu: bool = True, size: str = "d
             "times_ms": times, "profile": rec.to_json(), "metrics": m.to_json(),
             "verdict": v.to_json(),
         })
-        echo(f"{case.name}: {m.time_ms:.3f} ms, {v.kind} ({v.unit}); path {rec.path}"
-             + (f" ({rec.path_note})" if rec.path_note else ""))
+        echo(f"[{i}/{len(cases)}] {case.name}: {m.time_ms:.3f} ms, {v.kind} ({v.unit}); "
+             f"path {rec.path}" + (f" ({rec.path_note})" if rec.path_note else "")
+             + f" ({time.perf_counter() - t0:.0f} s)")
     echo("")
     echo(table(rows))
     for _case, _m, v in rows:
         if v.agrees is False:
             echo(f"  {v.name}: disagrees with ncu: {v.disagreement}")
-    result = {"command": " ".join(sys.argv), "target": target, "size": size,
+    result = {"command": " ".join(sys.argv), "target": target, "size": size, "full": full,
               "thresholds": th.__dict__, "device": dev.to_json(), "cases": records}
     tmp = out_dir / "analyze.json.tmp"
     tmp.write_text(json.dumps(result, indent=2, default=str))

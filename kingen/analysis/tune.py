@@ -2,21 +2,22 @@
 
 Each variant is a :class:`~kingen.analysis.kernels.base.KernelCase` computing the same thing;
 each is checked against its reference, timed with CUDA events after a warm-up (median of N),
-and the fastest correct one is cached per device and key in ``$KINGEN_CACHE/tune.json``.
+and the fastest correct one is cached per device and key in kingen's one tuning cache (the
+solver's, :func:`kingen.solve.cuda.record_entry`), under keys ``kernel|<device>|<key>``.
+The solver kernel's own search is :mod:`kingen.analysis.optimize` (``kingen tune``).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kingen.analysis.hardware import cache_dir, device_key, time_ms
+from kingen.analysis.hardware import device_key, time_ms
 from kingen.analysis.kernels.base import KernelCase
 from kingen.errors import KingenError
+from kingen.solve.cuda import load_tuning, record_entry
 
 
 @dataclass
@@ -34,17 +35,6 @@ class TuneResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _cache_file() -> Path:
-    return cache_dir() / "tune.json"
-
-
-def _load() -> dict[str, Any]:
-    try:
-        return json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def tune(cases: list[KernelCase], key: str, repeats: int = 20, warmup: int = 3,
@@ -68,10 +58,10 @@ def tune(cases: list[KernelCase], key: str, repeats: int = 20, warmup: int = 3,
         When no variant passes its check.
     """
     dev = device_key()
-    cache_key = f"{dev}|{key}"
+    cache_key = f"kernel|{dev}|{key}"
     names = {c.name for c in cases}
     if use_cache:
-        hit = _load().get(cache_key)
+        hit = load_tuning().get(cache_key)
         if hit and hit.get("best") in names:
             return TuneResult(**{**hit, "cached": True})
     res = TuneResult(key=key, device=dev, best="")
@@ -88,11 +78,5 @@ def tune(cases: list[KernelCase], key: str, repeats: int = 20, warmup: int = 3,
         raise KingenError("no variant passed its check against the reference",
                           field="tune", value=key)
     res.best = min(res.times_ms, key=res.times_ms.__getitem__)
-    data = _load()
-    data[cache_key] = {k: v for k, v in res.to_json().items() if k != "cached"}
-    path = _cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    record_entry(cache_key, {k: v for k, v in res.to_json().items() if k != "cached"})
     return res

@@ -18,16 +18,23 @@ class CudaStatus:
     simulator: bool
     device: str
     reason: str
+    # why not, as a word: "" (usable), "missing" (numba-cuda not importable), "numpy"
+    # (numpy too new for numba-cuda), "no-gpu", "driver"
+    problem: str = ""
 
 
 def cuda_status() -> CudaStatus:
-    """Probe numba-cuda without raising."""
+    """Probe numba-cuda without raising.
+
+    The one GPU probe of kingen: the solver's backend choice, ``kingen info`` and the
+    analysis (:func:`kingen.analysis._gpu.require_gpu`) all ask here.
+    """
     simulator = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
     try:
         from numba import cuda
     except Exception as exc:  # numba-cuda missing or broken
         return CudaStatus(False, False, "", f"numba-cuda is not importable ({exc}); "
-                          "install kingen[cuda]")
+                          "install kingen[cuda]", "missing")
     if not hasattr(np, "row_stack"):
         try:
             from importlib.metadata import version
@@ -38,17 +45,17 @@ def cuda_status() -> CudaStatus:
         if tuple(int(x) for x in nc.split(".")[:2] if x.isdigit()) <= (0, 30):
             return CudaStatus(False, simulator, "", (
                 f"numba-cuda {nc} cannot compile kernels with numpy {np.__version__} "
-                "(it calls np.row_stack, removed in numpy 2.5); install numpy<2.5"))
+                "(it calls np.row_stack, removed in numpy 2.5); install numpy<2.5"), "numpy")
     if simulator:
         return CudaStatus(True, True, "CUDA simulator", "NUMBA_ENABLE_CUDASIM=1")
     try:
         if not cuda.is_available():
-            return CudaStatus(False, False, "", "no CUDA GPU found")
+            return CudaStatus(False, False, "", "no CUDA GPU found", "no-gpu")
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
         return CudaStatus(True, False, name, "")
     except Exception as exc:
-        return CudaStatus(False, False, "", f"CUDA driver error: {exc}")
+        return CudaStatus(False, False, "", f"CUDA driver error: {exc}", "driver")
 
 
 def choose_backend(backend: str) -> tuple[str, CudaStatus | None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,6 +45,13 @@ class KernelCase:
         Largest relative error :meth:`verify` accepts.
     note
         One line on what the variant does, for reports.
+    kernel_count
+        Kernels one :attr:`launch` runs: 1 (the profiler takes the matching kernel of the
+        second launch), or 0 for "several" (it profiles every kernel of one launch and
+        merges them into one record).
+    worker_args
+        How the profiler's worker process rebuilds this case (default: ``--target group
+        --case name``, enough for the reference kernels).
     """
 
     name: str
@@ -59,6 +65,8 @@ class KernelCase:
     tolerance: float = 1e-4
     note: str = ""
     extra: dict = field(default_factory=dict)
+    kernel_count: int = 1
+    worker_args: list[str] = field(default_factory=list)
 
     def verify(self) -> tuple[bool, float]:
         """Run :attr:`check`; return (passed, relative error)."""
@@ -76,33 +84,38 @@ def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.linalg.norm(out - ref) / (denom if denom > 0 else 1.0))
 
 
-def rk4_cases() -> list[KernelCase]:
-    """The solver's cases from ``kingen.solve.cuda.analysis_cases()``.
+def rk4_cases(model: str | None = None, n_candidates: int = 16384,
+              precision: str | None = None, protocols: str = "desensitization",
+              variants: tuple | None = None) -> list[KernelCase]:
+    """The solver's cases (:func:`kingen.analysis.solver_cases.analysis_cases`).
 
     Raises
     ------
     KingenError
-        When the solver module or its ``analysis_cases`` function does not exist yet.
+        When this installation's solver cannot launch its kernel on its own
+        (``Simulator.prepare_launch`` missing: a partial or older build).
     """
     try:
-        mod = importlib.import_module("kingen.solve.cuda")
+        from kingen.solve.batch import Simulator
     except ImportError as exc:
         raise KingenError(
-            f"the solver kernel is not available (kingen.solve.cuda: {exc})", field="rk4"
+            f"the solver kernel is not available (kingen.solve.batch: {exc})", field="rk4"
         ) from exc
-    fn = getattr(mod, "analysis_cases", None)
-    if fn is None:
+    if not hasattr(Simulator, "prepare_launch"):
         raise KingenError(
-            "the solver kernel is not available: kingen.solve.cuda has no analysis_cases()",
+            "the solver kernel is not available: the solver has no prepare_launch()",
             field="rk4",
         )
-    cases = list(fn())
+    from kingen.analysis.solver_cases import analysis_cases
+
+    cases = list(analysis_cases(model, n_candidates, precision, protocols, variants))
     for c in cases:
         c.group = c.group or "rk4"
     return cases
 
 
-def cases_for(target: str, size: str = "default") -> list[KernelCase]:
+def cases_for(target: str, size: str = "default",
+              rk4: dict | None = None) -> list[KernelCase]:
     """The kernel cases of one ``kingen analyze`` target.
 
     Parameters
@@ -112,6 +125,9 @@ def cases_for(target: str, size: str = "default") -> list[KernelCase]:
         solver kernel is not available).
     size
         ``"default"`` (fills an H100), ``"small"`` (quick) or ``"tiny"`` (simulator tests).
+    rk4
+        Keyword arguments of :func:`rk4_cases` (model, n_candidates, precision, protocols,
+        variants).
     """
     if target not in TARGETS:
         raise KingenError(f"unknown target; choose one of {', '.join(TARGETS)}", value=target)
@@ -123,10 +139,10 @@ def cases_for(target: str, size: str = "default") -> list[KernelCase]:
     if target in ("sgemm", "all"):
         out += sgemm.cases(size)
     if target == "rk4":
-        out += rk4_cases()
+        out += rk4_cases(**(rk4 or {}))
     elif target == "all":
         try:
-            out += rk4_cases()
+            out += rk4_cases(**(rk4 or {}))
         except KingenError:
             pass  # the caller reports the missing solver kernel on its own line
     return out
