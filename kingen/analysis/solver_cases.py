@@ -21,6 +21,7 @@ import numpy as np
 
 from kingen.analysis.kernels.base import KernelCase
 from kingen.errors import KingenError
+from kingen.solve.plan import flops_per_product, flops_per_step
 
 PROTOCOL_SETS = {
     "desensitization": ("desensitization",),
@@ -31,16 +32,6 @@ PROTOCOL_SETS = {
 EXACT_TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
 # Objective outputs against the CPU backend (relative norm).
 CPU_TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
-
-
-def flops_per_step(scheme, precision: str = "float64") -> int:
-    """Floating-point operations of one RK4 step of the generated code (FMA = 2).
-
-    Each derivative costs one multiply per state plus one FMA per transition; the stage
-    updates cost 13 per state; float32's compensated sum adds 3 per state.
-    """
-    s, t = scheme.n_states, len(scheme.transitions)
-    return 4 * (s + 2 * t) + 13 * s + (3 * s if precision == "float32" else 0)
 
 
 def propagator_available(sim: Any = None) -> bool:
@@ -67,9 +58,8 @@ def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "s
     if plan is None:
         raise KingenError("the propagator form needs the solver's propagator plan",
                           field="form", value=form)
-    s = scheme.n_states
-    build = sum(s * int(n) * fps for n in plan.key_steps)
-    samples = int(plan.prop_samples) * (2 * s * s + s)
+    build = sum(scheme.n_states * int(n) * fps for n in plan.key_steps)
+    samples = int(plan.prop_samples) * flops_per_product(scheme)
     return float(build + samples + int(plan.stage_steps) * fps)
 
 
@@ -122,8 +112,9 @@ class SolverProblem:
         return int(self.simulator("cpu").n_sweeps)
 
     def plan(self) -> Any:
-        """The propagator plan of this batch, or None when the solver has no such form."""
-        sim = self.simulator("cpu")
+        """The propagator plan of this batch on the GPU (which gives every constant row a
+        matrix), or None when the solver has no such form."""
+        sim = self.simulator("cuda")
         return sim.propagator_plan() if propagator_available(sim) else None
 
     def flops(self, config) -> float:

@@ -61,7 +61,12 @@ def dot(terms: list[str], chains: int = 4) -> str:
     return " + ".join("(" + " + ".join(g) + ")" for g in groups)
 
 
-def _build(a: Emitter, d_flush: float) -> None:
+def _d_index(layout: str, k: str, i: str, j: str) -> str:
+    """Index of D's entry (key k, row i, column j) of candidate c in either layout."""
+    return f"{k}, {i}, {j}, c" if layout == "gpu" else f"c, {k}, {i}, {j}"
+
+
+def _build(a: Emitter, d_flush: float, layout: str) -> None:
     S = a.scheme.n_states
     a("@DEVICE")
     a("def build_thread(c, k, i, P, keys_f, keys_i, D):")
@@ -79,9 +84,10 @@ def _build(a: Emitter, d_flush: float) -> None:
     for j in range(S):
         a(f"{ind}x = p{j} - (F64(1.0) if i == {j} else F64(0.0))")
         # entries this small change no result; zeroing them keeps CPU products normal
-        a(f"{ind}D[k, i, {j}, c] = x if abs(x) >= {d_flush!r} else F64(0.0)")
-    a(f"{ind}for j in range({S}, D.shape[2]):")
-    a(f"{ind}    D[k, i, j, c] = 0.0")
+        a(f"{ind}D[{_d_index(layout, 'k', 'i', str(j))}] = x if abs(x) >= {d_flush!r} "
+          "else F64(0.0)")
+    a(f"{ind}for j in range({S}, D.shape[{2 if layout == 'gpu' else 3}]):")
+    a(f"{ind}    D[{_d_index(layout, 'k', 'i', 'j')}] = 0.0")
     a("")
 
 
@@ -105,7 +111,7 @@ def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
     run once per row, not per sample: an unstable product grows without bound and stays
     caught, and a candidate that fails anywhere is failed whole.
     """
-    a(f"{ind}g = {a.cast}(0.0)")
+    a(f"{ind}g = 0.0")
     a(f"{ind}tot = float({tot})")
     a.checks(ind, bad)
     a(f"{ind}if code != 0:")
@@ -162,6 +168,62 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None
     _row_end_check(a, ind, " + ".join(f"p{i}" for i in range(S)),
                    " or ".join(f"p{i} < -tol or p{i} > 1.0 + tol" for i in range(S)),
                    mode, None)
+
+
+def _loop_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None:
+    """A propagated row on the CPU: D's rows contiguous per candidate (``D[c, k]``), the
+    product as loops the compiler unrolls and vectorises (S² named locals would not fit in
+    a CPU's registers)."""
+    S, F = a.scheme.n_states, a.cast
+    a(f"{ind}Dk = D[c, kk]")
+    for j in range(S):
+        a(f"{ind}pv[{j}] = p{j}")
+        if a.compensated:
+            a(f"{ind}ev[{j}] = e{j}")
+    a.prefetch(ind, mode, 1)
+    a(f"{ind}for rep in range(nrep):")
+    ind2 = ind + "    "
+    a(f"{ind2}for j in range({S}):")
+    a(f"{ind2}    nv[j] = {F}(0.0)")
+    a(f"{ind2}for i in range({S}):")
+    a(f"{ind2}    x = pv[i]")
+    a(f"{ind2}    for j in range({S}):")
+    a(f"{ind2}        nv[j] += x * Dk[i, j]")
+    a(f"{ind2}for j in range({S}):")
+    if a.compensated:
+        a(f"{ind2}    dl = nv[j] - ev[j]")
+        a(f"{ind2}    y = pv[j] + dl")
+        a(f"{ind2}    ev[j] = (y - pv[j]) - dl")
+    else:
+        a(f"{ind2}    y = pv[j] + nv[j]")
+    if a.flush_below > 0.0:
+        a(f"{ind2}    if abs(y) < {a.const(a.flush_below)}:")
+        a(f"{ind2}        y = {F}(0.0)")
+        if a.compensated:
+            a(f"{ind2}        ev[j] = {F}(0.0)")
+    a(f"{ind2}    pv[j] = y")
+    a(f"{ind2}if rec == 1:")
+    ind3 = ind2 + "    "
+    g = " + ".join(f"{a.const(a.scheme.conductance[i])} * pv[{i}]" for i in range(S)
+                   if a.scheme.conductance[i] != 0.0)
+    a(f"{ind3}g = float({g}) * drv")
+    if a.compensated:
+        a(f"{ind3}rn = {F}(1.0) / (" + " + ".join(f"pv[{i}]" for i in range(S)) + ")")
+        a(f"{ind3}for j in range({S}):")
+        a(f"{ind3}    pv[j] = pv[j] * rn")
+    if with_occupancy:
+        a(f"{ind3}smp += 1")
+        a(f"{ind3}code = 0")
+        a.store_sample(ind3, mode, [f"pv[{i}]" for i in range(S)])
+    else:
+        _sample_value(a, ind3, mode, None, None)
+    _row_end_check(a, ind, " + ".join(f"pv[{i}]" for i in range(S)),
+                   " or ".join(f"pv[{i}] < -tol or pv[{i}] > 1.0 + tol" for i in range(S)),
+                   mode, None)
+    for j in range(S):
+        a(f"{ind}p{j} = pv[{j}]")
+        if a.compensated:
+            a(f"{ind}e{j} = ev[{j}]")
 
 
 def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
@@ -244,7 +306,8 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
 def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                         with_occupancy: bool = False, compensated: bool = False,
                         flush_below: float = 0.0, d_flush: float = 1e-150,
-                        stage_rows: str = "all", n_windows: int = N_WINDOWS) -> GeneratedCode:
+                        stage_rows: str = "all", n_windows: int = N_WINDOWS,
+                        target: str = "cuda") -> GeneratedCode:
     """Python source of the propagator-form solver (``build_thread`` and ``run_thread``).
 
     Parameters
@@ -268,6 +331,10 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         row needs it.
     n_windows
         Feature windows the batch uses (objective mode): code is emitted for these only.
+    target
+        ``cuda`` (D laid out (key, row, column, candidate) so that a warp's loads
+        coalesce; the product on named registers) or ``cpu`` (D laid out (candidate, key,
+        row, column); the product as vectorisable loops).
 
     Examples
     --------
@@ -282,17 +349,24 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         raise ValueError(f"lanes must be a power of two, got {lanes}")
     if lanes > 1 and with_occupancy:
         raise ValueError("occupancies are stored with lanes = 1 only")
+    if lanes > 1 and target == "cpu":
+        raise ValueError("lanes > 1 runs on the GPU only")
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
     a.legend()
     a.conc_at()
     builder = Emitter(scheme, cast="F64")
-    _build(builder, d_flush)
+    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu")
     a.lines.extend(builder.lines)
     a("@DEVICE")
     a(f"def run_thread({PROP_ARGS}")
     a(f"               {MODE_ARGS[mode]}):")
     thread_start(a, mode)
     ind = "    "
+    if target == "cpu":
+        a(f"{ind}pv = np.empty({scheme.n_states}, dtype=F)")
+        a(f"{ind}nv = np.empty({scheme.n_states}, dtype=F)")
+        if compensated:
+            a(f"{ind}ev = np.zeros({scheme.n_states}, dtype=F)")
     if lanes > 1:
         C = padded_states(scheme.n_states, lanes) // lanes
         cond = list(scheme.conductance) + [0.0] * (C * lanes - scheme.n_states)
@@ -308,7 +382,9 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     a.step_sizes(ind2)
     a(f"{ind2}kk = row_key[r]")
     a(f"{ind2}if kk >= 0:")
-    if lanes == 1:
+    if target == "cpu":
+        _loop_row(a, ind2 + "    ", mode, with_occupancy)
+    elif lanes == 1:
         _one_lane_row(a, ind2 + "    ", mode, with_occupancy)
     else:
         _lanes_row(a, ind2 + "    ", mode, lanes)

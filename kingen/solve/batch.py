@@ -344,8 +344,12 @@ class Simulator:
         return int(used.max()) + 1 if used.size else 0
 
     def _d_shape(self, n: int, lanes: int) -> tuple[int, int, int, int]:
+        """D's shape: (key, row, column, candidate) on the GPU, (candidate, key, row,
+        column) on the CPU (see :func:`kingen.codegen.generate_propagator`)."""
         plan = self.propagator_plan()
         S = self.scheme.n_states
+        if self.backend == "cpu":
+            return (n, plan.n_keys, S, S)
         return (plan.n_keys, S, padded_states(S, lanes), n)
 
     def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
