@@ -45,19 +45,6 @@ from kingen.solve.plan import flops_per_product, flops_per_step  # noqa: E402
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
 
 
-def parse_variant(text: str) -> LaunchConfig:
-    """``stage-b128``, ``stage-b128r96``, ``prop-l4-b128`` or ``prop-l1-b64r128``."""
-    parts = text.split("-")
-    form = {"stage": "stage", "prop": "propagator"}[parts[0]]
-    lanes = 1
-    if form == "propagator":
-        lanes = int(parts[1][1:])
-        parts = parts[1:]
-    launch = parts[1] if len(parts) > 1 else "b128"
-    block, _, regs = launch[1:].partition("r")
-    return LaunchConfig(int(block), int(regs) if regs else None, form, lanes)
-
-
 def kernel_info(sim: Simulator, config: LaunchConfig) -> dict:
     """Registers and local memory per thread of the compiled kernels (GPU only)."""
     if sim.backend != "cuda":
@@ -140,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{plan.prop_samples} propagated samples, {plan.stage_steps} stage steps left; "
             f"arithmetic bound {bound:.0f} candidates/s")
         for text in args.variants.split(","):
-            config = parse_variant(text)
+            config = LaunchConfig.parse(text)
             row = {"precision": prec, "variant": config.name, "config": config.__dict__,
                    "bound_candidates_per_s": bound}
             t0 = time.perf_counter()

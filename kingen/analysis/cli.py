@@ -118,6 +118,9 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     p.add_argument("--time-limit", type=float, default=480.0, metavar="SECONDS",
                    help="start no new variant after this long; the log keeps the steps "
                    "done (default 480 s)")
+    p.add_argument("--start", metavar="VARIANT",
+                   help="start the loop from this variant instead of the current choice, "
+                   "e.g. b128 (the stage form) or prop-l4-b128")
     p.add_argument("--no-record", action="store_true",
                    help="write the log but do not record the choice for later fits")
     p.set_defaults(func=cmd_tune)
@@ -149,7 +152,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                  n_candidates=args.candidates, protocols=args.protocols,
                  use_ncu=not args.no_ncu, full=args.full, references=args.references,
                  max_steps=args.max_steps, gain=args.gain, record=not args.no_record,
-                 budget_s=args.budget, time_limit_s=args.time_limit)
+                 budget_s=args.budget, time_limit_s=args.time_limit, start=args.start)
     except KingenError as exc:
         print(f"kingen tune: {exc}", flush=True)
         return 0 if str(exc).startswith(NO_GPU) else 1

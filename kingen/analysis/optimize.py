@@ -872,7 +872,7 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
              use_ncu: bool = True, full: bool = False, references: Path | None = None,
              max_steps: int = 6, gain: float = GAIN, record: bool = True,
              budget_s: float = 2.0, thresholds: Thresholds | None = None,
-             time_limit_s: float | None = 480.0,
+             time_limit_s: float | None = 480.0, start: str | None = None,
              echo: Callable[..., Any] = say) -> OptimizationLog:
     """``kingen tune`` on the current GPU (see the module docstring); returns the log.
 
@@ -936,14 +936,16 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
     evaluate, refine = gpu_evaluator(problem, dev, use_ncu=use_ncu, full=full,
                                      out_dir=out_dir, thresholds=th, budget_s=budget_s,
                                      echo=echo)
-    start = sim._tuned()
+    # by default the loop starts from the kernel the solver would launch now; ``start``
+    # names another (``b128``: the stage form, as kingen shipped before the propagator)
+    start_config = sim._tuned() if start is None else LaunchConfig.parse(start)
 
     def save(partial: OptimizationLog) -> None:
         partial.seconds = time.perf_counter() - t0
         write_log(partial, out_dir)
 
     left = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - t0), 0)
-    best, log = optimize(evaluate, start, n_states=problem.scheme.n_states,
+    best, log = optimize(evaluate, start_config, n_states=problem.scheme.n_states,
                          n_candidates=n_candidates, propagator=has_prop, flops_ratio=ratio,
                          references=refs, place=place, limits=sm_limits(), thresholds=th,
                          max_steps=max_steps, gain=gain, log=log, refine=refine,

@@ -48,6 +48,32 @@ class LaunchConfig:
     form: str = "stage"
     lanes: int = 1
 
+    @classmethod
+    def parse(cls, text: str) -> LaunchConfig:
+        """The configuration a :attr:`name` stands for (``stage-`` may prefix a stage name).
+
+        >>> LaunchConfig.parse("prop-l4-b64r128")
+        LaunchConfig(block=64, max_registers=128, form='propagator', lanes=4)
+        >>> LaunchConfig.parse("stage-b128").name
+        'b128'
+        """
+        from kingen.errors import KingenError
+
+        parts = text.strip().split("-")
+        form, lanes = "stage", 1
+        try:
+            if parts[0] == "prop":
+                form, lanes = "propagator", int(parts[1].removeprefix("l"))
+                parts = parts[2:]
+            elif parts[0] == "stage":
+                parts = parts[1:]
+            launch = parts[0] if parts else f"b{DEFAULT_BLOCK}"
+            block, _, regs = launch.removeprefix("b").partition("r")
+            return cls(int(block), int(regs) if regs else None, form, lanes)
+        except (ValueError, IndexError):
+            raise KingenError("unknown solver variant (e.g. b128, stage-b128r96, "
+                              "prop-l4-b128)", field="variant", value=text) from None
+
     @property
     def name(self) -> str:
         """Short label, e.g. ``b128``, ``b128r96`` or ``prop-l4-b128``."""
