@@ -33,8 +33,6 @@ FIGURE_CAPTIONS = {
                    "protocol.",
     "parameters": "Rate constants of each generation's best candidate, as positions "
                   "within their bounds (log scale).",
-    "correlations": "Correlations between log rate constants among the best candidates: "
-                    "strongly correlated rates are not determined separately by the data.",
 }
 
 
@@ -166,8 +164,7 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
 
     written, skipped = plot_run_detailed(store, out_dir, on_skip=lambda _: None)
     c.skipped = skipped
-    order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters",
-             "correlations"]
+    order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters"]
     for stem in order:
         pngs = [p for p in written.get(stem, []) if p.suffix == ".png"]
         if pngs:
