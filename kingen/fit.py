@@ -1039,7 +1039,7 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     """
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     objective = _objective(cfg)
-    _warn(_start_warnings(cfg), stream)
+    _warn(_start_warnings(cfg, objective), stream)
     mu = cfg.ga.lambda_ if cfg.ga.algorithm == "cmaes" else cfg.ga.population
     store = _store_class().create(
         cfg.output, config_text=cfg.text, config=cfg.settings, scheme=cfg.scheme,
@@ -1099,7 +1099,7 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     objective = _objective(cfg)
     checked_state(arrays, cfg, objective.n_protocols, str(path))
     _say_if_model_changed(scheme, cfg.model_path, stream)
-    _warn(_start_warnings(cfg), stream)
+    _warn(_start_warnings(cfg, objective), stream)
     store = _store_class().open(path, mode="a", verify=False)
     with store:
         _, arrays = store.last_state()  # the same, unless another run wrote in between
@@ -1122,11 +1122,12 @@ def _say_if_model_changed(scheme: Any, model_path: str, stream: TextIO | None) -
         out.flush()
 
 
-def _start_warnings(cfg: FitConfig) -> list[str]:
+def _start_warnings(cfg: FitConfig, objective: Objective) -> list[str]:
     """What a user must hear before a fit starts: cycles the fit can take out of
-    microscopic reversibility (see :meth:`~kingen.scheme.Scheme.reversibility_warnings`)."""
+    microscopic reversibility (see :meth:`~kingen.scheme.Scheme.reversibility_warnings`),
+    recordings with an offset the model cannot fit (:attr:`Objective.warnings`)."""
     varied = set(cfg.pmap.gene_names) | set(cfg.ties)
-    return cfg.scheme.reversibility_warnings(varied)
+    return cfg.scheme.reversibility_warnings(varied) + objective.warnings
 
 
 def _warn(lines: list[str], stream: TextIO | None) -> None:
