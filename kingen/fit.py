@@ -141,17 +141,28 @@ class FitResult:
         for name, e in self.errors.items():
             a = self.amplitudes.get(name, math.nan)
             lines.append(f"{name:<20}{e:>12.4g}{a:>24.5g}")
-        rows = []
+        rows: list[str] = []
+        notes: list[str] = []
         for name, f in self.features.items():
             fit, data = f.get("fit", {}), f.get("data", {})
+            undetermined = {**(fit.get("not_determined") or {}),
+                            **(data.get("not_determined") or {})}
+
+            def cell(side: dict, key: str) -> str:
+                if key in (side.get("not_determined") or {}):
+                    return f"{'n.d.':>12}"
+                return f"{side[key]:>12.4g}"
+
             for key, v in fit.items():
                 if isinstance(v, (int, float)) and key in data and isinstance(
                         data[key], (int, float)):
-                    rows.append(f"{name:<20}{key:<18}{v:>12.4g}{data[key]:>12.4g}")
+                    rows.append(f"{name:<20}{key:<18}{cell(fit, key)}{cell(data, key)}")
+            notes.extend(f"{name} {key}: {why}" for key, why in undetermined.items())
         if rows:
             lines.append("")
             lines.append(f"{'protocol':<20}{'feature':<18}{'fit':>12}{'data':>12}")
             lines.extend(rows)
+            lines.extend(f"n.d. = {n}" for n in notes)
         return "\n".join(lines)
 
 

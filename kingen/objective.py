@@ -67,7 +67,7 @@ import numpy as np
 from kingen.codegen import FAIL_NONFINITE, N_WINDOWS
 from kingen.data import Recording, Targets
 from kingen.errors import KingenError
-from kingen.features import STEADY_STATE_FRACTION, baseline, edge_half_width
+from kingen.features import STEADY_STATE_FRACTION, baseline, edge_half_width, fit_hill_batch
 from kingen.protocol import Protocol, Sweep
 from kingen.scheme import Scheme
 from kingen.solve.batch import BatchResult, ObjectiveInputs, Simulator
@@ -434,54 +434,6 @@ def _refine_log_grid(log_grid: np.ndarray, sse: np.ndarray) -> np.ndarray:
     out = np.exp(log_grid[i] + np.clip(shift, -1.0, 1.0) * h)
     out[bad] = np.nan
     return out
-
-
-def fit_hill_batch(conc_mM: np.ndarray, y: np.ndarray, *, chunk: int = 256
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """EC50 (mM) and Hill coefficient of top/(1 + (EC50/c)^n) fitted to each row of ``y``.
-
-    The sign of each row is taken from its largest |value|; ``top`` is solved in closed form
-    on a grid of (log EC50, n), refined once on a finer grid around the best point.
-    """
-    c = np.asarray(conc_mM, dtype=float)
-    yy = np.asarray(y, dtype=float)
-    sign = np.sign(yy[np.arange(yy.shape[0]), np.argmax(np.abs(yy), axis=1)])
-    yy = yy * np.where(sign == 0, 1.0, sign)[:, None]
-    lc = np.log10(c)
-    ec_grid = np.linspace(lc.min() - 1.0, lc.max() + 1.0, 81)
-    n_grid = np.linspace(0.3, 4.0, 38)
-    ec50 = np.full(yy.shape[0], np.nan)
-    hill = np.full(yy.shape[0], np.nan)
-    for s in range(0, yy.shape[0], chunk):
-        block = yy[s: s + chunk]
-        e1, n1 = _hill_grid(lc, block, ec_grid[None, :].repeat(block.shape[0], 0),
-                            n_grid[None, :].repeat(block.shape[0], 0))
-        d_ec, d_n = ec_grid[1] - ec_grid[0], n_grid[1] - n_grid[0]
-        fine = np.linspace(-1.0, 1.0, 11)
-        e2, n2 = _hill_grid(lc, block, e1[:, None] + fine[None, :] * d_ec,
-                            np.maximum(n1[:, None] + fine[None, :] * d_n, 0.05))
-        ec50[s: s + chunk] = 10.0 ** e2
-        hill[s: s + chunk] = n2
-    bad = ~np.all(np.isfinite(yy), axis=1)
-    ec50[bad] = np.nan
-    hill[bad] = np.nan
-    return ec50, hill
-
-
-def _hill_grid(lc: np.ndarray, y: np.ndarray, ec: np.ndarray, n: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    # shape f: (B, E, H, M)
-    with np.errstate(all="ignore"):
-        f = 1.0 / (1.0 + 10.0 ** ((ec[:, :, None, None] - lc[None, None, None, :])
-                                  * n[:, None, :, None]))
-        ff = (f * f).sum(-1)
-        fy = (f * y[:, None, None, :]).sum(-1)
-        sse = (y * y).sum(-1)[:, None, None] - fy * fy / np.where(ff > 0, ff, np.inf)
-    sse = np.where(np.isfinite(sse), sse, np.inf).reshape(y.shape[0], -1)
-    best = np.argmin(sse, axis=1)
-    ie, ih = np.unravel_index(best, (ec.shape[1], n.shape[1]))
-    rows = np.arange(y.shape[0])
-    return ec[rows, ie], n[rows, ih]
 
 
 @numba.njit(cache=True, nogil=True)

@@ -77,6 +77,19 @@ def _feature_unit(key: str) -> str:
     return ""
 
 
+def _feature_cell(features: dict, key: str) -> str:
+    """A feature's value, with its bootstrap interval when there is one, or the reason it
+    is not determined (kingen.features' ``not_determined``)."""
+    why = (features.get("not_determined") or {}).get(key)
+    if why:
+        return why
+    ci = features.get(f"{key}_ci")
+    if isinstance(ci, list) and len(ci) == 2 and all(
+            isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
+        return f"{_g(features.get(key))} [{_g(ci[0], 3)}, {_g(ci[1], 3)}]"
+    return _g(features.get(key))
+
+
 def _collect(store: RunStore, out_dir: Path) -> _Content:
     scheme = store.scheme()
     best = store.best()
@@ -147,7 +160,8 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
                 d, f = data.get(key), fit.get(key)
                 ratio = (_g(float(f) / float(d), 3) if isinstance(d, (int, float))
                          and isinstance(f, (int, float)) and d else "—")
-                rows.append([name, key, _g(d), _g(f), ratio, _feature_unit(key)])
+                rows.append([name, key, _feature_cell(data, key), _feature_cell(fit, key),
+                             ratio, _feature_unit(key)])
         if rows:
             c.tables.append(_Table("Features, fitted vs data",
                                    ["protocol", "feature", "data", "fit", "fit / data",
