@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from test_fit_helpers import standard_errors
 
 from kingen.data import Recording
 from kingen.features import edge_half_width
@@ -89,13 +90,7 @@ def polish_from_truth(baseline: str, recordings: list[Recording]
     genes, report = polish(objective, types.SimpleNamespace(pmap=pmap, precision="float64"),
                            truth, at_truth, 40)
     assert report["fitness_after"] <= at_truth
-    h = 1e-6
-    r0 = objective.residuals(pmap.to_params(genes[None, :]))[0]
-    jac = ((objective.residuals(pmap.to_params(genes[None, :] + h * np.eye(genes.size)))
-            - r0[None, :]) / h).T
-    s2 = float(r0 @ r0) / (r0.size - genes.size)
-    se = np.sqrt(np.diag(s2 * np.linalg.inv(jac.T @ jac)))
-    return genes - truth, se
+    return genes - truth, standard_errors(objective, pmap, genes)
 
 
 @pytest.fixture(scope="module")
