@@ -209,7 +209,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"{scheme.name} | protocol {protocol.name} ({protocol.n_sweeps} sweep"
               f"{'s' if protocol.n_sweeps != 1 else ''}) | {engine}")
         for key, value in features.items():
-            print(f"  {key:16s} {_show(value)}")
+            if key != "not_determined":
+                print(f"  {key:16s} {_show(value)}")
         for key, why in failed.items():
             print(f"  failed: {key}: {why}")
         for path in (args.csv, args.plot):
@@ -283,6 +284,10 @@ def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:
     """(JSON-able features, {feature: why it failed}); a failed (NaN) scalar is moved out, a
     failed entry of a list reads "failed"; never ``null``."""
     failed: dict[str, str] = {}
+    features = dict(features)
+    # kingen.features says why a value is not determined (no steady state, an unbounded
+    # bootstrap interval): that reason replaces the generic one.
+    reasons = features.pop("not_determined", None) or {}
 
     def clean(value, key: str):
         if isinstance(value, dict):
@@ -304,6 +309,7 @@ def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:
         v = clean(value, key)
         if v != "failed":
             out[key] = v
+    failed.update({k: why for k, why in reasons.items() if k not in out})
     return out, failed
 
 

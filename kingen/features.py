@@ -40,6 +40,16 @@ TWO_EXP_MIN_SSE_RATIO = 0.9
 TWO_EXP_F_ALPHA = 0.01
 # Below this relative residual a fit is exact to rounding; adding terms then fits noise.
 _EXACT_RELATIVE_SSE = 1e-20
+# The steady state is "not reached" when a line through the last 5 % of the pulse changes
+# by more than this fraction of the steady state across that window, and significantly
+# (beyond
+# SS_DRIFT_SIGMAS standard errors of its slope, so that noise alone does not count).
+SS_DRIFT_FRACTION = 0.01
+SS_DRIFT_SIGMAS = 3.0
+# Residual bootstrap of dose-response fits: resamples, seed (reproducible), interval level.
+BOOTSTRAP_RESAMPLES = 200
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_LEVEL = 0.95
 _FIT_ERRORS = (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError,
                OverflowError, ZeroDivisionError)
 
@@ -238,6 +248,75 @@ def steady_state_ratio(
                 end_ms=pulse.end, baseline_pA=baseline_pA)
     ss = steady_state(time_ms, current, pulse, baseline_pA=baseline_pA)
     return _ratio(ss, p)
+
+
+def steady_state_drift(time_ms: np.ndarray, current: np.ndarray, pulse: Pulse, *,
+                       baseline_pA: float = 0.0, fraction: float = STEADY_STATE_FRACTION
+                       ) -> float | None:
+    """How much the current still changes over the steady-state window, as a fraction of
+    the steady state, when it changes significantly; None when the steady state is reached.
+
+    A line is fitted to the window :func:`steady_state` averages; its change across the
+    window counts when it exceeds :data:`SS_DRIFT_FRACTION` of the steady state (the
+    window's mean less ``baseline_pA``) and :data:`SS_DRIFT_SIGMAS` standard errors of the
+    slope (noise alone is not a drift). A current still relaxing with time constant tau
+    changes by about 5 ms / tau of its remaining distance over the last 5 ms of a 100 ms
+    pulse, so 1 % flags a steady state still 1 % or more away from its end value for any
+    tau up to 0.5 s.
+    """
+    t, y = _as_xy(time_ms, current)
+    stop = pulse.end - edge_half_width(pulse.decay)
+    begin = stop - fraction * pulse.duration
+    inside = (t >= begin) & (t <= stop)
+    if inside.sum() < 4:
+        return None
+    tw, yw = t[inside] - t[inside].mean(), y[inside]
+    level = abs(float(yw.mean()) - baseline_pA)
+    if not level > 0.0:
+        return None
+    sxx = float(tw @ tw)
+    if sxx <= 0.0:
+        return None
+    slope = float(tw @ (yw - yw.mean())) / sxx
+    resid = yw - yw.mean() - slope * tw
+    se = math.sqrt(float(resid @ resid) / (tw.size - 2) / sxx)
+    change = abs(slope) * float(tw[-1] - tw[0]) / level
+    if change > SS_DRIFT_FRACTION and abs(slope) > SS_DRIFT_SIGMAS * se:
+        return change
+    return None
+
+
+def not_reached(change: float) -> str:
+    """The reason given for a steady-state feature whose steady state is not reached."""
+    return (f"not determined: the current still changes by {100 * change:.2g} % over the "
+            f"last {100 * STEADY_STATE_FRACTION:g} % of the pulse (no steady state)")
+
+
+def rise_time(time_ms: np.ndarray, current: np.ndarray, onset_ms: float, t_peak_ms: float,
+              peak_pA: float, baseline_pA: float = 0.0, low: float = 0.1, high: float = 0.9
+              ) -> float:
+    """10-90 % rise time (``low``-``high`` of the peak) from the onset to the peak, ms.
+
+    Each crossing is the first sample pair that brackets the level, interpolated linearly;
+    NaN when the peak is 0 or a level is not crossed.
+    """
+    t, y = _as_xy(time_ms, current)
+    if not (math.isfinite(peak_pA) and peak_pA != 0.0 and math.isfinite(t_peak_ms)):
+        return NAN
+    inside = (t >= onset_ms) & (t <= t_peak_ms)
+    tw, yw = t[inside], (y[inside] - baseline_pA) / peak_pA  # rises from ~0 to 1
+    crossings = []
+    for level in (low, high):
+        above = np.flatnonzero(yw >= level)
+        if above.size == 0:
+            return NAN
+        i = int(above[0])
+        if i == 0:
+            crossings.append(float(tw[0]))
+            continue
+        y0, y1 = yw[i - 1], yw[i]
+        crossings.append(float(tw[i - 1] + (level - y0) * (tw[i] - tw[i - 1]) / (y1 - y0)))
+    return crossings[1] - crossings[0]
 
 
 def _ratio(a: float, b: float) -> float:
@@ -575,6 +654,111 @@ def fit_hill(
     return HillFit(ec50, float(n), float(top), float(2.0 * best.cost))
 
 
+def fit_hill_batch(conc_mM: np.ndarray, y: np.ndarray, *, chunk: int = 256
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """EC50 (mM) and Hill coefficient of top/(1 + (EC50/c)^n) fitted to each row of ``y``.
+
+    The sign of each row is taken from its largest |value|; ``top`` is solved in closed form
+    on a grid of (log EC50, n), refined once on a finer grid around the best point.
+    """
+    c = np.asarray(conc_mM, dtype=float)
+    yy = np.asarray(y, dtype=float)
+    sign = np.sign(yy[np.arange(yy.shape[0]), np.argmax(np.abs(yy), axis=1)])
+    yy = yy * np.where(sign == 0, 1.0, sign)[:, None]
+    lc = np.log10(c)
+    ec_grid = np.linspace(lc.min() - 1.0, lc.max() + 1.0, 81)
+    n_grid = np.linspace(0.3, 4.0, 38)
+    ec50 = np.full(yy.shape[0], np.nan)
+    hill = np.full(yy.shape[0], np.nan)
+    for s in range(0, yy.shape[0], chunk):
+        block = yy[s: s + chunk]
+        e1, n1 = _hill_grid(lc, block, ec_grid[None, :].repeat(block.shape[0], 0),
+                            n_grid[None, :].repeat(block.shape[0], 0))
+        d_ec, d_n = ec_grid[1] - ec_grid[0], n_grid[1] - n_grid[0]
+        fine = np.linspace(-1.0, 1.0, 11)
+        e2, n2 = _hill_grid(lc, block, e1[:, None] + fine[None, :] * d_ec,
+                            np.maximum(n1[:, None] + fine[None, :] * d_n, 0.05))
+        ec50[s: s + chunk] = 10.0 ** e2
+        hill[s: s + chunk] = n2
+    bad = ~np.all(np.isfinite(yy), axis=1)
+    ec50[bad] = np.nan
+    hill[bad] = np.nan
+    return ec50, hill
+
+
+def _hill_grid(lc: np.ndarray, y: np.ndarray, ec: np.ndarray, n: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    # shape f: (B, E, H, M)
+    with np.errstate(all="ignore"):
+        f = 1.0 / (1.0 + 10.0 ** ((ec[:, :, None, None] - lc[None, None, None, :])
+                                  * n[:, None, :, None]))
+        ff = (f * f).sum(-1)
+        fy = (f * y[:, None, None, :]).sum(-1)
+        sse = (y * y).sum(-1)[:, None, None] - fy * fy / np.where(ff > 0, ff, np.inf)
+    sse = np.where(np.isfinite(sse), sse, np.inf).reshape(y.shape[0], -1)
+    best = np.argmin(sse, axis=1)
+    ie, ih = np.unravel_index(best, (ec.shape[1], n.shape[1]))
+    rows = np.arange(y.shape[0])
+    return ec[rows, ie], n[rows, ih]
+
+
+def hill_interval(concentration_mM: Sequence[float] | np.ndarray,
+                  response: Sequence[float] | np.ndarray, fit: HillFit, *,
+                  resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                  level: float = BOOTSTRAP_LEVEL
+                  ) -> tuple[tuple[float, float], tuple[float, float], str | None]:
+    """Residual-bootstrap intervals of a Hill fit's EC50 and coefficient.
+
+    The residuals of ``fit`` (from :func:`fit_hill` on the same points) are resampled with
+    replacement onto its curve ``resamples`` times, with a fixed seed, and every resample is
+    refitted at once by :func:`fit_hill_batch`. That fit is on a grid, so the percentile
+    interval is taken relative to the resamples' median and placed around ``fit`` (ratios
+    for EC50, differences for the coefficient).
+
+    Returns
+    -------
+    ec50_interval, hill_interval, why_not
+        ``(low, high)`` pairs, and None, or the reason the EC50 is not determined: the
+        interval reaches the edge of the searched range (a decade beyond the tested
+        concentrations), i.e. is unbounded, or is wider than the tested range.
+    """
+    nan2 = (NAN, NAN)
+    c, y = _as_xy(concentration_mM, response)
+    keep = c > 0
+    c, y = c[keep], y[keep]
+    if not (fit.ec50_mM > 0 and math.isfinite(fit.hill)) or c.size < 3:
+        return nan2, nan2, None
+    y = response_sign(y) * y
+    ymax = float(np.max(y))
+    curve = hill_model(c, fit.ec50_mM, fit.hill, fit.top) * ymax
+    resid = y - curve
+    rng = np.random.default_rng(seed)
+    boot = curve[None, :] + resid[rng.integers(0, c.size, (resamples, c.size))]
+    ec, n = fit_hill_batch(c, boot)
+    ok = np.isfinite(ec) & np.isfinite(n)
+    if ok.sum() < resamples // 2:
+        return nan2, nan2, "not determined: the bootstrap refits failed"
+    ec, n = np.log10(ec[ok]), n[ok]
+    q = [50.0 * (1.0 - level), 50.0 * (1.0 + level)]
+    p_lo, p_hi = np.percentile(ec, q)
+    e_lo, e_hi = p_lo - np.median(ec), p_hi - np.median(ec)
+    n_lo, n_hi = np.percentile(n, q) - np.median(n)
+    ec50_ci = (fit.ec50_mM * 10.0 ** e_lo, fit.ec50_mM * 10.0 ** e_hi)
+    hill_ci = (fit.hill + n_lo, fit.hill + n_hi)
+    lc = np.log10(c)
+    edge = 0.99  # decades: the batch fit searches one decade beyond the tested range
+    span = float(lc.max() - lc.min())
+    why = None
+    if p_lo <= lc.min() - edge or p_hi >= lc.max() + edge:
+        why = (f"not determined: its {100 * level:g} % bootstrap interval is unbounded "
+               f"(it reaches a decade beyond the tested concentrations)")
+    elif e_hi - e_lo > span:
+        why = (f"not determined: its {100 * level:g} % bootstrap interval "
+               f"[{ec50_ci[0]:.3g}, {ec50_ci[1]:.3g}] mM is wider than the tested "
+               f"concentrations [{c.min():.3g}, {c.max():.3g}] mM")
+    return ec50_ci, hill_ci, why
+
+
 def _half_crossing(x: np.ndarray, y: np.ndarray) -> float:
     """Log concentration where y first crosses half its maximum (robust initial EC50)."""
     above = np.nonzero(y >= 0.5)[0]
@@ -742,15 +926,24 @@ def _single_pulse(sweep: Sweep, t: np.ndarray, y: np.ndarray, n_exp: int | None,
     pulse = sweep.pulses[0]
     r = pulse_response(t, y, sweep, 0)
     out: dict[str, Any] = {"peak_pA": _finite(r.peak_pA),
-                           "time_to_peak_ms": _finite(r.time_to_peak_ms)}
+                           "time_to_peak_ms": _finite(r.time_to_peak_ms),
+                           "rise_10_90_ms": _finite(rise_time(t, y, _onset(pulse), r.t_peak_ms,
+                                                              r.peak_pA, r.baseline))}
     if deactivation:
         out["tau_deact_ms"] = _finite(_deactivation_tau(t, y, pulse, r.baseline, n_exp))
+        out["tau_deact_single_ms"] = _finite(_deactivation_tau(t, y, pulse, r.baseline, 1))
     else:
         ss = steady_state(t, y, pulse, baseline_pA=r.baseline)
         out["ss_to_peak"] = _finite(_ratio(ss, r.peak_pA))
-        tau = _desensitization_tau(t, y, pulse, r.t_peak_ms, n_exp) if math.isfinite(
-            r.t_peak_ms) else NAN
-        out["tau_des_ms"] = _finite(tau)
+        change = steady_state_drift(t, y, pulse, baseline_pA=r.baseline)
+        if change is not None:
+            out["ss_to_peak"] = NAN
+            out["not_determined"] = {"ss_to_peak": not_reached(change)}
+        ok = math.isfinite(r.t_peak_ms)
+        out["tau_des_ms"] = _finite(_desensitization_tau(t, y, pulse, r.t_peak_ms, n_exp)
+                                    if ok else NAN)
+        out["tau_des_single_ms"] = _finite(_desensitization_tau(t, y, pulse, r.t_peak_ms, 1)
+                                           if ok else NAN)
     return out
 
 
@@ -785,6 +978,7 @@ def _recovery(protocol: Protocol, data: list[tuple[np.ndarray, np.ndarray]]
 def _dose_response(protocol: Protocol, data: list[tuple[np.ndarray, np.ndarray]]
                    ) -> dict[str, Any]:
     table: list[list[float]] = []
+    unsteady: list[tuple[float, float]] = []  # (concentration, change) of unsteady sweeps
     for sweep, (t, y) in zip(protocol.sweeps, data, strict=True):
         if not sweep.pulses:
             continue
@@ -794,6 +988,9 @@ def _dose_response(protocol: Protocol, data: list[tuple[np.ndarray, np.ndarray]]
         # Low doses give tiny currents whose sign the data alone cannot tell: the direction
         # is taken from the largest response of the series, below.
         ss = steady_state(t, y, pulse, baseline_pA=r.baseline)
+        change = steady_state_drift(t, y, pulse, baseline_pA=r.baseline)
+        if change is not None:
+            unsteady.append((float(conc), change))
         table.append([float(conc), _finite(r.peak_pA), _finite(ss), r.baseline])
     if not table:
         return {"peak_pA": NAN, "dose_response": [], "ec50_peak_mM": NAN, "hill_peak": NAN,
@@ -812,12 +1009,26 @@ def _dose_response(protocol: Protocol, data: list[tuple[np.ndarray, np.ndarray]]
     conc = np.array([r[0] for r in rows])
     peaks = np.array([r[1] for r in rows])
     sss = np.array([r[2] for r in rows])
-    fit_p = fit_hill(conc, sign * peaks)
-    fit_s = fit_hill(conc, sign * sss)
     highest = rows[int(np.argmax(conc))]
-    return {"peak_pA": highest[1], "dose_response": rows,
-            "ec50_peak_mM": _finite(fit_p.ec50_mM), "hill_peak": _finite(fit_p.hill),
-            "ec50_ss_mM": _finite(fit_s.ec50_mM), "hill_ss": _finite(fit_s.hill)}
+    out: dict[str, Any] = {"peak_pA": highest[1], "dose_response": rows}
+    why: dict[str, str] = {}
+    for column, values in (("peak", peaks), ("ss", sss)):
+        fit = fit_hill(conc, sign * values)
+        ec50_ci, hill_ci, reason = hill_interval(conc, sign * values, fit)
+        ec50_key, hill_key = f"ec50_{column}_mM", f"hill_{column}"
+        out.update({ec50_key: _finite(fit.ec50_mM), hill_key: _finite(fit.hill),
+                    f"{ec50_key}_ci": [_finite(v) for v in ec50_ci],
+                    f"{hill_key}_ci": [_finite(v) for v in hill_ci]})
+        if column == "ss" and unsteady:
+            reason = ("not determined: no steady state at " + ", ".join(
+                f"{c:g} mM (still changing by {100 * d:.2g} % over the last "
+                f"{100 * STEADY_STATE_FRACTION:g} % of the pulse)" for c, d in unsteady))
+        if reason is not None and math.isfinite(fit.ec50_mM):
+            why[ec50_key] = why[hill_key] = reason
+            out[ec50_key] = out[hill_key] = NAN
+    if why:
+        out["not_determined"] = why
+    return out
 
 
 def _per_sweep(protocol: Protocol, data: list[tuple[np.ndarray, np.ndarray]]

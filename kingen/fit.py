@@ -141,17 +141,28 @@ class FitResult:
         for name, e in self.errors.items():
             a = self.amplitudes.get(name, math.nan)
             lines.append(f"{name:<20}{e:>12.4g}{a:>24.5g}")
-        rows = []
+        rows: list[str] = []
+        notes: list[str] = []
         for name, f in self.features.items():
             fit, data = f.get("fit", {}), f.get("data", {})
+            undetermined = {**(fit.get("not_determined") or {}),
+                            **(data.get("not_determined") or {})}
+
+            def cell(side: dict, key: str) -> str:
+                if key in (side.get("not_determined") or {}):
+                    return f"{'n.d.':>12}"
+                return f"{side[key]:>12.4g}"
+
             for key, v in fit.items():
                 if isinstance(v, (int, float)) and key in data and isinstance(
                         data[key], (int, float)):
-                    rows.append(f"{name:<20}{key:<18}{v:>12.4g}{data[key]:>12.4g}")
+                    rows.append(f"{name:<20}{key:<18}{cell(fit, key)}{cell(data, key)}")
+            notes.extend(f"{name} {key}: {why}" for key, why in undetermined.items())
         if rows:
             lines.append("")
             lines.append(f"{'protocol':<20}{'feature':<18}{'fit':>12}{'data':>12}")
             lines.extend(rows)
+            lines.extend(f"n.d. = {n}" for n in notes)
         return "\n".join(lines)
 
 
@@ -1039,6 +1050,7 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     """
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     objective = _objective(cfg)
+    _warn(_start_warnings(cfg, objective), stream)
     mu = cfg.ga.lambda_ if cfg.ga.algorithm == "cmaes" else cfg.ga.population
     store = _store_class().create(
         cfg.output, config_text=cfg.text, config=cfg.settings, scheme=cfg.scheme,
@@ -1098,6 +1110,7 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     objective = _objective(cfg)
     checked_state(arrays, cfg, objective.n_protocols, str(path))
     _say_if_model_changed(scheme, cfg.model_path, stream)
+    _warn(_start_warnings(cfg, objective), stream)
     store = _store_class().open(path, mode="a", verify=False)
     with store:
         _, arrays = store.last_state()  # the same, unless another run wrote in between
@@ -1118,6 +1131,24 @@ def _say_if_model_changed(scheme: Any, model_path: str, stream: TextIO | None) -
         out.write(f"kingen: note: the model file {model_path} {what} the scheme stored in the "
                   "run file; resuming with the stored scheme\n")
         out.flush()
+
+
+def _start_warnings(cfg: FitConfig, objective: Objective) -> list[str]:
+    """What a user must hear before a fit starts: cycles the fit can take out of
+    microscopic reversibility (see :meth:`~kingen.scheme.Scheme.reversibility_warnings`),
+    recordings with an offset the model cannot fit (:attr:`Objective.warnings`)."""
+    varied = set(cfg.pmap.gene_names) | set(cfg.ties)
+    return cfg.scheme.reversibility_warnings(varied) + objective.warnings
+
+
+def _warn(lines: list[str], stream: TextIO | None) -> None:
+    """``kingen: <line>`` on ``stream`` (default stderr), also with ``progress=False``."""
+    if not lines:
+        return
+    out = stream if stream is not None else sys.stderr
+    for line in lines:
+        out.write(f"kingen: {line}\n")
+    out.flush()
 
 
 def _inputs(cfg: FitConfig) -> dict[str, str]:

@@ -18,7 +18,7 @@ from kingen import limits
 from kingen.data import Recording, Targets, load_recording, load_targets
 from kingen.errors import KingenError
 from kingen.fields import Fields, join, loads_toml
-from kingen.objective import ProtocolData
+from kingen.objective import BASELINES, ProtocolData
 from kingen.params import ParameterMap, apply_overrides, apply_ties
 from kingen.protocol import (
     STANDARD_PROTOCOLS,
@@ -63,7 +63,8 @@ targets = "features.csv"    # summary targets (feature CSV, dose or recovery tab
 weight = 1.0                # weight of this protocol's error in the fitness
 # amplitude = 100           # fix the number of channels (default: solved by least squares)
 mask = []                   # [[t0, t1], ...] ms ranges of every sweep to ignore
-subtract_baseline = true    # subtract the recording's mean pre-pulse current
+baseline = "none"           # none | pre-pulse | per-sweep: what to subtract from the recording
+                            #   (pre-pulse: the mean before the first pulse, all sweeps)
 
 [parameters]
 # free = ["k01", "k10"]     # search only these (all others fixed); default: all free ones
@@ -189,7 +190,7 @@ class FitConfig:
             "protocols": [{"name": p.protocol.name, "kind": p.protocol.kind,
                            "source": p.protocol.source, "weight": p.weight,
                            "amplitude": p.amplitude, "mask": [list(m) for m in p.mask],
-                           "subtract_baseline": p.subtract_baseline,
+                           "baseline": p.baseline,
                            "recording": None if p.recording is None else p.recording.source,
                            "targets": None if p.targets is None else list(p.targets.sources)}
                           for p in self.protocols],
@@ -201,7 +202,7 @@ class FitConfig:
 _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "polish",
         "polish_evaluations", "protocols", "parameters", "ga", "stop", "force"}
 _PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
-             "amplitude", "mask", "subtract_baseline"}
+             "amplitude", "mask", "baseline", "subtract_baseline"}
 _PARAM_KEYS = {"bounds", "value", "scale", "fixed"}
 
 
@@ -576,7 +577,18 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> 
     return ProtocolData(
         protocol=protocol, recording=recording, targets=targets,
         weight=c.number(t, "weight", w, 1.0, gt=0.0), amplitude=amplitude, mask=mask,
-        subtract_baseline=c.boolean(t, "subtract_baseline", w, True), source=c.file)
+        baseline=_baseline(c, t, w), source=c.file)
+
+
+def _baseline(c: _Checker, t: dict, w: str) -> str:
+    """``baseline``, or the ``subtract_baseline`` flag of earlier configurations (true was
+    each sweep's own pre-pulse mean, the default then)."""
+    if "subtract_baseline" in t:
+        if "baseline" in t:
+            raise c.error("give baseline or subtract_baseline (its older form), not both",
+                          f"{w}.subtract_baseline", t["subtract_baseline"])
+        return "per-sweep" if c.boolean(t, "subtract_baseline", w, True) else "none"
+    return c.choice(t, "baseline", BASELINES, w, "none")
 
 
 def _recording_dt(recs: list[Recording]) -> float | None:

@@ -6,9 +6,17 @@ reduces every (candidate, sweep) pair to Σw·g², Σw·g·d and four window val
 batch result into per-candidate, per-protocol errors.
 
 Recordings. Each recorded sweep is resampled (``np.interp``) onto its protocol sweep's
-sample grid; samples outside the recording or inside a user mask get weight 0. By default
-the mean current before the first pulse is subtracted (the model starts from rest, where
-its current is that of the resting occupancies, normally 0). The amplitude A of a protocol
+sample grid; samples outside the recording or inside a user mask get weight 0. The data
+are compared as recorded by default (``baseline = "none"``): the model starts from rest,
+where its current is that of the resting occupancies, normally 0, and a baseline estimated
+from the few samples before the first pulse carries noise of its own, an offset constant
+over the whole sweep that no rate can fit and that biases poorly determined rates (see the
+README, "Fitting"). A recording with a real DC offset (leak) is fitted with ``baseline =
+"pre-pulse"`` (one offset per protocol: the mean of every sweep's pre-pulse samples, so
+its noise is that of all of them) or ``"per-sweep"`` (each sweep's own pre-pulse mean, for
+a baseline that drifts between sweeps; the noisiest). With ``"none"``, a pre-pulse mean
+that is clearly not 0 (more than 5 standard errors and 1 % of the largest current) is
+reported in :attr:`Objective.warnings`. The amplitude A of a protocol
 (number of channels: the fitted current is A × the one-channel current of the scheme) is
 solved in closed form by least squares over all its sweeps, A = Σw·g·d / Σw·g², clamped
 ≥ 0, unless the configuration fixes it. The trace error of the protocol is the *relative
@@ -59,7 +67,7 @@ import numpy as np
 from kingen.codegen import FAIL_NONFINITE, N_WINDOWS
 from kingen.data import Recording, Targets
 from kingen.errors import KingenError
-from kingen.features import STEADY_STATE_FRACTION, baseline, edge_half_width
+from kingen.features import STEADY_STATE_FRACTION, baseline, edge_half_width, fit_hill_batch
 from kingen.protocol import Protocol, Sweep
 from kingen.scheme import Scheme
 from kingen.solve.batch import BatchResult, ObjectiveInputs, Simulator
@@ -78,6 +86,12 @@ TARGET_KEYS = {
     "dose_response": ("peak_pA", "ec50_peak_mM", "hill_peak", "ec50_ss_mM", "hill_ss"),
 }
 _CURRENT_KEYS = ("peak_pA",)
+# What ProtocolData.baseline may be (see the module docstring).
+BASELINES = ("none", "pre-pulse", "per-sweep")
+# With baseline = "none", a pre-pulse mean this many standard errors from 0, and at least
+# this fraction of the largest recorded current, is worth a warning.
+OFFSET_WARN_SE = 5.0
+OFFSET_WARN_FRACTION = 0.01
 _TINY = 1e-300
 
 
@@ -99,8 +113,10 @@ class ProtocolData:
         Fixed amplitude (number of channels); None solves it by least squares.
     mask
         Time ranges (ms, from each sweep's start) whose samples are ignored.
-    subtract_baseline
-        Subtract the recording's mean pre-pulse current.
+    baseline
+        What is subtracted from the recording first (:data:`BASELINES`): ``"none"``, the
+        mean pre-pulse current of all sweeps (``"pre-pulse"``) or of each sweep
+        (``"per-sweep"``).
     source
         Where this protocol was configured (for error messages).
     """
@@ -111,7 +127,7 @@ class ProtocolData:
     weight: float = 1.0
     amplitude: float | None = None
     mask: list[tuple[float, float]] = field(default_factory=list)
-    subtract_baseline: bool = True
+    baseline: str = "none"
     source: str = "<config>"
 
 
@@ -420,54 +436,6 @@ def _refine_log_grid(log_grid: np.ndarray, sse: np.ndarray) -> np.ndarray:
     return out
 
 
-def fit_hill_batch(conc_mM: np.ndarray, y: np.ndarray, *, chunk: int = 256
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """EC50 (mM) and Hill coefficient of top/(1 + (EC50/c)^n) fitted to each row of ``y``.
-
-    The sign of each row is taken from its largest |value|; ``top`` is solved in closed form
-    on a grid of (log EC50, n), refined once on a finer grid around the best point.
-    """
-    c = np.asarray(conc_mM, dtype=float)
-    yy = np.asarray(y, dtype=float)
-    sign = np.sign(yy[np.arange(yy.shape[0]), np.argmax(np.abs(yy), axis=1)])
-    yy = yy * np.where(sign == 0, 1.0, sign)[:, None]
-    lc = np.log10(c)
-    ec_grid = np.linspace(lc.min() - 1.0, lc.max() + 1.0, 81)
-    n_grid = np.linspace(0.3, 4.0, 38)
-    ec50 = np.full(yy.shape[0], np.nan)
-    hill = np.full(yy.shape[0], np.nan)
-    for s in range(0, yy.shape[0], chunk):
-        block = yy[s: s + chunk]
-        e1, n1 = _hill_grid(lc, block, ec_grid[None, :].repeat(block.shape[0], 0),
-                            n_grid[None, :].repeat(block.shape[0], 0))
-        d_ec, d_n = ec_grid[1] - ec_grid[0], n_grid[1] - n_grid[0]
-        fine = np.linspace(-1.0, 1.0, 11)
-        e2, n2 = _hill_grid(lc, block, e1[:, None] + fine[None, :] * d_ec,
-                            np.maximum(n1[:, None] + fine[None, :] * d_n, 0.05))
-        ec50[s: s + chunk] = 10.0 ** e2
-        hill[s: s + chunk] = n2
-    bad = ~np.all(np.isfinite(yy), axis=1)
-    ec50[bad] = np.nan
-    hill[bad] = np.nan
-    return ec50, hill
-
-
-def _hill_grid(lc: np.ndarray, y: np.ndarray, ec: np.ndarray, n: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    # shape f: (B, E, H, M)
-    with np.errstate(all="ignore"):
-        f = 1.0 / (1.0 + 10.0 ** ((ec[:, :, None, None] - lc[None, None, None, :])
-                                  * n[:, None, :, None]))
-        ff = (f * f).sum(-1)
-        fy = (f * y[:, None, None, :]).sum(-1)
-        sse = (y * y).sum(-1)[:, None, None] - fy * fy / np.where(ff > 0, ff, np.inf)
-    sse = np.where(np.isfinite(sse), sse, np.inf).reshape(y.shape[0], -1)
-    best = np.argmin(sse, axis=1)
-    ie, ih = np.unravel_index(best, (ec.shape[1], n.shape[1]))
-    rows = np.arange(y.shape[0])
-    return ec[rows, ie], n[rows, ih]
-
-
 @numba.njit(cache=True, nogil=True)
 def _recording_errors(sgg: np.ndarray, sgd: np.ndarray, spans: np.ndarray, dd: np.ndarray,
                       recorded: np.ndarray, fixed: np.ndarray, errors: np.ndarray,
@@ -558,6 +526,7 @@ class Objective:
         self.data = np.zeros(n)
         self.weight = np.zeros(n)
         self.plans: list[_ProtocolPlan] = []
+        self.warnings: list[str] = []
         windows = []
         for item, (a, _) in zip(self.items, self.spans, strict=True):
             plan = _ProtocolPlan(item, a)
@@ -598,8 +567,11 @@ class Objective:
         order = (list(range(proto.n_sweeps)) if rec.sweep_labels != labels
                  and sorted(rec.sweep_labels) != sorted(labels)
                  else [rec.sweep_labels.index(lab) for lab in labels])
-        total = 0
-        for k, (sweep, j) in enumerate(zip(proto.sweeps, order, strict=True)):
+        if item.baseline not in BASELINES:
+            raise KingenError(f"must be one of {', '.join(BASELINES)}", file=item.source,
+                              field=f"protocols.{proto.name}.baseline", value=item.baseline)
+        sweeps = []
+        for j in order:
             t_rec = np.asarray(rec.sweep_time(j), dtype=float)
             y_rec = np.asarray(rec.sweep_current(j), dtype=float)
             ok = np.isfinite(t_rec) & np.isfinite(y_rec)
@@ -607,8 +579,14 @@ class Objective:
             if t_rec.size < 2:
                 raise KingenError("sweep has fewer than 2 samples", file=rec.source,
                                   field=f"{where}.sweep", value=rec.sweep_labels[j])
-            if item.subtract_baseline and sweep.pulses:
+            sweeps.append((t_rec, y_rec))
+        offset = self._offset(item, sweeps, where)
+        total = 0
+        for k, (sweep, (t_rec, y_rec)) in enumerate(zip(proto.sweeps, sweeps, strict=True)):
+            if item.baseline == "per-sweep" and sweep.pulses:
                 y_rec = y_rec - baseline(t_rec, y_rec, _onset(sweep, 0))
+            elif offset:
+                y_rec = y_rec - offset
             t = sweep.times()
             d = np.interp(t, t_rec, y_rec)
             w = ((t >= t_rec[0] - 1e-9) & (t <= t_rec[-1] + 1e-9)).astype(float)
@@ -623,6 +601,32 @@ class Objective:
                               "time units and the mask)", file=rec.source, field=where)
         if not np.any(self.data[self._slice(len(self.plans) - 1)] != 0):
             raise KingenError("the recording is all zero", file=rec.source, field=where)
+
+    def _offset(self, item: ProtocolData, sweeps: list[tuple[np.ndarray, np.ndarray]],
+                where: str) -> float:
+        """The offset ``"pre-pulse"`` subtracts from every sweep (0 otherwise); with
+        ``"none"``, a warning in :attr:`warnings` when the pre-pulse mean is clearly not 0."""
+        if item.baseline == "per-sweep":
+            return 0.0
+        pre = [y[t < _onset(s, 0)] for s, (t, y) in zip(item.protocol.sweeps, sweeps,
+                                                        strict=True) if s.pulses]
+        pre_all = np.concatenate(pre) if pre else np.zeros(0)
+        if pre_all.size == 0:
+            return 0.0
+        mean = float(pre_all.mean())
+        if item.baseline == "pre-pulse":
+            return mean
+        if pre_all.size >= 3:
+            se = float(pre_all.std(ddof=1)) / math.sqrt(pre_all.size)
+            largest = max(float(np.max(np.abs(y - mean))) for _, y in sweeps)
+            if abs(mean) > OFFSET_WARN_SE * se and abs(mean) > OFFSET_WARN_FRACTION * largest:
+                self.warnings.append(
+                    f"warning: {item.source}: {where}: the current before the first pulse "
+                    f"averages {mean:.4g} pA ({abs(mean) / max(se, _TINY):.3g} standard errors "
+                    f"from 0, {100 * abs(mean) / largest:.3g} % of the largest current), which "
+                    f"the model, starting from rest, cannot fit; set baseline = \"pre-pulse\" "
+                    f"if it is a DC offset")
+        return 0.0
 
     # ------------------------------------------------------------------ evaluation
     def guard(self, params: np.ndarray, *, complete: bool = True) -> np.ndarray:
@@ -789,7 +793,7 @@ class Objective:
         traces
             ``{protocol: {"time_ms": [...], "fit_pA": [...], "data_pA": [...] or None,
             "labels": [...]}}``, one array per sweep; data resampled onto the sweep grid
-            (baseline-subtracted when configured), NaN where it is not compared.
+            (less its baseline when one is configured), NaN where it is not compared.
         amplitudes
             Amplitude (channels) per protocol; NaN where none applies.
         """

@@ -19,7 +19,7 @@ def add_parsers(subparsers: Any) -> None:
         "plot", help="figures of a run (PNG and PDF)",
         description="Write the figures of a run file, finished or still running: fitted vs "
                     "recorded currents, dose-response, recovery, convergence, parameter "
-                    "trajectories, correlations.")
+                    "trajectories.")
     p.add_argument("run", type=Path, help="the run file (.h5) written by kingen fit")
     p.add_argument("-o", "--out", type=Path, default=None,
                    help="output folder (default: <run>_figures beside the run file)")

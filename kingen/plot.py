@@ -1,4 +1,4 @@
-"""Figures of a run: fits, dose-response, recovery, convergence, parameters, correlations.
+"""Figures of a run: fits, dose-response, recovery, convergence, parameters.
 
 Figures are drawn on :class:`matplotlib.figure.Figure` objects, never through pyplot, so no
 backend or global state is touched (safe in notebooks, servers and threads). Every figure
@@ -39,7 +39,6 @@ FIGURE_SIZES: dict[str, tuple[float, float]] = {
     "recovery": (6.5, 4.8),
     "convergence": (11.0, 4.5),
     "parameters": (10.0, 5.5),
-    "correlations": (8.0, 7.0),
     "traces": (8.0, 5.0),
 }
 PROTOCOL_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
@@ -244,8 +243,7 @@ def plot_run_detailed(run: str | os.PathLike[str] | RunStore, out_dir: str | os.
                     ("dose_response", lambda: _dose_figure(r)),
                     ("recovery", lambda: _recovery_figure(r)),
                     ("convergence", lambda: _convergence_figure(r)),
-                    ("parameters", lambda: _parameter_figure(r)),
-                    ("correlations", lambda: _correlation_figure(r))]
+                    ("parameters", lambda: _parameter_figure(r))]
         for stem, draw in figures:
             with matplotlib.rc_context(STYLE):
                 result = draw()
@@ -487,52 +485,6 @@ def _parameter_figure(r: _Run) -> Figure | str:
     ax.set_title(f"{r.title}: best candidate's rate constants per generation")
     ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5),
               ncols=1 if free.size <= 16 else 2, fontsize=8)
-    return fig
-
-
-def _correlation_figure(r: _Run) -> Figure | str:
-    free = np.flatnonzero(r.free)
-    if free.size < 2:
-        return "fewer than two free parameters"
-    hof = r.store.hall_of_fame()
-    source = "hall of fame"
-    cands = None
-    if hof is not None and hof[0].shape[0] >= 3:
-        cands = hof[0]
-    else:
-        if r.store.n_generations:
-            last = r.store.generation(-1)  # one generation: a long run's history is large
-            fit = np.where(np.isfinite(last["fitness"]), last["fitness"], np.inf)
-            order = np.argsort(fit)
-            order = order[np.isfinite(fit[order])]
-            take = order[: max(3, order.size // 4)]
-            cands = last["population"][take]
-            source = f"best {take.size} of the last generation"
-    if cands is None or cands.shape[0] < 3:
-        return "fewer than three candidates (hall of fame or last generation)"
-    x = cands[:, free]
-    x = x[np.all(np.isfinite(x) & (x > 0), axis=1)]
-    if x.shape[0] < 3:
-        return "fewer than three valid candidates"
-    with np.errstate(all="ignore"):
-        logs = np.log10(x)
-        c = np.corrcoef(logs, rowvar=False)
-    names = [r.scheme.parameters[j].name for j in free]
-    fig = _figure("correlations")
-    ax = fig.add_subplot()
-    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.85")
-    im = ax.imshow(np.ma.masked_invalid(c), cmap=cmap, vmin=-1, vmax=1)
-    ax.set_xticks(range(len(names)), names, rotation=90)
-    ax.set_yticks(range(len(names)), names)
-    ax.spines[:].set_visible(True)
-    if len(names) <= 16:
-        for i in range(len(names)):
-            for j in range(len(names)):
-                if np.isfinite(c[i, j]) and i != j:
-                    ax.text(j, i, f"{c[i, j]:.1f}", ha="center", va="center", fontsize=7,
-                            color="white" if abs(c[i, j]) > 0.6 else "black")
-    fig.colorbar(im, ax=ax, shrink=0.8, label="Correlation of log10 rate constants")
-    ax.set_title(f"{r.title}: correlations among the {source} (n = {x.shape[0]})")
     return fig
 
 

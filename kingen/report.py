@@ -33,8 +33,6 @@ FIGURE_CAPTIONS = {
                    "protocol.",
     "parameters": "Rate constants of each generation's best candidate, as positions "
                   "within their bounds (log scale).",
-    "correlations": "Correlations between log rate constants among the best candidates: "
-                    "strongly correlated rates are not determined separately by the data.",
 }
 
 
@@ -77,6 +75,19 @@ def _feature_unit(key: str) -> str:
         if key.endswith(suffix):
             return unit
     return ""
+
+
+def _feature_cell(features: dict, key: str) -> str:
+    """A feature's value, with its bootstrap interval when there is one, or the reason it
+    is not determined (kingen.features' ``not_determined``)."""
+    why = (features.get("not_determined") or {}).get(key)
+    if why:
+        return why
+    ci = features.get(f"{key}_ci")
+    if isinstance(ci, list) and len(ci) == 2 and all(
+            isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
+        return f"{_g(features.get(key))} [{_g(ci[0], 3)}, {_g(ci[1], 3)}]"
+    return _g(features.get(key))
 
 
 def _collect(store: RunStore, out_dir: Path) -> _Content:
@@ -149,7 +160,8 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
                 d, f = data.get(key), fit.get(key)
                 ratio = (_g(float(f) / float(d), 3) if isinstance(d, (int, float))
                          and isinstance(f, (int, float)) and d else "—")
-                rows.append([name, key, _g(d), _g(f), ratio, _feature_unit(key)])
+                rows.append([name, key, _feature_cell(data, key), _feature_cell(fit, key),
+                             ratio, _feature_unit(key)])
         if rows:
             c.tables.append(_Table("Features, fitted vs data",
                                    ["protocol", "feature", "data", "fit", "fit / data",
@@ -166,8 +178,7 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
 
     written, skipped = plot_run_detailed(store, out_dir, on_skip=lambda _: None)
     c.skipped = skipped
-    order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters",
-             "correlations"]
+    order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters"]
     for stem in order:
         pngs = [p for p in written.get(stem, []) if p.suffix == ".png"]
         if pngs:

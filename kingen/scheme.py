@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,7 @@ class Scheme:
     initial: np.ndarray | None = None  # None: equilibrium at zero agonist ("rest")
     file_units: dict[str, str] = field(default_factory=dict)
     reversibility_tolerance: float = DEFAULT_REVERSIBILITY_TOLERANCE
+    check_reversibility: bool = True  # False: cycles are out of equilibrium on purpose
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -377,6 +379,61 @@ class Scheme:
         names = [self.states[i] for i in cycle.states]
         return "-".join(names + names[:1])
 
+    def reversibility_warnings(self, varied: Collection[str] | None = None) -> list[str]:
+        """One warning line per cycle that a fit can take out of microscopic reversibility.
+
+        A cycle without a derived rate is only checked at the file's values; a fit that
+        varies any of its rates independently then searches parameter sets that break
+        detailed balance. Nothing is said for a cycle whose varied rates cancel out of the
+        ratio of its two products (the same rate on parallel arms), nor when
+        ``check_reversibility = false`` (the scheme is out of equilibrium on purpose).
+
+        The rate suggested is one of the two directions of the cycle's closing transition
+        (the chord of the spanning tree that :func:`find_cycles` builds): marking it derived
+        leaves that tree, and so every other cycle, unchanged, so one suggestion per cycle
+        can be followed for all cycles at once. Of the two, a rate used by no other transition
+        is preferred (a shared rate cannot be derived for one cycle), then the one with the
+        wider (log) bounds, since a derived rate outside its own bounds fails the candidate.
+
+        Parameters
+        ----------
+        varied
+            Names of the parameters the fit varies (free or tied); None: every parameter
+            that is neither fixed nor derived.
+        """
+        if not self.check_reversibility:
+            return []
+        names = self.param_names
+        vary = ({p.name for p in self.parameters if p.free} if varied is None
+                else set(varied))
+        uses = np.bincount([t.param for t in self.transitions], minlength=len(names))
+        lines = []
+        for cycle in self.cycles:
+            if cycle.derived is not None or not cycle.backward:
+                continue
+            # Net power of each rate in forward product / backward product: a cycle whose
+            # varied rates all cancel (shared rates on parallel arms) stays reversible.
+            power = np.zeros(len(names))
+            np.add.at(power, [self.transitions[k].param for k in cycle.forward], 1.0)
+            np.add.at(power, [self.transitions[k].param for k in cycle.backward], -1.0)
+            if not any(power[j] != 0 and names[j] in vary for j in range(len(names))):
+                continue
+            chord = [self.transitions[k] for k in (cycle.forward[0], cycle.backward[0])]
+
+            def preference(t: Transition) -> tuple[bool, float]:
+                p = self.parameters[t.param]
+                return uses[t.param] == 1, math.log(p.upper / p.lower)
+
+            best = max(chord, key=preference)
+            pick = (f'mark one derived, e.g. "{self.states[best.source]} -> '
+                    f'{self.states[best.target]}" = {{ rate = "{names[best.param]}", '
+                    f'derived = true }}' if preference(best)[0]
+                    else "mark one of its rates derived = true")
+            lines.append(f"warning: cycle {self.describe_cycle(cycle)} has no derived rate, "
+                         f"so the fit searches rates that break microscopic reversibility; "
+                         f"{pick} (or set model.check_reversibility = false)")
+        return lines
+
 
 # ---------------------------------------------------------------------- parsing
 
@@ -435,7 +492,7 @@ class _Parser:
             text=self.text, agonist=agonist, states=states, conductance=conductance,
             parameters=parameters, transitions=transitions, cycles=cycles,
             derived_rules=rules, channels=channels, initial=initial, file_units=file_units,
-            reversibility_tolerance=tolerance,
+            reversibility_tolerance=tolerance, check_reversibility=check_rev,
         )
         if check_rev:
             self.check_reversibility(scheme)

@@ -167,7 +167,8 @@ def test_desensitization_features_exact() -> None:
     assert out["ss_to_peak"] == pytest.approx(np.mean(y[window]) / -400.0, rel=1e-12)
     assert out["ss_to_peak"] == pytest.approx(0.05, rel=2e-3)  # slow phase not quite over
     assert rel(out["tau_des_ms"], 0.7 * 3.0 + 0.3 * 12.0) < 1e-6
-    assert set(out) == {"peak_pA", "time_to_peak_ms", "ss_to_peak", "tau_des_ms"}
+    assert set(out) == {"peak_pA", "time_to_peak_ms", "rise_10_90_ms", "ss_to_peak",
+                        "tau_des_ms", "tau_des_single_ms"}
     json.dumps(out)
 
 
@@ -195,7 +196,12 @@ def test_deactivation_features_exact() -> None:
     assert rel(out["tau_deact_ms"], expected) < 1e-6
     assert out["peak_pA"] == pytest.approx(y.min())
     assert out["time_to_peak_ms"] == pytest.approx(1.0, abs=0.021)
-    assert set(out) == {"peak_pA", "time_to_peak_ms", "tau_deact_ms"}
+    assert set(out) == {"peak_pA", "time_to_peak_ms", "rise_10_90_ms", "tau_deact_ms",
+                        "tau_deact_single_ms"}
+    # one exponential through a two-exponential decay: between the two, and not the
+    # weighted value
+    assert 1.5 < out["tau_deact_single_ms"] < 6.0
+    assert rel(out["tau_deact_single_ms"], expected) > 1e-3
 
 
 def test_desensitization_features_with_noise() -> None:
@@ -304,3 +310,48 @@ def test_shared_time_axis_cut_to_each_sweep() -> None:
     currents = [paired_trace(s, r) for s, r in zip(proto.sweeps, ratios, strict=True)]
     out = F.protocol_features(proto, longest, currents)
     assert rel(out["tau_rec_ms"], 25.0) < 1e-6
+
+
+# --------------------------------------------------------------------------- issue #12
+
+def test_rise_time_10_90_of_an_exponential_rise() -> None:
+    t = np.arange(0.0, 20.0, 0.001)
+    y = -100.0 * (1.0 - np.exp(-t / 2.0))  # 10-90 %: tau * ln 9
+    assert F.rise_time(t, y, 0.0, 20.0, y[-1]) == pytest.approx(
+        2.0 * math.log((1 - 0.1 * (1 - math.exp(-10))) / (1 - 0.9 * (1 - math.exp(-10)))),
+        abs=2e-3)
+
+
+def test_steady_state_not_reached_is_flagged_and_noise_is_not() -> None:
+    proto = standard_protocol("desensitization")
+    sweep = proto.sweeps[0]
+    t = sweep.times()
+    on = t >= sweep.pulses[0].start
+    slow = np.where(on, -400.0 * np.exp(-(t - 2.0) / 3.0) - 20.0 * np.exp(-(t - 2.0) / 200.0)
+                    - 5.0, 0.0)
+    out = F.protocol_features(proto, t, slow)
+    assert math.isnan(out["ss_to_peak"])
+    assert out["not_determined"] == {"ss_to_peak": F.not_reached(
+        F.steady_state_drift(t, slow, sweep.pulses[0]))}
+    assert out["not_determined"]["ss_to_peak"].startswith(
+        "not determined: the current still changes by ")
+    flat = np.where(on, -400.0 * np.exp(-(t - 2.0) / 3.0) - 20.0, 0.0)
+    noisy = flat + np.random.default_rng(0).normal(0.0, 8.0, t.size)
+    assert F.steady_state_drift(t, noisy, sweep.pulses[0]) is None
+    assert "not_determined" not in F.protocol_features(proto, t, noisy)
+
+
+def test_hill_bootstrap_interval_and_not_determined() -> None:
+    c = np.array([0.03, 0.1, 0.3, 1.0, 3.0, 10.0])
+    clean = F.hill_model(c, 0.5, 1.3, 100.0)
+    rng = np.random.default_rng(3)
+    y = clean + rng.normal(0.0, 2.0, c.size)
+    fit = F.fit_hill(c, y)
+    (lo, hi), (n_lo, n_hi), why = F.hill_interval(c, y, fit)
+    assert why is None and lo < fit.ec50_mM < hi and n_lo < fit.hill < n_hi
+    assert lo < 0.5 < hi and hi / lo < 3.0
+    # steady states at the noise level below the top dose: nothing to measure
+    flat = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 5.0]) + rng.normal(0.0, 2.0, c.size)
+    fit = F.fit_hill(c, flat)
+    _, _, why = F.hill_interval(c, flat, fit)
+    assert why is not None and why.startswith("not determined: its 95 % bootstrap interval")

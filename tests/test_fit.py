@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import pytest
 from deap import tools
-from test_fit_helpers import ROOT, write_problem
+from test_fit_helpers import ROOT, TRUTH_MODEL, write_problem
 
 import kingen.fit
 import kingen.solve.batch as batch
@@ -198,6 +198,24 @@ def test_progress_line_on_a_terminal_and_in_a_log():
     lines = log.getvalue().splitlines()
     assert len(lines) == 2 and "gen 1/10" in lines[0] and "ETA 1m05s" in lines[0]
     assert "cand/s" in lines[1]
+
+
+def test_a_fit_that_can_break_reversibility_says_so_first(tmp_path):
+    cfg = write_problem(tmp_path, ga="generations = 1")
+    # the published Jonas scheme, whose cycles have no derived rate (the problem's truth
+    # model derives k42 and k54)
+    (tmp_path / "model.toml").write_text((ROOT / "models" / "jonas_1993.toml").read_text())
+    out = io.StringIO()
+    fit(cfg, progress=False, stream=out)
+    # k2o and ko2 are fitted: only the cycle through O can leave reversibility
+    assert out.getvalue().splitlines() == [
+        'kingen: warning: cycle C4-C5-O-C2-C4 has no derived rate, so the fit searches rates '
+        'that break microscopic reversibility; mark one derived, e.g. "C4 -> C5" = '
+        '{ rate = "k45", derived = true } (or set model.check_reversibility = false)']
+    out = io.StringIO()
+    (tmp_path / "model.toml").write_text(TRUTH_MODEL.read_text())
+    fit(cfg, progress=False, stream=out, overwrite=True)
+    assert out.getvalue() == ""
 
 
 def test_polish_reports_before_and_after(tmp_path):

@@ -27,6 +27,19 @@ def test_a_good_configuration_loads_with_defaults(tmp_path):
     assert cfg.output == str(tmp_path / "run.h5")
     assert cfg.protocols[0].protocol.sweeps[0].dt == pytest.approx(0.05)  # from the recording
     assert cfg.settings["ga"]["generations"] == 3
+    assert cfg.protocols[0].baseline == "none" and cfg.settings["protocols"][0][
+        "baseline"] == "none"
+
+
+@pytest.mark.parametrize("line, baseline", [('baseline = "pre-pulse"', "pre-pulse"),
+                                            ("subtract_baseline = true", "per-sweep"),
+                                            ("subtract_baseline = false", "none")])
+def test_baseline_setting_and_its_older_form(tmp_path, line, baseline):
+    path = write_problem(tmp_path)
+    text = path.read_text().replace('recording = "deactivation.csv"',
+                                    f'recording = "deactivation.csv"\n{line}')
+    path.write_text(text)
+    assert load_config(path).protocols[0].baseline == baseline
 
 
 BAD = [
@@ -53,6 +66,12 @@ BAD = [
     ('recording = "deactivation.csv"', 'weight = 1', "protocols[0].recording", "no data"),
     ('backend = "cpu"', 'backend = "gpu"', "backend = 'gpu'", "must be one of"),
     ('model = "model.toml"', 'model = "nope.toml"', "model = 'nope.toml'", "not found"),
+    ('recording = "deactivation.csv"', 'recording = "deactivation.csv"\nbaseline = "mean"',
+     "protocols[0].baseline = 'mean'", "must be one of none, pre-pulse, per-sweep"),
+    ('recording = "deactivation.csv"',
+     'recording = "deactivation.csv"\nbaseline = "none"\nsubtract_baseline = true',
+     "protocols[0].subtract_baseline = True",
+     "give baseline or subtract_baseline (its older form), not both"),
 ]
 
 

@@ -30,6 +30,16 @@ def synthetic_recording(scheme: Scheme, protocol: Protocol, noise_fraction: floa
     return rec, clean
 
 
+def standard_errors(objective, pmap, genes: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """Standard errors of the genes (log10 rates) at ``genes``, from the Jacobian of the
+    objective's residuals there: cov = s² (JᵀJ)⁻¹, s² = SSE / (n - p)."""
+    r0 = objective.residuals(pmap.to_params(genes[None, :]))[0]
+    jac = ((objective.residuals(pmap.to_params(genes[None, :] + h * np.eye(genes.size)))
+            - r0[None, :]) / h).T
+    s2 = float(r0 @ r0) / (r0.size - genes.size)
+    return np.sqrt(np.diag(s2 * np.linalg.inv(jac.T @ jac)))
+
+
 def write_problem(tmp: Path, *, protocols: tuple[str, ...] = ("deactivation",),
                   free: list[str] | None = None, ga: str = "", extra: str = "",
                   noise: float = 0.02, dt: float = 0.05, exchange: float = 0.2) -> Path:

@@ -14,8 +14,7 @@ from kingen.plot import DPI, FIGURE_SIZES, plot_run, plot_run_detailed, plot_tra
 from kingen.store import RunStore
 
 FIGURES = ["fit_deactivation", "fit_desensitization", "fit_recovery", "fit_dose_response",
-           "fits_overview", "dose_response", "recovery", "convergence", "parameters",
-           "correlations"]
+           "fits_overview", "dose_response", "recovery", "convergence", "parameters"]
 
 
 def check_png(path: Path, kind: str) -> None:
@@ -42,13 +41,21 @@ def test_every_figure_of_a_run(run: tuple[Path, dict[str, Any]], tmp_path: Path)
     assert not list((tmp_path / "figs").glob(".*"))  # no temporary files left
 
 
+def test_no_correlation_figure(run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    # Correlations among the hall of fame's near-identical candidates misled (0 where the
+    # Fisher correlation is 0.95): no such figure until local uncertainty exists.
+    written, _ = plot_run_detailed(run[0], tmp_path / "figs", formats=("png",))
+    assert not any("correl" in stem for stem in written)
+    assert "correlations" not in FIGURE_SIZES
+
+
 def test_missing_data_skips_figures_and_says_why(tmp_path: Path) -> None:
     path = tmp_path / "early.h5"
     make_run(path, protocols=small_protocols(("deactivation",)), generations=2, best=False,
              finished=None)
     told: list[str] = []
     paths = plot_run(path, tmp_path / "figs", formats=("png",), on_skip=told.append)
-    assert sorted(p.stem for p in paths) == ["convergence", "correlations", "parameters"]
+    assert sorted(p.stem for p in paths) == ["convergence", "parameters"]
     text = "\n".join(told)
     assert "skipped fit_deactivation: no best candidate in the run file yet" in text
     assert "skipped dose_response: no dose-response protocol in this run" in text
@@ -62,7 +69,7 @@ def test_plots_from_a_store_still_open_for_writing(tmp_path: Path) -> None:
              finished=None)
     with RunStore.open(path, "a") as st:
         paths = plot_run(st, tmp_path / "figs", formats=("png",))
-        assert {p.stem for p in paths} == {"convergence", "parameters", "correlations"}
+        assert {p.stem for p in paths} == {"convergence", "parameters"}
         assert st._f.id.valid  # the caller's store stays open
 
 

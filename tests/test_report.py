@@ -23,7 +23,7 @@ def test_report_of_a_finished_run(run: tuple[Path, dict[str, Any]], tmp_path: Pa
     html = html_path.read_text(encoding="utf-8")
     md = md_path.read_text(encoding="utf-8")
     # Self-contained: figures embedded, nothing linked.
-    assert len(re.findall(r"src='data:image/png;base64,", html)) == 5
+    assert len(re.findall(r"src='data:image/png;base64,", html)) == 4
     assert "<img" in html and "src='http" not in html and 'src="' not in html
     for text in (html, md):
         assert "Jonas, Major &amp; Sakmann 1993" in text or "Jonas, Major & Sakmann 1993" in text

@@ -89,6 +89,46 @@ def test_jonas_with_a_rate_changed_tenfold_is_rejected_naming_the_cycle():
     assert "\n" not in msg
 
 
+JONAS_WARNINGS = [
+    'warning: cycle C3-C4-C2-C1-C3 has no derived rate, so the fit searches rates that break '
+    'microscopic reversibility; mark one derived, e.g. "C3 -> C4" = { rate = "k34", '
+    'derived = true } (or set model.check_reversibility = false)',
+    'warning: cycle C4-C5-O-C2-C4 has no derived rate, so the fit searches rates that break '
+    'microscopic reversibility; mark one derived, e.g. "C4 -> C5" = { rate = "k45", '
+    'derived = true } (or set model.check_reversibility = false)',
+]
+
+
+def test_cycles_without_a_derived_rate_are_named_with_a_rate_to_derive():
+    text = (MODELS / "jonas_1993.toml").read_text()
+    s = Scheme.loads(text, "jonas_1993.toml")
+    assert s.reversibility_warnings() == JONAS_WARNINGS
+    # only cycles whose rates the fit varies: k2o and ko2 lie on the second cycle only
+    assert s.reversibility_warnings({"k2o", "ko2"}) == JONAS_WARNINGS[1:]
+    assert s.reversibility_warnings(set()) == []
+    # following both suggestions at once gives a scheme with nothing left to warn about
+    fixed = text.replace('"C3 -> C4" = "k34 * glu"',
+                         '"C3 -> C4" = { rate = "k34 * glu", derived = true }').replace(
+        '"C4 -> C5" = "k45"', '"C4 -> C5" = { rate = "k45", derived = true }')
+    assert fixed.count("derived = true") == 2
+    followed = Scheme.loads(fixed, "jonas_derived.toml")
+    assert sorted(p.name for p in followed.parameters if p.derived) == ["k34", "k45"]
+    assert followed.reversibility_warnings() == []
+    # a scheme out of equilibrium on purpose is not warned about
+    off = text.replace('channels = 100', 'channels = 100\ncheck_reversibility = false')
+    assert Scheme.loads(off, "jonas_off.toml").reversibility_warnings() == []
+    assert Scheme.load(MODELS.parent / "data" / "jonas_1993_reversible.toml"
+                       ).reversibility_warnings() == []
+
+
+def test_cycles_whose_shared_rates_cancel_are_not_warned_about():
+    # Robert & Howe 2003 uses the same rates on the parallel arms of its cycles: the ratio
+    # of the two products does not depend on them, so any parameter set stays reversible.
+    s = Scheme.load(MODELS / "robert_howe_2003.toml")
+    assert sum(c.derived is None for c in s.cycles) == 5
+    assert s.reversibility_warnings() == []
+
+
 def test_derived_rate_keeps_every_parameter_set_exactly_reversible():
     s = Scheme.loads(TRIANGLE)
     assert len(s.cycles) == 1 and s.cycles[0].derived is not None
