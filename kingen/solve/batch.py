@@ -24,6 +24,7 @@ from kingen.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
 from kingen.solve.plan import PropagatorPlan, plan_propagator
+from kingen.solve.rest import rest_occupancy_batch
 from kingen.solve.schedule import DEFAULT_COURANT, Schedule, build_schedule, protocol_sweeps
 
 log = logging.getLogger("kingen")
@@ -299,7 +300,7 @@ class Simulator:
             bad = ~np.all(np.isfinite(p) & (p > 0), axis=1)
         if bad.any():
             p[bad] = self.scheme.values
-        init = self.scheme.rest_occupancy(p)
+        init = rest_occupancy_batch(self.scheme, p)
         unusable = ~np.all(np.isfinite(init), axis=1)
         if unusable.any():
             bad |= unusable
