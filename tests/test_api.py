@@ -99,3 +99,17 @@ def test_python_dash_m_is_the_command() -> None:
     bad = subprocess.run([sys.executable, "-m", "kingen", "info", "no_such.toml"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("kingen: error: no_such.toml")
+
+
+def test_readme_python_api_uses_public_names() -> None:
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    compile(block, "README Python API", "exec")
+    used = set(re.findall(r"\bkingen\.(\w+)", block))
+    named = set(re.findall(r"`(\w+)`", section.split("```", 2)[2]))
+    assert used and used <= set(kingen.__all__), used - set(kingen.__all__)
+    assert {"simulate_batch", "Objective", "load_recording"} <= named <= set(kingen.__all__) | {
+        "help"}
