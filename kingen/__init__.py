@@ -1,7 +1,112 @@
-"""kingen: fit kinetic (Markov) models of ion channels to electrophysiology recordings."""
+"""kingen: fit kinetic (Markov) models of ion channels to electrophysiology recordings.
+
+The entry points of every layer, for scripts and notebooks; the ``kingen`` command is a
+thin shell over the same functions. Names are imported on first use (as in scikit-image),
+so ``import kingen`` stays fast and loads neither Numba, h5py, SciPy nor Matplotlib.
+
+======================  ==========================  ===========================================
+layer                   name                        what it does
+======================  ==========================  ===========================================
+model                   :class:`Scheme`             ``Scheme.load(path)``: read a scheme file
+experiment              :func:`standard_protocol`   a standard AMPA protocol by name
+experiment              :func:`load_protocol`       a protocol by name or from a TOML file
+experiment              :func:`load_recording`      a recording from CSV, NWB or ABF
+experiment              :func:`load_targets`        summary targets (features, tables)
+simulation              :func:`simulate`            currents of one scheme under a protocol
+simulation              :func:`simulate_batch`      the batched RK4 solver (CPU or GPU)
+objective               :class:`Objective`          a population's fitness, batched
+search                  :func:`load_config`         read a fit configuration
+search                  :func:`demo_config`         the bundled demo configuration
+search                  :func:`fit`                 run a fit to its end
+search                  :func:`resume`              continue a fit from its run file
+persistence             :class:`RunStore`           ``RunStore.open(path)``: read a run file
+output                  :func:`plot_run`            the figures of a run
+output                  :func:`write_report`        HTML and markdown summary of a run
+======================  ==========================  ===========================================
+
+``kingen.fit`` is also the name of the search module; calling it runs :func:`kingen.fit.fit`.
+
+Examples
+--------
+>>> import kingen
+>>> scheme = kingen.Scheme.load("models/jonas_1993.toml")
+>>> scheme.n_states
+7
+>>> sim = kingen.simulate(scheme, kingen.standard_protocol("desensitization", dt=0.1))
+>>> round(sim.features()["tau_des_ms"], 1)
+19.9
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from kingen.errors import KingenError
 
 __version__ = "0.1.0"
 
-__all__ = ["KingenError", "__version__"]
+# public name -> (module, attribute); attribute None: the module itself.
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "Scheme": ("kingen.scheme", "Scheme"),
+    "standard_protocol": ("kingen.protocol", "standard_protocol"),
+    "load_protocol": ("kingen.protocol", "load_protocol"),
+    "Protocol": ("kingen.protocol", "Protocol"),
+    "load_recording": ("kingen.data", "load_recording"),
+    "load_targets": ("kingen.data", "load_targets"),
+    "Recording": ("kingen.data", "Recording"),
+    "Targets": ("kingen.data", "Targets"),
+    "simulate": ("kingen.simulation", "simulate"),
+    "Simulation": ("kingen.simulation", "Simulation"),
+    "simulate_batch": ("kingen.solve.batch", "simulate_batch"),
+    "Objective": ("kingen.objective", "Objective"),
+    "load_config": ("kingen.fit_config", "load_config"),
+    "demo_config": ("kingen.fit_config", "demo_config"),
+    "FitConfig": ("kingen.fit_config", "FitConfig"),
+    # The module kingen.fit is callable (it calls kingen.fit.fit): importing it anywhere
+    # binds kingen.fit to the module, so the lazy name is the module too, never a second
+    # object.
+    "fit": ("kingen.fit", None),
+    "resume": ("kingen.fit", "resume"),
+    "FitResult": ("kingen.fit", "FitResult"),
+    "RunStore": ("kingen.store", "RunStore"),
+    "plot_run": ("kingen.plot", "plot_run"),
+    "write_report": ("kingen.report", "write_report"),
+}
+
+__all__ = [
+    "KingenError", "__version__", "Scheme", "standard_protocol", "load_protocol", "Protocol",
+    "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
+    "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
+    "FitResult", "RunStore", "plot_run", "write_report",
+]
+# (a test checks that __all__ is _LAZY plus the two eager names)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from kingen import fit
+    from kingen.data import Recording, Targets, load_recording, load_targets
+    from kingen.fit import FitResult, resume
+    from kingen.fit_config import FitConfig, demo_config, load_config
+    from kingen.objective import Objective
+    from kingen.plot import plot_run
+    from kingen.protocol import Protocol, load_protocol, standard_protocol
+    from kingen.report import write_report
+    from kingen.scheme import Scheme
+    from kingen.simulation import Simulation, simulate
+    from kingen.solve.batch import simulate_batch
+    from kingen.store import RunStore
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'kingen' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,7 +1,10 @@
 """The ``kingen`` command: a thin shell over the same functions a notebook user calls.
 
-Every error a user can cause ends in one line, ``kingen: error: <file>: <field> = <value>:
-<what is wrong>``, and exit status 2; never a traceback.
+Every subcommand sets ``handler``, a function ``(args) -> int`` (the exit status) that calls
+the public API (:mod:`kingen`) and prints; modules add their subcommands with
+``add_parsers(subparsers)``. Every error a user can cause ends in one line,
+``kingen: error: <file>: <field> = <value>: <what is wrong>``, and exit status 2; never a
+traceback.
 """
 
 from __future__ import annotations
@@ -93,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(message)s")
     try:
-        handler = getattr(args, "handler", None) or args.func
-        return int(handler(args) or 0)
+        return int(args.handler(args) or 0)
     except KingenError as exc:
         print(f"kingen: error: {exc}", file=sys.stderr)
         return 2
@@ -141,41 +143,10 @@ def output_path(path: Path | None, flag: str, suffixes: tuple[str, ...] = ()) ->
     return path
 
 
-def simulate_currents(scheme, protocol, *, solver: str = "exact", backend: str = "auto",
-                      precision: str = "float64", step: float | None = None,
-                      ) -> tuple[list[np.ndarray], list[np.ndarray], str]:
-    """Currents (pA) of every sweep with the chosen solver; returns times, currents, engine."""
-    if solver == "exact":
-        from kingen.solve import simulate_exact
-
-        try:
-            trace = simulate_exact(scheme, protocol)
-        except (RuntimeError, ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
-            # SciPy's integrators and expm give up on absurdly stiff rates as raw errors
-            raise KingenError(f"the exact solver failed ({type(exc).__name__}: {exc}); the "
-                              f"rates or concentrations are too extreme for it, or try "
-                              f"--solver rk4", file=scheme.path,
-                              field=f"protocol {protocol.name}") from None
-        return ([s.time for s in trace.sweeps], trace.currents, "exact reference")
-    from kingen.solve import simulate_batch
-
-    result = simulate_batch(scheme, protocol, scheme.values[None, :], "traces", backend=backend,
-                            precision=precision, step=step)
-    if result.fail.any():
-        from kingen.codegen import FAILURE_NAMES
-
-        code = int(result.fail.max())
-        raise KingenError(f"rk4 failed on this scheme ({FAILURE_NAMES[code]}); try a smaller "
-                          f"--step or --solver exact", file=scheme.path)
-    times = [s.times() for s in protocol.sweeps]
-    currents = [result.sweep_trace(0, k) * scheme.channels for k in range(protocol.n_sweeps)]
-    return times, currents, f"rk4 on {result.backend} ({result.device}, {precision})"
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``kingen simulate``: currents and features of a scheme under a protocol."""
-    from kingen.features import protocol_features
     from kingen.scheme import Scheme
+    from kingen.simulation import simulate
 
     scheme = Scheme.load(args.model, force=args.force)
     protocol = _load_protocol(args)
@@ -183,31 +154,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise KingenError("--step applies to --solver rk4", field="--step", value=args.step)
     csv_path = output_path(args.csv, "--csv")
     plot_path = output_path(args.plot, "--plot", IMAGE_SUFFIXES)
-    if args.solver == "rk4":
-        _check_rk4_work(scheme, protocol, args.step, args.force)
-    times, currents, engine = simulate_currents(scheme, protocol, solver=args.solver,
-                                                backend=args.backend,
-                                                precision=args.precision, step=args.step)
-    _check_finite(scheme, protocol, times, currents)
+    sim = simulate(scheme, protocol, solver=args.solver, backend=args.backend,
+                   precision=args.precision, step=args.step, force=args.force)
     try:
         if csv_path:
-            write_current_csv(csv_path, protocol, times, currents)
+            sim.to_csv(csv_path)
         if plot_path:
-            from kingen.plot import plot_traces
-
-            conc = [s.concentration(t) for s, t in zip(protocol.sweeps, times)]
-            plot_traces(times, currents, [s.label for s in protocol.sweeps],
-                        f"{scheme.name}: {protocol.name}", plot_path, concentration_mM=conc)
+            sim.plot(plot_path)
     except OSError as exc:
         raise KingenError(f"cannot write: {exc.strerror or exc}",
                           file=str(exc.filename or csv_path or plot_path)) from None
-    features = protocol_features(protocol, times, currents)
+    features = sim.features()
     values, failed = _split_failed(features)
     if args.json:
         print(json.dumps({**values, **({"failed": failed} if failed else {})}, indent=2))
     else:
         print(f"{scheme.name} | protocol {protocol.name} ({protocol.n_sweeps} sweep"
-              f"{'s' if protocol.n_sweeps != 1 else ''}) | {engine}")
+              f"{'s' if protocol.n_sweeps != 1 else ''}) | {sim.engine}")
         for key, value in features.items():
             if key != "not_determined":
                 print(f"  {key:16s} {_show(value)}")
@@ -217,67 +180,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             if path:
                 print(f"  wrote {path}")
     return 0
-
-
-def write_current_csv(path: Path, protocol, times: list[np.ndarray],
-                      currents: list[np.ndarray]) -> None:
-    """Write ``time_ms`` then one ``current_pA[_<sweep>]`` column per sweep, atomically.
-
-    Sweeps of different length leave their trailing cells empty.
-    """
-    import os
-    import tempfile
-
-    longest = int(np.argmax([t.size for t in times]))
-    grid = times[longest]
-    if len(currents) == 1:
-        names = ["current_pA"]
-    else:
-        names = [f"current_pA_{s.label}" for s in protocol.sweeps]
-    path = Path(path)
-    if not path.parent.exists():
-        raise KingenError("folder does not exist", file=str(path.parent), field="--csv")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(f"# kingen {__version__} simulate; protocol: {protocol.name}\n")
-            fh.write(",".join(["time_ms"] + names) + "\n")
-            for i, t in enumerate(grid):
-                cells = [f"{t:.6g}"]
-                for c in currents:
-                    cells.append(f"{c[i]:.9g}" if i < c.size else "")
-                fh.write(",".join(cells) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _check_rk4_work(scheme, protocol, step: float | None, force: bool) -> None:
-    """Refuse an RK4 solve whose steps exceed the limit, before it starts."""
-    from kingen import limits
-    from kingen.fit_config import estimate_rk4_steps
-
-    if step is not None and not (math.isfinite(step) and step > 0):
-        raise KingenError("must be a finite number > 0 (ms)", field="--step", value=step)
-    steps = estimate_rk4_steps(scheme, list(protocol.sweeps), step=step)
-    limits.check(steps, limits.MAX_STEPS_PER_CANDIDATE, "RK4 steps", force=force,
-                 field="--step" if step is not None else None, value=step,
-                 hint="a larger --step, a larger dt or shorter sweeps "
-                      "(kingen.limits.MAX_STEPS_PER_CANDIDATE)")
-
-
-def _check_finite(scheme, protocol, times: list[np.ndarray], currents: list[np.ndarray]
-                  ) -> None:
-    """A current that overflowed is named here, not passed on as NaN features."""
-    for sweep, t, y in zip(protocol.sweeps, times, currents):
-        bad = ~np.isfinite(np.asarray(y, dtype=float))
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise KingenError(f"the simulated current is not finite from t = {t[k]:g} ms on "
-                              f"(sweep '{sweep.label}'): the rates, conductances or "
-                              f"potentials are too large to simulate", file=scheme.path,
-                              field=f"protocol {protocol.name}")
 
 
 def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:

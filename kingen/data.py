@@ -286,6 +286,13 @@ def load_recording(
     KingenError
         If the file is missing, of unknown format, malformed, or needs an extra that is not
         installed.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> rec = kingen.load_recording("data/deactivation.csv")
+    >>> rec.protocol, rec.sweep_labels, rec.meta["synthetic"]
+    ('deactivation', ['0'], True)
     """
     name = str(path)
     p = Path(name)
@@ -313,6 +320,13 @@ def load_targets(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     ------
     KingenError
         If a file is missing or malformed (naming file, column and row).
+
+    Examples
+    --------
+    >>> import kingen
+    >>> targets = kingen.load_targets("tests/fixtures/data/targets.csv")
+    >>> targets.values()["peak_pA"], targets.values()["tau_des_ms"]  # nA and s converted
+    (-450.0, 9.0)
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -598,6 +612,38 @@ def write_csv(recording: Recording, path: str | os.PathLike[str]) -> None:
                 fh.write(",".join(cells) + "\n")
 
     _atomic_write(p, write)
+
+
+def write_current_csv(path: str | os.PathLike[str], protocol: Any, times: list[np.ndarray],
+                      currents: list[np.ndarray]) -> None:
+    """Write simulated currents: ``time_ms`` then one ``current_pA[_<sweep>]`` column per
+    sweep of ``protocol``, atomically (the file ``kingen simulate --csv`` writes).
+
+    Sweeps of different length leave their trailing cells empty.
+    """
+    from kingen import __version__
+
+    longest = int(np.argmax([t.size for t in times]))
+    grid = times[longest]
+    if len(currents) == 1:
+        names = ["current_pA"]
+    else:
+        names = [f"current_pA_{s.label}" for s in protocol.sweeps]
+    path = Path(path)
+    if not path.parent.exists():
+        raise KingenError("folder does not exist", file=str(path.parent), field="--csv")
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"# kingen {__version__} simulate; protocol: {protocol.name}\n")
+            fh.write(",".join(["time_ms"] + names) + "\n")
+            for i, t in enumerate(grid):
+                cells = [f"{t:.6g}"]
+                for c in currents:
+                    cells.append(f"{c[i]:.9g}" if i < c.size else "")
+                fh.write(",".join(cells) + "\n")
+
+    _atomic_write(path, write)
 
 
 def _comment_lines(rec: Recording) -> list[str]:

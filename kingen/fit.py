@@ -3,6 +3,10 @@
 :func:`fit` runs a configuration (:mod:`kingen.fit_config`) to its end and returns a
 :class:`FitResult`; :func:`resume` continues a run file from its last completed generation.
 
+``kingen.fit`` names both this module and, called, its :func:`fit`: ``kingen.fit(config)``
+runs a fit, while ``kingen.fit.FitResult`` and ``import kingen.fit`` still reach the
+module (see :class:`_CallableModule` at the end).
+
 Search. Genes are log10 rate constants (linear for ``scale = "linear"``) inside the bounds
 (:mod:`kingen.params`). ``mu_plus_lambda`` is DEAP's (μ + λ): ``algorithms.varOr`` with
 ``tools.cxSimulatedBinaryBounded`` and ``tools.mutPolynomialBounded``, survival by
@@ -26,12 +30,14 @@ ends as an uninterrupted one would.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import platform
 import random
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1047,6 +1053,17 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     KingenError
         For any problem with the configuration, its files or the output, before any
         simulation.
+
+    Examples
+    --------
+    The bundled demo, briefly (a few seconds on a laptop's CPU):
+
+    >>> import kingen
+    >>> result = kingen.fit(kingen.demo_config(), overwrite=True, progress=False,
+    ...                     overrides={"output": "demo.h5", "generations": 2,
+    ...                                "population": 8})  # doctest: +SKIP
+    >>> print(result.summary())  # doctest: +SKIP
+    kingen fit: 2 generations, ...
     """
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     objective = _objective(cfg)
@@ -1082,6 +1099,11 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
         The run file.
     generations
         A new maximum number of generations (default: the run's own).
+
+    Examples
+    --------
+    >>> import kingen
+    >>> result = kingen.resume("demo.h5", generations=4, progress=False)  # doctest: +SKIP
     """
     # Everything is read and checked (every checksum, the resume state) before the file is
     # opened for writing: a damaged or malformed file is never written to. A second writer
@@ -1242,3 +1264,21 @@ def _features(objective: Objective, traces: dict[str, dict]) -> dict[str, dict]:
             pass
         out[name] = entry
     return out
+
+
+# ---------------------------------------------------------------------- kingen.fit(...)
+
+class _CallableModule(types.ModuleType):
+    """This module's class: calling the module calls :func:`fit`.
+
+    ``kingen.fit`` is the public entry point of the search layer, and also the name of this
+    module; Python binds ``kingen.fit`` to the module as soon as anything imports it, so the
+    module itself is made to behave as the function.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> FitResult:
+        return fit(*args, **kwargs)
+
+
+__signature__ = inspect.signature(fit)
+sys.modules[__name__].__class__ = _CallableModule

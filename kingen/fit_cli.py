@@ -5,21 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib import resources
 from pathlib import Path
 
 from kingen.errors import KingenError
+from kingen.fit_config import demo_config
 
 DEMO_OUTPUT = "kingen_demo.h5"
 
-
-def demo_config() -> Path:
-    """The bundled demo configuration (``kingen/bundled/demo.toml``)."""
-    path = Path(str(resources.files("kingen") / "bundled" / "demo.toml"))
-    if not path.is_file():
-        raise KingenError("the bundled demo is missing from this installation (reinstall "
-                          "kingen)", file=str(path))
-    return path
+__all__ = ["DEMO_OUTPUT", "add_parsers", "cmd_fit", "cmd_resume", "demo_config"]
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:

@@ -227,6 +227,31 @@ class _Checker(Fields):
         return out
 
 
+def demo_config() -> Path:
+    """The bundled demo configuration (``kingen/bundled/demo.toml``), which ``kingen fit
+    --demo`` runs: the Jonas et al. (1993) scheme fitted to SYNTHETIC example recordings.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> path = kingen.demo_config()
+    >>> path.name
+    'demo.toml'
+    >>> cfg = kingen.load_config(path, overrides={"generations": 2, "population": 8})
+    >>> [p.protocol.kind for p in cfg.protocols]
+    ['deactivation', 'desensitization', 'recovery', 'dose_response']
+    >>> cfg.ga.generations, cfg.ga.population
+    (2, 8)
+    """
+    from importlib import resources
+
+    path = Path(str(resources.files("kingen") / "bundled" / "demo.toml"))
+    if not path.is_file():
+        raise KingenError("the bundled demo is missing from this installation (reinstall "
+                          "kingen)", file=str(path))
+    return path
+
+
 def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> FitConfig:
     """Read and validate a fit configuration, loading the model, protocols and data.
 

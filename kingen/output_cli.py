@@ -1,7 +1,8 @@
 """The ``kingen plot``, ``kingen report`` and ``kingen export`` commands.
 
-:func:`add_parsers` adds them to the ``kingen`` command's subparsers; each sets ``func`` to
-its handler, ``(args) -> int``. Handlers raise :class:`~kingen.errors.KingenError` for user
+:func:`add_parsers` adds them to the ``kingen`` command's subparsers; each sets ``handler``,
+``(args) -> int``, a few lines over :func:`kingen.plot_run`, :func:`kingen.write_report` and
+:mod:`kingen.export`. Handlers raise :class:`~kingen.errors.KingenError` for user
 errors (the main command prints it as one line).
 """
 
@@ -25,7 +26,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="output folder (default: <run>_figures beside the run file)")
     p.add_argument("--format", action="append", choices=("png", "pdf", "svg"),
                    help="image format; repeat for several (default: png and pdf)")
-    p.set_defaults(func=run_plot)
+    p.set_defaults(handler=run_plot)
 
     r = subparsers.add_parser(
         "report", help="HTML and markdown summary of a run",
@@ -34,7 +35,7 @@ def add_parsers(subparsers: Any) -> None:
     r.add_argument("run", type=Path, help="the run file (.h5) written by kingen fit")
     r.add_argument("-o", "--out", type=Path, default=None,
                    help="output folder (default: <run>_report beside the run file)")
-    r.set_defaults(func=run_report)
+    r.set_defaults(handler=run_report)
 
     e = subparsers.add_parser(
         "export", help="fitted model as a scheme file; fitted traces as CSV or NWB",
@@ -50,7 +51,7 @@ def add_parsers(subparsers: Any) -> None:
     e.add_argument("--protocol", metavar="NAME",
                    help="for --model: whose fitted amplitude sets model.channels; "
                         "for --nwb: the one protocol to write")
-    e.set_defaults(func=run_export)
+    e.set_defaults(handler=run_export)
 
 
 def _say(paths: list[Path]) -> None:

@@ -219,6 +219,13 @@ def plot_run(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLike[
     -------
     list of Path
         The files written.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> paths = kingen.plot_run("demo.h5", "demo_figures", formats=("png",))  # doctest: +SKIP
+    >>> sorted(p.name for p in paths)[:2]  # doctest: +SKIP
+    ['convergence.png', 'dose_response.png']
     """
     paths, _ = plot_run_detailed(run, out_dir, formats=formats, on_skip=on_skip)
     return [p for group in paths.values() for p in group]

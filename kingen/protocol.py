@@ -293,6 +293,13 @@ def standard_protocol(
         Agonist concentration of the deactivation, desensitization and recovery pulses, mM.
     force
         Lift the limits of :mod:`kingen.limits` (samples per sweep).
+
+    Examples
+    --------
+    >>> import kingen
+    >>> p = kingen.standard_protocol("recovery", exchange=0.2)
+    >>> p.n_sweeps, p.sweeps[0].label, p.sweeps[-1].label
+    (9, '5ms', '2000ms')
     """
     protocol = _standard_protocol(name, exchange=exchange, dt=dt, holding=holding,
                                   reversal=reversal, concentration=concentration)
@@ -395,6 +402,15 @@ def load_protocol(spec: str | Path, *, force: bool = False) -> Protocol:
     KingenError
         If the name is unknown, the file is unreadable or malformed, a field is wrong, or
         the protocol is larger than the limits.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> p = kingen.load_protocol("data/recovery.toml")
+    >>> p.kind, p.n_sweeps, [s.label for s in p.sweeps][:3]
+    ('recovery', 5, ['5ms', '15ms', '40ms'])
+    >>> kingen.load_protocol("deactivation").sweeps[0].label
+    '1ms'
     """
     text_spec = str(spec)
     path = Path(text_spec)

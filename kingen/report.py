@@ -292,6 +292,13 @@ def write_report(run: str | os.PathLike[str] | RunStore,
     -------
     (Path, Path)
         The HTML and markdown files.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> html, md = kingen.write_report("demo.h5")  # doctest: +SKIP
+    >>> html.name, md.name  # doctest: +SKIP
+    ('report.html', 'report.md')
     """
     store, opened = as_store(run)
     try:

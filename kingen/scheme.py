@@ -153,6 +153,15 @@ class Scheme:
         ------
         KingenError
             On any problem, naming the file, the field and the value.
+
+        Examples
+        --------
+        >>> import kingen
+        >>> scheme = kingen.Scheme.load("models/jonas_1993.toml")
+        >>> scheme.states
+        ['C0', 'C1', 'C2', 'O', 'C3', 'C4', 'C5']
+        >>> scheme.param_names[:4]
+        ['k01', 'k10', 'k12', 'k21']
         """
         name = str(path)
         p = Path(path)

@@ -574,6 +574,17 @@ class RunStore:
             If the file is missing, not HDF5, not a kingen run, corrupt, damaged or
             truncated, inconsistent, of another layout version, lacks a group, or (mode
             ``"a"``) another process writes it.
+
+        Examples
+        --------
+        >>> import kingen
+        >>> with kingen.RunStore.open("demo.h5") as store:  # doctest: +SKIP
+        ...     print(store.n_generations, store.protocol_names)
+        3 ['deactivation', 'desensitization', 'recovery', 'dose_response']
+        >>> kingen.RunStore.open("no_such_run.h5")
+        Traceback (most recent call last):
+        ...
+        kingen.errors.KingenError: no_such_run.h5: run file not found
         """
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' or 'a', not {mode!r}")

@@ -18,7 +18,7 @@ def parse(argv):
 def test_no_gpu_one_line(tmp_path, capsys):
     # the suite runs under the CUDA simulator, which analyze treats as "no GPU"
     args = parse(["analyze", "all", "--out", str(tmp_path / "out")])
-    assert args.func is cmd_analyze and args.target == "all" and not args.no_ncu
+    assert args.handler is cmd_analyze and args.target == "all" and not args.no_ncu
     assert cmd_analyze(args) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "no CUDA GPU found" in out[0]
@@ -74,7 +74,7 @@ def test_tune_without_gpu_is_one_line(tmp_path, capsys):
     from kingen.analysis.cli import cmd_tune
 
     args = parse_tune(["tune", "--model", "jonas_1993", "--out", str(tmp_path / "t")])
-    assert args.func is cmd_tune and args.out == tmp_path / "t" and args.gain == 1.05
+    assert args.handler is cmd_tune and args.out == tmp_path / "t" and args.gain == 1.05
     assert cmd_tune(args) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("kingen tune: no usable CUDA GPU")

@@ -112,12 +112,12 @@ def test_cli_handlers(run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     add_parsers(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["export", str(run[0]), "--model", str(tmp_path / "m.toml"),
                               "--csv", str(tmp_path / "csv")])
-    assert args.func(args) == 0
+    assert args.handler(args) == 0
     assert (tmp_path / "m.toml").is_file() and (tmp_path / "csv" / "recovery.csv").is_file()
     args = parser.parse_args(["export", str(run[0])])
     with pytest.raises(KingenError, match="nothing to export"):
-        args.func(args)
+        args.handler(args)
     args = parser.parse_args(["plot", str(run[0]), "-o", str(tmp_path / "f"), "--format",
                               "png"])
-    assert args.func(args) == 0 and (tmp_path / "f" / "convergence.png").is_file()
+    assert args.handler(args) == 0 and (tmp_path / "f" / "convergence.png").is_file()
     assert fitted_scheme_text(run[0]).count("[parameters]") == 1

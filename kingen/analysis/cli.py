@@ -62,7 +62,7 @@ def add_analyze_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                    help="most timed samples per kernel (each kernel is timed ~2 s)")
     p.add_argument("--compute-threshold", type=float, default=70.0, metavar="PCT")
     p.add_argument("--memory-threshold", type=float, default=70.0, metavar="PCT")
-    p.set_defaults(func=cmd_analyze)
+    p.set_defaults(handler=cmd_analyze)
     return p
 
 
@@ -123,7 +123,7 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
                    "e.g. b128 (the stage form) or prop-l4-b128")
     p.add_argument("--no-record", action="store_true",
                    help="write the log but do not record the choice for later fits")
-    p.set_defaults(func=cmd_tune)
+    p.set_defaults(handler=cmd_tune)
     return p
 
 

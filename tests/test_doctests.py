@@ -1,0 +1,44 @@
+"""The ``>>>`` examples in the docstrings of the public API run, from the repository root.
+
+``doctest.testmod`` on an explicit list of modules rather than ``pytest --doctest-modules``,
+which would import every module (GPU-only ones included).
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module -> whether it has examples that run (the others' examples are all +SKIP: a fit)
+PUBLIC_MODULES = {
+    "kingen": True,
+    "kingen.scheme": True,
+    "kingen.protocol": True,
+    "kingen.data": True,
+    "kingen.simulation": True,
+    "kingen.objective": True,
+    "kingen.fit_config": True,
+    "kingen.store": True,
+    "kingen.fit": False,
+    "kingen.plot": False,
+    "kingen.report": False,
+}
+
+
+@pytest.mark.parametrize("name", list(PUBLIC_MODULES))
+def test_docstring_examples(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # the examples name files relative to the repository root
+    module = importlib.import_module(name)
+    finder = doctest.DocTestFinder()
+    examples = sum(len(t.examples) for t in finder.find(module) if t.examples)
+    assert examples > 0, f"{name} has no docstring examples"
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, report=True,
+                             verbose=False)
+    assert result.failed == 0, f"{result.failed} docstring examples of {name} failed"
+    if PUBLIC_MODULES[name]:
+        assert result.attempted > 0, f"no docstring example of {name} ran"
