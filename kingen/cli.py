@@ -14,6 +14,7 @@ import importlib
 import json
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -100,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     except KingenError as exc:
         print(f"kingen: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`kingen info ... | head`): not an error of ours; point
+        # stdout at nothing so that the interpreter's final flush does not complain either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("kingen: interrupted", file=sys.stderr)
         return 130
