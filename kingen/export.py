@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from kingen import __version__, units
 from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
+from kingen.files import atomic_write
 from kingen.plot import FILE_MODE, safe_name
 from kingen.scheme import Scheme
 from kingen.store import RunStore, as_store
@@ -237,16 +237,12 @@ def export_model(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then move it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
         os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
 
 
 # --------------------------------------------------------------------------- traces

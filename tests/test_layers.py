@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kingen"
 # Top to bottom; each module (or package: every module under it) by its dotted name.
 # Modules DESIGN.md does not list are placed where their imports say they belong.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("model", ("kingen.errors", "kingen.units", "kingen.fields", "kingen.limits",
+    ("model", ("kingen.errors", "kingen.files", "kingen.units", "kingen.fields", "kingen.limits",
                "kingen.scheme", "kingen.shipped")),
     ("experiment", ("kingen.protocol", "kingen.data")),
     ("simulation", ("kingen.codegen", "kingen.solve")),

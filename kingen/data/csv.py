@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from kingen import units
-from kingen.data.atomic import atomic_write
 from kingen.data.types import Recording
 from kingen.errors import KingenError
+from kingen.files import atomic_write
 
 # --------------------------------------------------------------------------- CSV reading
 

@@ -1,4 +1,8 @@
-"""Writing a file through a temporary one: a crash never leaves half a file."""
+"""Writing a file through a temporary one beside it: a crash never leaves half a file.
+
+The one helper every writer of user-visible files uses (recordings, exports, reports,
+figures).
+"""
 
 from __future__ import annotations
 
