@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from kingen import __version__, units
+from kingen import __version__
 from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
 from kingen.files import atomic_write
+from kingen.params import file_factors
 from kingen.plot import FILE_MODE, safe_name
 from kingen.scheme import Scheme
 from kingen.store import RunStore, as_store
@@ -32,11 +33,6 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 # --------------------------------------------------------------------------- values
-
-def file_factors(scheme: Scheme) -> np.ndarray:
-    """Per parameter: the factor from its file unit to the internal unit."""
-    return np.array([units.parse_rate_unit(p.unit)[0] for p in scheme.parameters])
-
 
 def to_file_units(scheme: Scheme, values: np.ndarray) -> np.ndarray:
     """Parameter values (internal units) in the units the scheme file writes them in."""

@@ -10,8 +10,8 @@ import math
 import h5py
 import numpy as np
 
-from kingen import units
 from kingen.data import DoseResponseTable, Recording, RecoveryTable, Target, Targets
+from kingen.params import file_factors
 from kingen.protocol import Protocol, Pulse, Sweep, Transient
 from kingen.scheme import Scheme
 from kingen.store.datasets import (
@@ -38,7 +38,7 @@ def _write_scheme(g: h5py.Group, s: Scheme) -> None:
                          ("initial", init, "f8")], s.n_states,
            {"conductance": "pS", "initial": "1"}, "initial NaN: equilibrium at zero agonist")
     pars = s.parameters
-    fac = np.array([units.parse_rate_unit(p.unit)[0] for p in pars])
+    fac = file_factors(s)
     _table(g, "parameters", [
         ("name", [p.name for p in pars], _STR),
         ("value", s.values, "f8"), ("lower", s.lower, "f8"), ("upper", s.upper, "f8"),
