@@ -42,9 +42,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from kingen._version import __version__
 from kingen.errors import KingenError
-
-__version__ = "0.1.0"
 
 # public name -> (module, attribute); attribute None: the module itself.
 _LAZY: dict[str, tuple[str, str | None]] = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kingen import __version__
+from kingen._version import __version__
 from kingen.errors import KingenError
 
 # Modules that add their own subcommands with ``add_parsers(subparsers)``.

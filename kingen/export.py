@@ -14,16 +14,17 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kingen import __version__, units
+from kingen._version import __version__
 from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
+from kingen.files import atomic_write
+from kingen.params import file_factors
 from kingen.plot import FILE_MODE, safe_name
 from kingen.scheme import Scheme
 from kingen.store import RunStore, as_store
@@ -32,11 +33,6 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 # --------------------------------------------------------------------------- values
-
-def file_factors(scheme: Scheme) -> np.ndarray:
-    """Per parameter: the factor from its file unit to the internal unit."""
-    return np.array([units.parse_rate_unit(p.unit)[0] for p in scheme.parameters])
-
 
 def to_file_units(scheme: Scheme, values: np.ndarray) -> np.ndarray:
     """Parameter values (internal units) in the units the scheme file writes them in."""
@@ -237,16 +233,12 @@ def export_model(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then move it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
         os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
 
 
 # --------------------------------------------------------------------------- traces

@@ -476,9 +476,9 @@ def _environment(objective: Objective, precision: str) -> dict[str, str]:
     import deap
     import scipy
 
-    import kingen
+    from kingen._version import __version__
 
-    env = {"kingen": kingen.__version__, "python": platform.python_version(),
+    env = {"kingen": __version__, "python": platform.python_version(),
            "platform": platform.platform(), "numpy": np.__version__,
            "scipy": scipy.__version__, "numba": numba.__version__, "deap": deap.__version__,
            "backend": objective.simulator.backend, "device": objective.simulator.device,

@@ -217,6 +217,11 @@ def file_unit_factor(p) -> float:
     return factor
 
 
+def file_factors(scheme: Scheme) -> np.ndarray:
+    """Per parameter: the factor from its file unit to the internal unit."""
+    return np.array([file_unit_factor(p) for p in scheme.parameters])
+
+
 def to_file_units(scheme: Scheme, params: np.ndarray) -> dict[str, float]:
     """Parameter values in each parameter's file unit, by name."""
     return {p.name: float(params[i]) / file_unit_factor(p)

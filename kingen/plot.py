@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from kingen.errors import KingenError
+from kingen.files import atomic_write
 from kingen.protocol import Protocol
 from kingen.store import RunStore, as_store
 
@@ -78,18 +78,14 @@ def _figure(kind: str, **kwargs: Any) -> Figure:
 
 def _save(fig: Figure, path: Path) -> Path:
     """Save atomically (temporary file, then rename); the format comes from the suffix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lstrip(".").lower() or "png"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp.{fmt}", dir=path.parent)
-    os.close(fd)
-    try:
+
+    def write(tmp: Path) -> None:
         with matplotlib.rc_context(STYLE):
             fig.savefig(tmp, format=fmt, dpi=DPI)
         os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
     return path
 
 

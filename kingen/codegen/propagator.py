@@ -341,7 +341,9 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     >>> from kingen.scheme import Scheme
     >>> s = Scheme.load("models/jonas_1993.toml")
     >>> code = generate_propagator(s, "objective")
-    >>> "def build_thread(" in code.source and "p0 + n0" in code.source
+    >>> "def build_thread(" in code.source and "p0 * d0_0" in code.source
+    True
+    >>> "Dk[i, j]" in generate_propagator(s, "objective", target="cpu").source
     True
     """
     check_mode(mode)

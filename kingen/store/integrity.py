@@ -1,0 +1,409 @@
+"""A run file's integrity: the writer lock, opening (a truncated or damaged file refused in
+one line; a file left open by a killed writer rebuilt from what it committed), the
+marker and version checks, the consistency of counters and data, the resume state's
+schema, and the refusal to overwrite inputs or files that are not run files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from kingen.errors import KingenError
+from kingen.store.datasets import MAX_COLUMNS, MAX_STATE_DIMS, STATE_KINDS, _key, _load, _one, _text
+from kingen.store.layout import LAYOUT_VERSION, MARKER, REQUIRED_GROUPS
+
+try:  # POSIX; elsewhere a run file is not locked against a second writer
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+_ALREADY_OPEN = "already open for write"
+
+
+# --------------------------------------------------------------------------- the writer lock
+
+class WriterLock:
+    """An OS lock (``flock``) held by the one process that writes a run file.
+
+    The lock is on a hidden sibling, ``.<run file name>.lock``, not on the run file: the
+    run file is replaced (``--overwrite``, a killed run's rebuild) while the lock is held.
+    The holder writes its PID and host into the lock file, for the refusal message. The
+    OS drops the lock when the holder dies, however it dies, so a killed run never leaves
+    a stale lock.
+    """
+
+    def __init__(self, run_path: Path) -> None:
+        self.run_path = run_path
+        self.path = run_path.with_name(f".{run_path.name}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise KingenError naming the process that holds it."""
+        if fcntl is None or self._fd is not None:  # pragma: no cover - not POSIX
+            return
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise KingenError(f"cannot create the lock file {self.path.name} beside the "
+                                  f"run file: {exc.strerror}", file=str(self.run_path)
+                                  ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.read(fd, 200).decode("utf-8", "replace").split()
+                os.close(fd)
+                who = (f"process {holder[0]} on {holder[1]}" if len(holder) >= 2
+                       else "another process")
+                raise KingenError(f"the run file is being written by {who} (lock "
+                                  f"{self.path.name}); wait for that run to end, or stop it",
+                                  file=str(self.run_path)) from None
+            # The previous holder removes the lock file before letting go: if the path no
+            # longer names the file locked here, lock again.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {platform.node()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let go of the lock (removing the lock file first, while still holding it)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+
+def _mark_writer(run: h5py.Group) -> None:
+    """Record which process writes the file (attributes are fixed once SWMR starts)."""
+    run.attrs["writer_pid"] = os.getpid()
+    run.attrs["writer_host"] = platform.node()
+
+
+def _live_writer(f: h5py.File) -> int | None:
+    """The id of a process on this host that is still writing the file, if any."""
+    run = f["run"]
+    pid = int(run.attrs.get("writer_pid", 0))
+    if not pid or _text(run.attrs.get("writer_host", "")) != platform.node():
+        return None
+    if pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def _corrupt(name: str, exc: BaseException) -> KingenError:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return KingenError(f"not a readable HDF5 file: corrupt or truncated run file (HDF5 says: "
+                       f"{detail})", file=name)
+
+
+def _unreadable(p: Path) -> KingenError:
+    # HDF5's own words vary between its versions and say little more: left out
+    return KingenError("not a readable HDF5 file: its header (superblock) or metadata is "
+                       "damaged, or the file is incomplete", file=str(p))
+
+
+def _superblock(p: Path) -> tuple[int, int] | None:
+    """(consistency flags, end-of-file address) of a version 2 or 3 HDF5 superblock.
+
+    None for other superblocks (or a user block before it): the checks that use it are
+    then left to HDF5.
+    """
+    with open(p, "rb") as fh:
+        head = fh.read(48)
+    if len(head) < 48 or head[:8] != b"\x89HDF\r\n\x1a\n" or head[8] not in (2, 3):
+        return None
+    if head[9] != 8:  # size of offsets: kingen files, like h5py's, use 8
+        return None
+    return head[11], struct.unpack("<Q", head[28:36])[0]
+
+
+def _check_eof(p: Path) -> tuple[int, int] | None:
+    """The superblock's (flags, end of file); KingenError if the file is shorter."""
+    info = _superblock(p)
+    size = p.stat().st_size
+    if info is not None and info[1] > size:
+        # Checked here because an SWMR reader skips HDF5's own check, then waits on
+        # metadata that is not there.
+        raise KingenError(f"truncated run file: {size} bytes where its HDF5 header says "
+                          f"{info[1]} (an incomplete copy?)", file=str(p))
+    return info
+
+
+def _open_read(p: Path) -> h5py.File:
+    """Open for reading: as an SWMR reader when a writer has (or had) the file open."""
+    info = _check_eof(p)
+    swmr_first = info is None or info[0] != 0
+    attempts = (True, False) if swmr_first else (False,)
+    error: Exception | None = None
+    for swmr in attempts:
+        try:
+            if swmr:
+                return h5py.File(p, "r", libver="latest", swmr=True, locking=False)
+            return h5py.File(p, "r", locking=False)
+        # h5py raises RuntimeError for some damaged superblocks
+        except (OSError, RuntimeError, ValueError) as exc:
+            error = error or exc
+    assert error is not None
+    raise _unreadable(p) from None
+
+
+def _open_append(p: Path) -> h5py.File:
+    _check_eof(p)
+    try:
+        return h5py.File(p, "a", libver="latest")
+    except (OSError, RuntimeError, ValueError) as exc:
+        if _ALREADY_OPEN not in str(exc):
+            raise _unreadable(p) from None
+    # The superblock still says a writer has the file: either one does, or a run was
+    # killed. A live writer would have to be stopped first; a killed run's file is
+    # rebuilt from what it committed.
+    _rebuild(p)
+    try:
+        return h5py.File(p, "a", libver="latest")
+    except (OSError, RuntimeError, ValueError):
+        raise _unreadable(p) from None
+
+
+def _rebuild(p: Path) -> None:
+    """Copy a file left open by a killed writer into a fresh file, then swap it in.
+
+    HDF5 refuses to open such a file for writing (its superblock still marks the writer);
+    an SWMR reader can read it, and everything it committed is copied. A kill during the
+    copy leaves the original untouched.
+    """
+    tmp = p.with_name(f".{p.name}.rebuild.tmp")
+    src = _open_read(p)
+    try:
+        _validate(src, str(p))
+        pid = _live_writer(src)
+        if pid is not None:
+            raise KingenError(f"the run is still being written by process {pid}: stop it "
+                              "before resuming", file=str(p))
+        with h5py.File(tmp, "w", libver="latest") as dst:
+            for k, v in src.attrs.items():
+                dst.attrs[k] = v
+            for member in src:
+                src.copy(src[member], dst, name=member)
+    except BaseException:
+        src.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    src.close()
+    os.replace(tmp, p)
+
+
+def _validate(f: h5py.File, name: str) -> None:
+    marker = f.attrs.get("kingen_run")
+    if marker is None or _text(marker) != MARKER:
+        raise KingenError("an HDF5 file, but not a kingen run file (no 'kingen_run' "
+                          "attribute on its root group)", file=name)
+    version = f.attrs.get("layout_version")
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        raise KingenError("run file without a valid layout version", file=name,
+                          field="/layout_version", value=version) from None
+    if version > LAYOUT_VERSION:
+        raise KingenError(f"run file of layout version {version}, written by a newer kingen; "
+                          f"this kingen reads up to version {LAYOUT_VERSION}: upgrade kingen "
+                          "(pip install -U kingen)", file=name, field="/layout_version",
+                          value=version)
+    if version < LAYOUT_VERSION:
+        # Version 1 kept the resume state as a pickle, which runs code when it is read: such
+        # a file is not read at all (not even its plots), rather than half-trusted.
+        raise KingenError(f"run file of layout version {version}, from an older kingen: its "
+                          "resume state is a Python pickle, which could run code when read, "
+                          f"so this kingen (layout version {LAYOUT_VERSION}) refuses it; run "
+                          "the fit again", file=name, field="/layout_version", value=version)
+    for group in REQUIRED_GROUPS:
+        if group not in f or not isinstance(f[group], h5py.Group):
+            raise KingenError("missing group: the run file is incomplete or was edited",
+                              file=name, field=f"/{group}")
+
+
+def _inconsistent(name: str, field: str, value: Any, what: str) -> KingenError:
+    return KingenError(f"inconsistent run file: {what}", file=name, field=field, value=value)
+
+
+def _check_consistency(f: h5py.File, name: str) -> list[str]:
+    """Check once, at opening, that the counters agree with the data; returns the protocol
+    names. Attributes carry no checksum, so they are checked against the datasets too."""
+    _validate(f, name)
+    try:
+        names = json.loads(_text(f["protocols"].attrs["names"]))
+    except (KeyError, ValueError) as exc:
+        raise _inconsistent(name, "/protocols.names", None, f"unreadable ({exc})") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _inconsistent(name, "/protocols.names", names, "not a list of protocol names")
+    for n in names:
+        if _key(n) not in f["protocols"] or not isinstance(f["protocols"][_key(n)], h5py.Group):
+            raise _inconsistent(name, "/protocols.names", n, "no group for this protocol")
+
+    def ds(path: str, ndim: int, kind: str) -> h5py.Dataset:
+        obj = f.get(path)
+        if not isinstance(obj, h5py.Dataset):
+            raise _inconsistent(name, f"/{path}", None, "missing dataset")
+        if obj.ndim != ndim or obj.dtype.kind not in kind:
+            raise _inconsistent(name, f"/{path}", f"{obj.dtype} {obj.shape}",
+                                f"expected {ndim} dimensions of kind {kind!r}")
+        if f.swmr_mode and f.mode == "r":
+            obj.refresh()
+        return obj
+
+    n_par = ds("scheme/parameters", 1, "V").shape[0]
+    n_prot = len(names)
+    commit = np.asarray(_load(ds("run/commit", 1, "iu")), dtype=np.int64)
+    if commit.shape != (3,):
+        raise _inconsistent(name, "/run/commit", commit.shape, "expected 3 counters")
+    rows, slot = int(commit[0]), int(commit[1])
+    gen = {k: ds(f"generations/{k}", nd, kind) for k, nd, kind in (
+        ("population", 3, "f"), ("errors", 3, "f"), ("fitness", 2, "f"), ("fail", 2, "i"),
+        ("generation", 1, "i"), ("size", 1, "i"), ("stats", 2, "f"), ("timings", 2, "f"))}
+    if rows < 0 or any(d.shape[0] < rows for d in gen.values()):
+        short = min(d.shape[0] for d in gen.values())
+        raise _inconsistent(name, "/run/commit[0]", rows, f"generations committed, but "
+                            f"{short} rows stored")
+    if slot not in (0, 1):
+        raise _inconsistent(name, "/run/commit[1]", slot, "resume slot out of range (0 or 1)")
+    width = gen["population"].shape[1]
+    widths = {"population": (width, n_par), "errors": (width, n_prot), "fitness": (width,),
+              "fail": (width,), "stats": (MAX_COLUMNS,), "timings": (MAX_COLUMNS,)}
+    for k, want in widths.items():
+        if gen[k].shape[1:] != want:
+            raise _inconsistent(name, f"/generations/{k}", gen[k].shape,
+                                f"rows of the wrong width (expected {want})")
+    if rows:
+        sizes = np.asarray(_load(gen["size"], np.s_[:rows]))
+        bad = np.flatnonzero((sizes < 0) | (sizes > width))
+        if bad.size:
+            raise _inconsistent(name, f"/generations/size[{bad[0]}]", int(sizes[bad[0]]),
+                                f"more candidates than the {width} rows stored")
+        last = int(_load(gen["generation"], rows - 1))
+        if last != int(commit[2]):
+            raise _inconsistent(name, "/run/commit[2]", int(commit[2]), "is not the last "
+                                f"committed generation number ({last})")
+        res = f["resume"]
+        if f"slot_{slot}" not in res:
+            raise _inconsistent(name, f"/resume/slot_{slot}", None, "missing resume slot")
+    for path, length in (("generations/free_mask", n_par), ("best/params", n_par),
+                         ("best/errors", n_prot), ("best/amplitudes", n_prot),
+                         ("generations/stats_names", MAX_COLUMNS),
+                         ("generations/timings_names", MAX_COLUMNS)):
+        d = ds(path, 1, "biufS")
+        if d.shape[0] != length:
+            raise _inconsistent(name, f"/{path}", d.shape[0], f"length, expected {length}")
+    hof_size = int(_one(ds("hall_of_fame/size", 1, "iu")))
+    hof = ds("hall_of_fame/params", 2, "f")
+    hof_fit = ds("hall_of_fame/fitness", 1, "f")
+    if hof.shape[1:] != (n_par,) or not 0 <= hof_size <= min(hof.shape[0], hof_fit.shape[0]):
+        raise _inconsistent(name, "/hall_of_fame/size", hof_size, "does not match the stored "
+                            f"hall of fame {hof.shape}")
+    for p in names:
+        g = f["data"].get(_key(p))
+        if isinstance(g, h5py.Group):
+            n_samples = np.asarray(_load(ds(f"{g.name[1:]}/n_samples", 1, "iu")))
+            cur = ds(f"{g.name[1:]}/current_pA", 2, "f")
+            if n_samples.shape[0] != cur.shape[0] or (n_samples > cur.shape[1]).any() or (
+                    n_samples < 0).any():
+                raise _inconsistent(name, f"{g.name}/n_samples", n_samples.tolist(),
+                                    f"does not match the stored sweeps {cur.shape}")
+    return names
+
+
+def _state_schema(fields: Mapping[str, tuple[Any, tuple[int, ...]]]
+                  ) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    out = {}
+    for name, (dtype, shape) in fields.items():
+        dt = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        if (not name or "/" in name or name in ("shapes", ".") or dt.kind not in STATE_KINDS
+                or len(shape) > MAX_STATE_DIMS):
+            raise ValueError(f"resume state field {name!r}: numbers of up to "
+                             f"{MAX_STATE_DIMS} dimensions only ({dt}, {shape})")
+        out[name] = (dt, shape)
+    return out
+
+
+def _state_names(g: h5py.Group) -> list[str]:
+    """A resume slot's field names, checked: each a dataset of numbers, nothing else."""
+    where = g.name
+    try:
+        names = json.loads(_text(g.attrs["fields"]))
+    except (KeyError, ValueError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise KingenError("inconsistent run file: no list of resume state fields",
+                          file=g.file.filename, field=f"{where}.fields")
+    if set(g) != set(names) | {"shapes"}:
+        raise KingenError("inconsistent run file: resume state fields do not match the slot's "
+                          "datasets", file=g.file.filename, field=where,
+                          value=sorted(set(g) ^ (set(names) | {"shapes"})))
+    shapes = g["shapes"]
+    if not isinstance(shapes, h5py.Dataset) or shapes.shape != (
+            max(len(names), 1), MAX_STATE_DIMS) or shapes.dtype.kind != "i":
+        raise KingenError("inconsistent run file: malformed table of resume state shapes",
+                          file=g.file.filename, field=f"{where}/shapes")
+    for n in names:
+        ds = g[n]
+        ndim = ds.attrs.get("ndim") if isinstance(ds, h5py.Dataset) else None
+        if (ndim is None or ds.dtype.kind not in STATE_KINDS or ds.dtype.fields is not None
+                or int(ndim) != ds.ndim - (ds.ndim == 1 and int(ndim) == 0)):
+            raise KingenError("malformed resume state: only arrays of numbers are read",
+                              file=g.file.filename, field=f"{where}/{n}",
+                              value=str(getattr(ds, "dtype", type(ds).__name__)))
+    return names
+
+
+def _refuse_inputs(p: Path, inputs: Mapping[str, str]) -> None:
+    """KingenError if ``p`` is one of the run's input files."""
+    for path, role in inputs.items():
+        q = Path(path)
+        same = q.resolve() == p.resolve()
+        if not same and q.exists() and p.exists():
+            same = os.path.samefile(q, p)
+        if same:
+            raise KingenError(f"output is this fit's {role} ({path}); refusing to overwrite "
+                              "an input: choose another output file", file=str(p))
+
+
+def _refuse_non_run(p: Path) -> None:
+    """KingenError unless ``p`` carries the kingen run-file marker (it is then replaced)."""
+    if not is_run_file(p):
+        raise KingenError("not a kingen run file; refusing to overwrite it (choose another "
+                          "output file, or remove this one yourself)", file=str(p))
+
+
+def is_run_file(path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` is an HDF5 file with the kingen run marker (of any layout version,
+    damaged or not: only the marker is read)."""
+    p = Path(path)
+    try:
+        if not p.is_file() or p.stat().st_size == 0 or not h5py.is_hdf5(p):
+            return False
+        with _open_read(p) as f:
+            marker = f.attrs.get("kingen_run")
+            return marker is not None and _text(marker) == MARKER
+    except (KingenError, OSError, RuntimeError, ValueError):
+        return False
