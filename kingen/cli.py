@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "without a file, the installation and its GPU.")
     info.add_argument("model", nargs="?", help="scheme file (TOML)")
     info.add_argument("--force", action="store_true", help=FORCE_HELP)
+    info.add_argument("--kernel", choices=["stage", "propagator"],
+                      help="print the scheme's generated solver code in this form instead "
+                      "(objective mode; the legend at its top names every variable)")
     info.set_defaults(handler=cmd_info)
 
     for name in _COMMAND_MODULES:
@@ -233,10 +236,18 @@ def _show(value) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """``kingen info``: a scheme's summary, or the installation's."""
+    if args.kernel and not args.model:
+        raise KingenError("--kernel needs a scheme file", field="--kernel", value=args.kernel)
     if args.model:
         from kingen.scheme import Scheme, exp_text
 
         s = Scheme.load(args.model, force=args.force)
+        if args.kernel:
+            from kingen.codegen import generate, generate_propagator
+
+            make = generate if args.kernel == "stage" else generate_propagator
+            print(make(s, "objective").source, end="")
+            return 0
         print(f"{s.name}  ({s.path})")
         if s.source:
             print(f"source: {s.source}")

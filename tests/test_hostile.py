@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_scheme import TWO_STATE
 
 from kingen import limits
 from kingen.cli import main
@@ -21,22 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 MODEL = DATA / "jonas_1993_reversible.toml"
 
-TWO_STATE = """
-[model]
-name = "two-state"
-[units]
-time = "s"
-concentration = "M"
-[states]
-C = { conductance = 0 }
-O = { conductance = 20 }
-[parameters]
-kon = { value = 1e7, unit = "M^-1 s^-1", bounds = [1e6, 1e8] }
-koff = { value = 500, unit = "1/s", bounds = [50, 5000] }
-[transitions]
-"C -> O" = "kon * glu"
-"O -> C" = "koff"
-"""
 
 CYCLE = """
 [model]

@@ -134,3 +134,17 @@ def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size(
     assert default_config(_scheme("robert_howe_2003"), "float32").lanes == 2
     with pytest.raises(ValueError, match="power of two"):
         generate_propagator(scheme, "objective", lanes=3)
+
+
+def test_kingen_info_prints_the_generated_kernel_with_its_legend(capsys):
+    from kingen.cli import main
+
+    path = str(next(p for p in MODELS if p.stem == "jonas_1993"))
+    assert main(["info", path, "--kernel", "propagator"]) == 0
+    out = capsys.readouterr().out
+    assert "def build_thread(" in out and "#   p0 = occupancy of C0" in out
+    assert main(["info", path, "--kernel", "stage"]) == 0
+    assert "def build_thread(" not in capsys.readouterr().out
+    assert main(["info", "--kernel", "stage"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kingen: error: --kernel = 'stage': --kernel needs a scheme file")

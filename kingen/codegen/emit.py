@@ -182,13 +182,18 @@ class Emitter:
         self.deriv(ind, "y")
         for j in range(S):
             if self.compensated:
-                a(f"{ind}dl = h6 * (s{j} + f{j}) - e{j}")
-                a(f"{ind}tp = p{j} + dl")
-                a(f"{ind}e{j} = (tp - p{j}) - dl")
-                a(f"{ind}p{j} = tp")
+                self.add_compensated(ind, f"p{j}", f"p{j}", f"e{j}", f"h6 * (s{j} + f{j})")
             else:
                 a(f"{ind}p{j} = p{j} + h6 * (s{j} + f{j})")
             self.flush(ind, f"p{j}", f"e{j}" if self.compensated else None)
+
+    def add_compensated(self, ind: str, target: str, base: str, comp: str,
+                        increment: str) -> None:
+        """``target`` = ``base`` + ``increment``, Kahan-compensated by ``comp``."""
+        self(f"{ind}dl = {increment} - {comp}")
+        self(f"{ind}tp = {base} + dl")
+        self(f"{ind}{comp} = (tp - {base}) - dl")
+        self(f"{ind}{target} = tp")
 
     def flush(self, ind: str, var: str, comp: str | None = None) -> None:
         """Zero ``var`` (and its compensation term) when it is below ``flush_below``."""

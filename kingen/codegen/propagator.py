@@ -94,10 +94,7 @@ def _build(a: Emitter, d_flush: float, layout: str) -> None:
 def _update(a: Emitter, ind: str, new: str, old: str, comp: str, terms: list[str]) -> None:
     """``new`` = ``old`` + Σ terms, compensated (Kahan) in float32."""
     if a.compensated:
-        a(f"{ind}dl = {dot(terms, 2)} - {comp}")
-        a(f"{ind}tp = {old} + dl")
-        a(f"{ind}{comp} = (tp - {old}) - dl")
-        a(f"{ind}{new} = tp")
+        a.add_compensated(ind, new, old, comp, dot(terms, 2))
     else:
         # the old value starts one of the two chains: no separate add
         a(f"{ind}{new} = {dot([old] + terms, 2)}")
@@ -126,14 +123,37 @@ def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
     a(f"{ind}    return")
 
 
-def _sample_value(a: Emitter, ind: str, mode: str, renorm_tot: str | None,
-                  writer: str | None) -> None:
+def _sample_value(a: Emitter, ind: str, mode: str, writer: str | None) -> None:
     """Reduce or store the current ``g`` of a propagated sample (no checks: see
-    :func:`_row_end_check`); renormalise by ``renorm_tot`` in float32."""
+    :func:`_row_end_check`)."""
     a(f"{ind}smp += 1")
     a(f"{ind}code = 0")
     a.store_sample(ind, mode, [], writer=writer, prefetched=True)
     a.prefetch(ind, mode, 1)
+
+
+def _whole_state_sample(a: Emitter, ind: str, ind2: str, mode: str, with_occupancy: bool,
+                        p: list[str]) -> None:
+    """The sample after a product, when one thread holds the whole state ``p``, and the
+    row's checks after the loop."""
+    F = a.cast
+    a(f"{ind2}if rec == 1:")
+    ind3 = ind2 + "    "
+    g = " + ".join(f"{a.const(a.scheme.conductance[i])} * {x}" for i, x in enumerate(p)
+                   if a.scheme.conductance[i] != 0.0)
+    a(f"{ind3}g = float({g}) * drv")
+    if a.compensated:
+        a(f"{ind3}rn = {F}(1.0) / (" + " + ".join(p) + ")")
+        for x in p:
+            a(f"{ind3}{x} = {x} * rn")
+    if with_occupancy:
+        a(f"{ind3}smp += 1")
+        a(f"{ind3}code = 0")
+        a.store_sample(ind3, mode, p)
+    else:
+        _sample_value(a, ind3, mode, None)
+    _row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
+                                                     for x in p), mode, None)
 
 
 def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None:
@@ -150,24 +170,7 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None
     for j in range(S):
         a(f"{ind2}p{j} = n{j}")
         a.flush(ind2, f"p{j}", f"e{j}" if a.compensated else None)
-    a(f"{ind2}if rec == 1:")
-    ind3 = ind2 + "    "
-    g = " + ".join(f"{a.const(a.scheme.conductance[i])} * p{i}" for i in range(S)
-                   if a.scheme.conductance[i] != 0.0)
-    a(f"{ind3}g = float({g}) * drv")
-    if a.compensated:
-        a(f"{ind3}rn = {F}(1.0) / (" + " + ".join(f"p{i}" for i in range(S)) + ")")
-        for i in range(S):
-            a(f"{ind3}p{i} = p{i} * rn")
-    if with_occupancy:
-        a(f"{ind3}smp += 1")
-        a(f"{ind3}code = 0")
-        a.store_sample(ind3, mode, [f"p{i}" for i in range(S)])
-    else:
-        _sample_value(a, ind3, mode, None, None)
-    _row_end_check(a, ind, " + ".join(f"p{i}" for i in range(S)),
-                   " or ".join(f"p{i} < -tol or p{i} > 1.0 + tol" for i in range(S)),
-                   mode, None)
+    _whole_state_sample(a, ind, ind2, mode, with_occupancy, [f"p{i}" for i in range(S)])
 
 
 def _loop_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None:
@@ -191,9 +194,7 @@ def _loop_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None:
     a(f"{ind2}        nv[j] += x * Dk[i, j]")
     a(f"{ind2}for j in range({S}):")
     if a.compensated:
-        a(f"{ind2}    dl = nv[j] - ev[j]")
-        a(f"{ind2}    y = pv[j] + dl")
-        a(f"{ind2}    ev[j] = (y - pv[j]) - dl")
+        a.add_compensated(ind2 + "    ", "y", "pv[j]", "ev[j]", "nv[j]")
     else:
         a(f"{ind2}    y = pv[j] + nv[j]")
     if a.flush_below > 0.0:
@@ -202,24 +203,7 @@ def _loop_row(a: Emitter, ind: str, mode: str, with_occupancy: bool) -> None:
         if a.compensated:
             a(f"{ind2}        ev[j] = {F}(0.0)")
     a(f"{ind2}    pv[j] = y")
-    a(f"{ind2}if rec == 1:")
-    ind3 = ind2 + "    "
-    g = " + ".join(f"{a.const(a.scheme.conductance[i])} * pv[{i}]" for i in range(S)
-                   if a.scheme.conductance[i] != 0.0)
-    a(f"{ind3}g = float({g}) * drv")
-    if a.compensated:
-        a(f"{ind3}rn = {F}(1.0) / (" + " + ".join(f"pv[{i}]" for i in range(S)) + ")")
-        a(f"{ind3}for j in range({S}):")
-        a(f"{ind3}    pv[j] = pv[j] * rn")
-    if with_occupancy:
-        a(f"{ind3}smp += 1")
-        a(f"{ind3}code = 0")
-        a.store_sample(ind3, mode, [f"pv[{i}]" for i in range(S)])
-    else:
-        _sample_value(a, ind3, mode, None, None)
-    _row_end_check(a, ind, " + ".join(f"pv[{i}]" for i in range(S)),
-                   " or ".join(f"pv[{i}] < -tol or pv[{i}] > 1.0 + tol" for i in range(S)),
-                   mode, None)
+    _whole_state_sample(a, ind, ind2, mode, with_occupancy, [f"pv[{i}]" for i in range(S)])
     for j in range(S):
         a(f"{ind}p{j} = pv[{j}]")
         if a.compensated:
@@ -275,7 +259,7 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
             a(f"{ind3}rn = {F}(1.0) / tq")
             for k in range(C):
                 a(f"{ind3}o{k} = o{k} * rn")
-        _sample_value(a, ind3, mode, None, "lane == 0")
+        _sample_value(a, ind3, mode, "lane == 0")
         for k in range(C):
             a(f"{ind2}{dst}[{k}] = o{k}")
         a(f"{ind2}WARP_SYNC(gmask)")
