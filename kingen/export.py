@@ -25,7 +25,7 @@ from kingen.errors import KingenError
 from kingen.fields import loads_toml
 from kingen.files import atomic_write
 from kingen.params import file_factors
-from kingen.plot import FILE_MODE, safe_name
+from kingen.plot import safe_name
 from kingen.scheme import Scheme
 from kingen.store import RunStore, as_store
 
@@ -236,7 +236,6 @@ def write_text_atomic(path: Path, text: str) -> None:
 
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
-        os.chmod(tmp, FILE_MODE)
 
     atomic_write(path, write)
 

@@ -52,16 +52,6 @@ STYLE = {
 }
 
 
-def _file_mode() -> int:
-    """rw for everyone the umask allows: what open() would have given (mkstemp gives 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-FILE_MODE = _file_mode()
-
-
 def protocol_color(index: int) -> str:
     """The colour of the run's ``index``-th protocol."""
     return PROTOCOL_COLORS[index % len(PROTOCOL_COLORS)]
@@ -83,7 +73,6 @@ def _save(fig: Figure, path: Path) -> Path:
     def write(tmp: Path) -> None:
         with matplotlib.rc_context(STYLE):
             fig.savefig(tmp, format=fmt, dpi=DPI)
-        os.chmod(tmp, FILE_MODE)
 
     atomic_write(path, write)
     return path

@@ -45,3 +45,13 @@ def test_a_registered_reader_is_used_and_given_the_channel(tmp_path: Path,
     assert data.reader_suffixes()[-1] == ".demo"
     with pytest.raises(KingenError, match=r"use \.csv, \.nwb, \.abf or \.demo"):
         data.load_recording(tmp_path / "x.txt")
+
+
+
+def test_written_files_get_the_permissions_open_would_give(tmp_path):
+    from kingen.files import atomic_write
+
+    atomic_write(tmp_path / "a.csv", lambda p: p.write_text("x"))
+    (tmp_path / "b.csv").write_text("x")  # what open() gives under this umask
+    mode = (tmp_path / "a.csv").stat().st_mode & 0o777
+    assert mode == (tmp_path / "b.csv").stat().st_mode & 0o777 and mode & 0o044
