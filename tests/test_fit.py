@@ -11,7 +11,7 @@ import numba
 import numpy as np
 import pytest
 from deap import tools
-from test_fit_helpers import ROOT, TRUTH_MODEL, write_problem
+from test_fit_helpers import ROOT, TRUTH_MODEL, whole_and_half_run, write_problem
 
 import kingen.fit
 import kingen.solve.batch as batch
@@ -170,13 +170,7 @@ def test_tournament_picks_as_argmin_with_ties_infinities_and_nans():
 
 
 def test_resume_ends_as_an_uninterrupted_run(tmp_path):
-    whole = tmp_path / "whole"
-    whole.mkdir()
-    full = fit(write_problem(whole, ga="generations = 4"), progress=False)
-    part = tmp_path / "part"
-    part.mkdir()
-    cfg = write_problem(part, ga="generations = 4")
-    fit(cfg, progress=False, overrides={"generations": 2})
+    full, part = whole_and_half_run(tmp_path, "generations = 4", 2)
     resumed = resume(part / "run.h5", progress=False, generations=4)
     assert resumed.generations == 4
     np.testing.assert_array_equal(resumed.params, full.params)

@@ -108,3 +108,16 @@ def recovery_problem(tmp: Path, *, dt: float, free: list[str], population: int,
     cfg = tmp / "fit.toml"
     cfg.write_text(text, encoding="utf-8")
     return cfg, {"clean": clean, "peak": peak, "protocols": protocols, "truth": values}
+
+
+def whole_and_half_run(tmp: Path, ga: str, half: int) -> tuple[object, Path]:
+    """A fit run to its end in ``tmp/whole``, and the same fit stopped after ``half``
+    generations in ``tmp/part``: the uninterrupted result and the stopped run's folder."""
+    from kingen.fit import fit
+
+    whole, part = tmp / "whole", tmp / "part"
+    whole.mkdir()
+    part.mkdir()
+    full = fit(write_problem(whole, ga=ga), progress=False)
+    fit(write_problem(part, ga=ga), progress=False, overrides={"generations": half})
+    return full, part

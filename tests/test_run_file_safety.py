@@ -20,7 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from test_fit_helpers import write_problem
+from test_fit_helpers import whole_and_half_run, write_problem
 
 from kingen.cli import main
 from kingen.fit import fit, resume
@@ -328,13 +328,7 @@ def test_a_second_writer_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:
 
 def test_resume_uses_the_stored_scheme_and_says_the_file_differs(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    whole = tmp_path / "whole"
-    whole.mkdir()
-    full = fit(write_problem(whole, ga="generations = 4"), progress=False)
-    part = tmp_path / "part"
-    part.mkdir()
-    cfg = write_problem(part, ga="generations = 4")
-    fit(cfg, progress=False, overrides={"generations": 2})
+    full, part = whole_and_half_run(tmp_path, "generations = 4", 2)
     model = part / "model.toml"
     text = model.read_text(encoding="utf-8")
     model.write_text(text.replace("bounds = [0.459, 45.9]", "bounds = [0.1, 100]"),
@@ -351,12 +345,7 @@ def test_resume_uses_the_stored_scheme_and_says_the_file_differs(
 
 def test_cmaes_resume_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
     ga = 'algorithm = "cmaes"\noffspring = 10\ngenerations = 5'
-    whole = tmp_path / "whole"
-    whole.mkdir()
-    full = fit(write_problem(whole, ga=ga), progress=False)
-    part = tmp_path / "part"
-    part.mkdir()
-    fit(write_problem(part, ga=ga), progress=False, overrides={"generations": 2})
+    full, part = whole_and_half_run(tmp_path, ga, 2)
     with RunStore.open(part / "run.h5") as st:
         _, state = st.last_state()
         assert state["cma_C"].shape == (state["genes"].shape[1],) * 2
