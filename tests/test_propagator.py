@@ -180,7 +180,8 @@ def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size(
             in source)
     assert default_config(scheme).lanes == 1
     assert default_config(_scheme("robert_howe_2003"), "float64").lanes == 4
-    assert default_config(_scheme("robert_howe_2003"), "float32").lanes == 2
+    assert default_config(_scheme("robert_howe_2003"), "float32").lanes == 4
+    assert default_config(_scheme("robert_howe_2003"), "float32").span == 8
     with pytest.raises(ValueError, match="power of two"):
         generate_propagator(scheme, "objective", lanes=3)
 

@@ -499,17 +499,22 @@ class Simulator:
             build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
         blocks = (total + config.block - 1) // config.block
 
+        stages = []
+        if build:
+            stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
+            if span_arrays:
+                stages.append(("build_span", lambda: module.build_span[build, _BUILD_BLOCK](
+                    n, plan.n_keys, dD, *span_arrays)))
+        stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
+
         def call() -> None:
             with warnings.catch_warnings():
                 # small batches under-fill the GPU; that is expected, not the user's concern
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
-                if build:
-                    module.build[build, _BUILD_BLOCK](*build_args)
-                    if span_arrays:
-                        module.build_span[build, _BUILD_BLOCK](n, plan.n_keys, dD,
-                                                               *span_arrays)
-                module.launch[blocks, config.block](*args)
+                for _, stage in stages:
+                    stage()
 
+        call.stages = stages  # each kernel alone, in order, for timing them apart
         return call, list(dev_extra) + [dfail]
 
 

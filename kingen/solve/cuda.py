@@ -122,14 +122,14 @@ def scheme_key(scheme) -> str:
 def default_config(scheme, precision: str = "float64") -> LaunchConfig:
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
-    Lanes per (candidate, sweep) pair as measured fastest on an H100 for Robert & Howe 2003
-    (16 states, benchmarks/results/h100/propagator/): four in float64, two in float32
-    (a float32 column of D takes half the registers). Schemes of up to 8 states hold the
-    whole of D in one thread.
+    Lanes per (candidate, sweep) pair and samples per span as measured fastest on an H100
+    for Robert & Howe 2003 (16 states, benchmarks/results/h100/propagator/session8_*):
+    four lanes and spans of 8 samples in both precisions. Schemes of up to 8 states hold
+    the whole of D in one thread.
     """
     if scheme.n_states <= 8:
         return LaunchConfig(form="propagator", lanes=1)
-    return LaunchConfig(form="propagator", lanes=4 if precision == "float64" else 2)
+    return LaunchConfig(form="propagator", lanes=4, span=8)
 
 
 def load_tuning() -> dict:
