@@ -29,7 +29,12 @@ PUBLIC_MODULES = {
     "kingen.codegen.propagator": True,
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
-    "kingen.fit": False,
+    "kingen.search.operators": True,
+    "kingen.search.state": True,
+    "kingen.search.engine": True,
+    "kingen.search.result": True,
+    "kingen.search.run": False,
+    "kingen.store.view": False,
     "kingen.plot": False,
     "kingen.report": False,
 }
