@@ -22,8 +22,10 @@ SE ≤ 7.5 % (data/README.md). ``--data bundled`` fits the small bundled data
 12–47 % and are therefore only reported. The recorded full-size run (H200, about 70 s;
 about 6 candidates/s on a 2-core CPU, so use a tiny population there)::
 
-    python data/check_recovery.py --population 2048 --generations 80 --wall-time 100 \\
-        --polish-evaluations 40 --out benchmarks/results/fit_recovery.json
+    python -m benchmarks fit_recovery --population 2048 --generations 80 --wall-time 100 \\
+        --polish-evaluations 40 --name rich
+
+(``benchmarks/results/<device>/fit_recovery/rich.json``; ``--out FILE`` to choose).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"  # the example's generator and the bundled demo
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DATA))
 
 from make_example import (  # noqa: E402
     PROTOCOLS,
@@ -49,6 +52,7 @@ from make_example import (  # noqa: E402
     write_recovery_experiment,
 )
 
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.data import load_recording  # noqa: E402
 from kingen.fit_config import load_config  # noqa: E402
 from kingen.objective import Objective  # noqa: E402
@@ -106,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--polish-evaluations", type=int, default=60)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "fit_recovery")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
-    command = "python data/check_recovery.py " + " ".join(
-        sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         if args.data == "rich":
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 tmp, dt_ms=args.dt, repeats=dict(zip(PROTOCOLS, args.repeats, strict=True)))
             folder = Path(tmp)
         else:
-            config, folder = HERE / "demo.toml", HERE
+            config, folder = DATA / "demo.toml", DATA
         truth = json.loads((folder / "ground_truth.json").read_text())
         repeats = truth.get("repeats", {})
         generate_s = time.perf_counter() - t0
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = "data/*.csv (SYNTHETIC bundled example: Jonas 1993, 2 % noise, 20 kHz)"
     out = {"check": "parameter recovery, full size",
-           "command": command, "data": data, "design": {
+           "provenance": provenance("fit_recovery", argv), "data": data, "design": {
                "dt_ms": truth["dt_ms"], "repeats": repeats or None,
                "samples": int((objective.weight > 0).sum()),
                "weights": {it.protocol.name: it.weight for it in cfg.protocols}},
@@ -195,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
            "fitness_at_truth": float(objective.evaluate(scheme.values[None, :])[0].fitness[0]),
            "rates": rates, "currents": currents, "errors": result.errors,
            "amplitudes": result.amplitudes}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    write(out, output_path(args, "fit_recovery"))
     print(f"\n{'rate':5s} {'class':27s} {'SE %':>6s} {'fit/true':>8s}  result")
     for name, r in rates.items():
         verdict = ("pass" if r["pass"] else "FAIL") if r["asserted"] else (
