@@ -78,7 +78,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 __all__ = [
-    "KingenError", "__version__", "Scheme", "import_scheme", "export_scheme", "standard_protocol", "load_protocol", "Protocol",
+    "KingenError", "__version__", "Scheme", "import_scheme", "export_scheme",
+    "standard_protocol", "load_protocol", "Protocol",
     "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
     "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
     "FitResult", "RunStore", "plot_run", "write_report",
