@@ -49,6 +49,7 @@ class ExportModel:
     parameters: dict[str, ExportedParameter]
     rates: list[ExportedRate]
     initial: dict[str, float]  # rest occupancy at the exported values
+    initial_given: bool = False  # the scheme file gives its initial occupancies
     provenance: list[str] = field(default_factory=list)
     source: str = ""
 
@@ -82,6 +83,7 @@ def export_model(scheme: Scheme, params: np.ndarray | None = None, *,
         channels=float(scheme.channels if channels is None else channels),
         parameters=pars, rates=rates,
         initial={s: float(x) for s, x in zip(scheme.states, rest)},
+        initial_given=scheme.initial is not None,
         provenance=list(provenance or []), source=scheme.source)
 
 

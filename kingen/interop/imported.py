@@ -159,52 +159,69 @@ def _wrap(text: str, width: int = 88) -> list[str]:
     return lines + ([cur] if cur else [])
 
 
-def _reversibility(imp: ImportedScheme) -> tuple[dict[int, float], list[str]]:
-    """Transitions to mark derived ({rate index: recomputed value}) and header notes.
-
-    The cycles are those kingen finds (the fundamental cycles of :func:`find_cycles`); one
-    that breaks microscopic reversibility beyond the default tolerance gets the rate that
-    :meth:`Scheme.reversibility_warnings` would suggest marked derived (its chord,
-    preferring a rate no other transition shares).
-    """
-    text = _render(imp, {}, []).replace("[model]\n", "[model]\ncheck_reversibility = false\n",
-                                        1)
+def _broken(imp: ImportedScheme, derived: dict[int, float]) -> tuple[Scheme | None, list]:
+    """The scheme rendered with ``derived`` (reversibility unchecked), and its cycles that
+    break microscopic reversibility beyond the default tolerance, with their log products."""
+    text = _render(imp, derived, []).replace("[model]\n",
+                                              "[model]\ncheck_reversibility = false\n", 1)
     try:
         scheme = Scheme.loads(text, path=f"<scheme imported from {imp.path}>")
     except KingenError:
-        return {}, []  # scheme_text reports the problem once the file is rendered
+        return None, []
+    out = []
+    for cycle, (log_f, log_b) in zip(scheme.cycles, scheme.cycle_log_products()):
+        if cycle.derived is not None or not cycle.backward \
+                or len(cycle.backward) != len(cycle.forward):
+            continue  # a one-way cycle: Scheme.loads names it when the file is checked
+        if abs(log_f - log_b) > math.log1p(scheme.reversibility_tolerance):
+            out.append((cycle, log_f, log_b))
+    return scheme, out
+
+
+def _reversibility(imp: ImportedScheme) -> tuple[dict[int, float], list[str]]:
+    """Transitions to mark derived ({rate index: recomputed value}) and header notes.
+
+    For each cycle (of those :func:`~kingen.scheme.find_cycles` finds) that breaks
+    microscopic reversibility beyond the default tolerance, one of its rates is marked
+    derived: the cycle's closing transition (the chord, as
+    :meth:`Scheme.reversibility_warnings` suggests) when its parameter is its own, else the
+    first rate of the cycle with a parameter of its own that closes it. The value is the one
+    that makes the cycle's two products equal.
+    """
     derived: dict[int, float] = {}
     notes: list[str] = []
-    uses = np.bincount([t.param for t in scheme.transitions], minlength=scheme.n_params)
-    values = scheme.values
-    for cycle, (log_f, log_b) in zip(scheme.cycles, scheme.cycle_log_products()):
-        if not cycle.backward or len(cycle.backward) != len(cycle.forward):
-            continue  # a one-way cycle: Scheme.loads names it
-        if abs(log_f - log_b) <= math.log1p(scheme.reversibility_tolerance):
-            continue
-        chord = [k for k in (cycle.forward[0], cycle.backward[0])
-                 if uses[scheme.transitions[k].param] == 1]
+    scheme, broken = _broken(imp, derived)
+    while scheme is not None and broken:
+        cycle, log_f, log_b = broken[0]
+        uses = np.bincount([t.param for t in scheme.transitions], minlength=scheme.n_params)
+        values = scheme.values
+        order = list(dict.fromkeys((cycle.forward[0], cycle.backward[0]) + cycle.forward
+                                   + cycle.backward))
         text_cycle = scheme.describe_cycle(cycle)
-        if not chord:
+        for m in order:
+            t = scheme.transitions[m]
+            if uses[t.param] != 1 or m in derived:
+                continue
+            # both products were taken at c = 1, so an agonist factor cancels
+            log_k = math.log(values[t.param]) + (log_b - log_f if m in cycle.forward
+                                                 else log_f - log_b)
+            trial = {**derived, m: math.exp(log_k)}
+            new_scheme, new_broken = _broken(imp, trial)
+            if new_scheme is not None and len(new_broken) < len(broken):
+                derived, scheme, broken = trial, new_scheme, new_broken
+                notes.append(
+                    f"Cycle {text_cycle} breaks microscopic reversibility as imported (ratio "
+                    f"of rate products {exp_text(log_f - log_b)}): "
+                    f"{scheme.states[t.source]} -> {scheme.states[t.target]} "
+                    f"({scheme.parameters[t.param].name}, imported {values[t.param]:.6g}) is "
+                    f"marked derived, recomputed {math.exp(log_k):.6g}. Another rate of the "
+                    f"cycle may be the one to derive; or set model.check_reversibility = "
+                    f"false to keep the imported values.")
+                break
+        else:
             raise KingenError(
                 f"cycle {text_cycle} breaks microscopic reversibility (rate products "
-                f"{exp_text(log_f, '.6g')} one way, {exp_text(log_b, '.6g')} the other) and "
-                f"every rate that could close it is shared with another transition, so none "
-                f"can be derived; correct a rate in the file", file=imp.path)
-        m = chord[0]
-        t = scheme.transitions[m]
-        # the rate that makes both products equal: forward has m, or backward has m
-        k_m = values[t.param] * t.factor
-        log_k = math.log(k_m) + (log_b - log_f if m in cycle.forward else log_f - log_b)
-        if t.agonist:
-            pass  # the agonist factor cancels: both products were taken at c = 1
-        new_value = math.exp(log_k) / t.factor
-        derived[m] = new_value
-        notes.append(
-            f"Cycle {text_cycle} breaks microscopic reversibility as imported (ratio of rate "
-            f"products {exp_text(log_f - log_b)}): {scheme.states[t.source]} -> "
-            f"{scheme.states[t.target]} ({scheme.parameters[t.param].name}, imported "
-            f"{values[t.param]:.6g}) is marked derived, recomputed {new_value:.6g}. "
-            f"Another rate of the cycle may be the one to derive; or set "
-            f"model.check_reversibility = false to keep the imported values.")
+                f"{exp_text(log_f, '.6g')} one way, {exp_text(log_b, '.6g')} the other) and no "
+                f"rate of it with a parameter of its own can close it; correct a rate in the "
+                f"file", file=imp.path)
     return derived, notes

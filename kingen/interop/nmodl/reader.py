@@ -272,6 +272,7 @@ class _Reader:
             self.problems.append((conserve.line, f"CONSERVE leaves out {', '.join(missing)}: "
                                                  f"kingen conserves the sum of all states"))
         raw: list[tuple[str, str, float, Counter, int]] = []
+        lines: dict[tuple[str, str], int] = {}
         for r in reactions:
             if r.op != "<->":
                 self.problems.append((r.line, f"'{r.op}' (a flux or one-way reaction): a "
@@ -300,6 +301,11 @@ class _Reader:
                                                   f"rate is a number times a parameter "
                                                   f"[times the transmitter]"))
                     continue
+                if (src, dst) in lines:
+                    self.problems.append((r.line, f"transition {src} -> {dst} is given twice "
+                                                  f"(also line {lines[(src, dst)]})"))
+                    continue
+                lines[(src, dst)] = r.line
                 raw.append((src, dst, terms[0][0], terms[0][1], r.line))
         agonist, agonist_factor = self.pick_agonist(raw)
         rates, params = self.rates(raw, agonist, agonist_factor)

@@ -7,7 +7,8 @@ parameters; ``g = nchan * Σ gX * X`` (pS) and ``i = (1e-6) * g * (v - erev)`` (
 rate constant is a ``RANGE`` parameter in ``/ms`` or ``/mM /ms``, written with all the
 digits of its value; units are declared so that ``modlunit`` accepts the file. The states
 start at the equilibrium without transmitter (``SOLVE kin STEADYSTATE sparse`` at the
-transmitter's value at initialisation, 0 unless set).
+transmitter's value at initialisation, 0 unless set), or at the scheme file's initial
+occupancies when it gives them.
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ def write_nmodl(model: ExportModel) -> str:
         note = f"   : {'; '.join(notes)}" if notes else ""
         out.append(f"    {rename[p.name]} = {number(p.value)} ({_rate_unit(p.order)}){note}")
     out += ["}", "", "ASSIGNED {", "    v (mV)", "    i (nA)", "    g (pS)", "}", "",
-            "STATE { " + " ".join(st[s] for s in model.states) + " }", "", "INITIAL {",
-            "    SOLVE kin STEADYSTATE sparse", "}", "", "BREAKPOINT {",
+            "STATE { " + " ".join(st[s] for s in model.states) + " }", "", "INITIAL {"]
+    if model.initial_given:
+        out += [f"    {st[s]} = {number(model.initial[s])}" for s in model.states]
+    else:
+        out.append("    SOLVE kin STEADYSTATE sparse")
+    out += ["}", "", "BREAKPOINT {",
             "    SOLVE kin METHOD sparse"]
     gsum = " + ".join(f"{gname[s]} * {st[s]}" for s in conducting) or "0"
     out += [f"    g = nchan * ({gsum})", "    i = (1e-6) * g * (v - erev)", "}", "",
