@@ -36,7 +36,12 @@ PUBLIC_MODULES = {
     "kingen.interop.nmodl.reader": True,
     "kingen.interop.nmodl.writer": True,
     "kingen.interop.myokit.writer": True,
-    "kingen.fit": False,
+    "kingen.search.operators": True,
+    "kingen.search.state": True,
+    "kingen.search.engine": True,
+    "kingen.search.result": True,
+    "kingen.search.run": False,
+    "kingen.store.view": False,
     "kingen.plot": False,
     "kingen.report": False,
 }

@@ -215,15 +215,15 @@ def test_cli_import_and_export(tmp_path: Path, capsys: pytest.CaptureFixture) ->
 def test_export_of_a_run_carries_provenance_and_intervals(tmp_path: Path) -> None:
     from test_store import make_run
 
-    from kingen.export import export_foreign, fitted_params
-    from kingen.store import RunStore
+    from kingen.export import export_foreign
+    from kingen.store import RunView
 
     run = tmp_path / "run.h5"
     make_run(run)
-    with RunStore.open(run) as store:
-        params, _ = fitted_params(store)
-        names = store.param_names
-        scheme = store.scheme()
+    with RunView.open(run) as view:
+        params, _ = view.fitted_params()
+        names = view.scheme.param_names
+        scheme = view.scheme
     plain = export_foreign(run, "neuron", tmp_path / "a.mod").read_text()
     assert f"Run file {run}" in plain and "error (fitness)" in plain
     assert "profile interval" not in plain
