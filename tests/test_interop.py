@@ -169,6 +169,21 @@ def test_voltage_dependent_mmt(tmp_path: Path) -> None:
     assert "calls exp()" in lines[0]
 
 
+def test_voltage_without_label_mmt(tmp_path: Path) -> None:
+    """A rate proportional to a potential (a variable in mV) is named as voltage-dependent
+    even where the model does not label its membrane potential."""
+    text = (DATA / "geiger_1999.mmt").read_text().replace(
+        "    label membrane_potential\n", "").replace(
+        "k_d3d2 * D3\n", "k_d3d2 * D3\nkv = 0.01 [1/mV/s] in [1/mV/s]\n").replace(
+        "dot(D3) = k_od3 * O", "dot(D3) = kv * membrane.V * O").replace(
+        "(k_oc2 + k_od3) * O", "(k_oc2 + kv * membrane.V) * O")
+    path = tmp_path / "v2.mmt"
+    path.write_text(text)
+    with pytest.raises(ImportProblems, match=r"rate O -> D3 depends on the membrane potential "
+                                             r"membrane.V \(a voltage-dependent rate\)"):
+        import_text(path)
+
+
 def test_bad_mmt_syntax_names_line(tmp_path: Path) -> None:
     path = tmp_path / "s.mmt"
     path.write_text((DATA / "geiger_1999.mmt").read_text().replace("k_c1c0 = 157 [1/s]",
@@ -224,7 +239,8 @@ def test_export_of_a_run_carries_provenance_and_intervals(tmp_path: Path) -> Non
         params, _ = view.fitted_params()
         names = view.scheme.param_names
         scheme = view.scheme
-    plain = export_foreign(run, "neuron", tmp_path / "a.mod").read_text()
+    assert main(["export", str(run), "--to", "neuron", "-o", str(tmp_path / "a.mod")]) == 0
+    plain = (tmp_path / "a.mod").read_text()
     assert f"Run file {run}" in plain and "error (fitness)" in plain
     assert "profile interval" not in plain
     with h5py.File(run, "a") as f:  # a /profiles group as the identifiability work adds it

@@ -49,9 +49,14 @@ def neuron_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.skip("nrnivmodl is not on PATH (NEURON's pip package installs it)")
     work = tmp_path_factory.mktemp("nrn")
     runs, refs = [], []
-    for path in SHIPPED:
-        scheme = Scheme.load(path)
-        (work / f"{path.stem}.mod").write_text(export_text(scheme, "neuron"))
+    schemes = [(path.stem, Scheme.load(path)) for path in SHIPPED]
+    # initial occupancies given by the file: written as such, not as the rest equilibrium
+    initial = (ROOT / "models/jonas_1993.toml").read_text().replace(
+        "C0 = { conductance = 0 }", "C0 = { conductance = 0, initial = 0.6 }").replace(
+        "C3 = { conductance = 0,", "C3 = { conductance = 0, initial = 0.4,")
+    schemes.append(("jonas_initial", Scheme.loads(initial, "jonas_initial.toml")))
+    for stem, scheme in schemes:
+        (work / f"{stem}.mod").write_text(export_text(scheme, "neuron"))
         for name in PROTOCOLS:
             protocol = standard_protocol(name, dt=0.1)
             for sweep, ref in zip(protocol.sweeps, simulate_exact(scheme, protocol).sweeps,
@@ -60,9 +65,9 @@ def neuron_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 for seg in sweep.segments():
                     tvec += [seg.start, seg.end]
                     cvec += [seg.concentration] * 2
-                runs.append({"mech": f"kingen_{path.stem}", "agonist": scheme.agonist,
+                runs.append({"mech": f"kingen_{stem}", "agonist": scheme.agonist,
                              "tvec": tvec, "cvec": cvec, "times": ref.time.tolist()})
-                refs.append((path.stem, name, sweep.label,
+                refs.append((stem, name, sweep.label,
                              scheme.channels * (ref.occupancy @ scheme.conductance)))
     start = time.perf_counter()
     # -O0: what is tested is the numbers, not the mechanisms' speed; it takes the compile
@@ -83,14 +88,14 @@ def neuron_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     results: dict = {}
     for (stem, name, label, ref), g in zip(refs, got, strict=True):
         results.setdefault((stem, name), []).append((label, ref, np.asarray(g)))
-    print(f"nrnivmodl of {len(SHIPPED)} files: {compile_s:.1f} s")
+    print(f"nrnivmodl of {len(schemes)} files: {compile_s:.1f} s")
     return results
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
-def test_neuron_matches_exact_reference(neuron_runs: dict, path: Path, protocol: str) -> None:
-    sweeps = neuron_runs[(path.stem, protocol)]
+@pytest.mark.parametrize("stem", [p.stem for p in SHIPPED] + ["jonas_initial"])
+def test_neuron_matches_exact_reference(neuron_runs: dict, stem: str, protocol: str) -> None:
+    sweeps = neuron_runs[(stem, protocol)]
     assert sweeps
     for label, ref, got in sweeps:
         assert got.shape == ref.shape

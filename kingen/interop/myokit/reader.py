@@ -170,9 +170,10 @@ class _Reader:
         uses = sum(a is agonist for a in rest)
         rest = [a for a in rest if a is not agonist]
         desc = f"rate {source.name()} -> {target.name()}"
-        if vm is not None and vm in rest:
+        volts = [a for a in rest if a is vm or _is_voltage(a)]
+        if volts:
             self.problems.append((line, f"{desc} depends on the membrane potential "
-                                        f"{vm.qname()} (a voltage-dependent rate)"))
+                                        f"{volts[0].qname()} (a voltage-dependent rate)"))
             return
         if uses > 1:
             self.problems.append((line, f"{desc} has the agonist to the power {uses}"))
@@ -313,6 +314,20 @@ class _Reader:
                                     f"kingen needs a variable in a conductance unit (pS, nS, "
                                     f"...) that is a sum of conductance x state terms"))
         return {}, 1.0
+
+
+def _is_voltage(var) -> bool:
+    """A variable in a unit of potential (mV, V): a membrane potential without its label."""
+    import myokit
+
+    unit = var.unit()
+    if unit is None:
+        return False
+    try:
+        myokit.Unit.conversion_factor(unit, myokit.parse_unit("mV"))
+        return True
+    except myokit.IncompatibleUnitError:
+        return False
 
 
 def _split_terms(expr, sign: int = 1, out=None):
