@@ -136,6 +136,12 @@ BAD_MOD = {
                 "KINETIC kin {\n ~ A <-> B (kon*C, k*exp(v/20))\n}\n",
                 "x.mod:8: rate B -> A depends on the membrane potential v (a voltage-dependent "
                 "rate) through exp()"),
+    "celsius": ("NEURON { POINT_PROCESS s RANGE C }\n"
+                "PARAMETER { celsius = 22 (degC) kon = 1 (/mM /ms) k = 1 (/ms) }\n"
+                "ASSIGNED { C (mM) g (pS) }\nSTATE { A B }\n"
+                "BREAKPOINT { SOLVE kin METHOD sparse\n g = 10 * B }\n"
+                "KINETIC kin {\n ~ A <-> B (kon*C, k*celsius)\n}\n",
+                "x.mod:8: rate B -> A depends on the temperature celsius"),
     "syntax": ("NEURON { POINT_PROCESS s }\nSTATE { A B }\nKINETIC kin {\n ~ A <-> B (1, \n}\n",
                "x.mod: line 5: expected a number, a name or '(' in an expression, found '}'"),
     "unknown_block": ("NEURON { POINT_PROCESS s }\nFOO { }\n", "x.mod: line 2: unknown block"),

@@ -370,7 +370,8 @@ class _Reader:
                 self.problems.append((line, f"rate {src} -> {dst} has the agonist {agonist} "
                                             f"to the power {uses}"))
                 continue
-            bad = [n for n in names if n not in mod.parameters or
+            # celsius is often a PARAMETER with a value: still a temperature, never a rate
+            bad = [n for n in names if n in _SPECIAL or n not in mod.parameters or
                    mod.parameters[n].value is None]
             if bad:
                 n = bad[0]
