@@ -8,23 +8,29 @@ otherwise. See benchmarks/README.md.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
+from pathlib import Path
 
-# suite -> what it measures (its module is benchmarks/<suite>.py)
-SUITES = {
-    "solver": "batched RK4 solver throughput per scheme, backend and precision, with the "
-              "SciPy, exact-reference and JAX baselines",
-    "propagator": "GPU kernel variants (stage and propagator forms) end to end and kernels "
-                  "only, checked against the stage form",
-    "cupy_propagator": "the CuPy batched-matmul baseline of the propagator form",
-    "rest_state": "the batched rest-state (equilibrium) solve against numpy's",
-    "fit_gpu": "a whole fit: time per generation inside and outside the solver",
-    "ga_step": "the GA's own cost per generation (variation, hall of fame, selection), "
-               "without the solver",
-    "fit_recovery": "parameter recovery from SYNTHETIC Jonas 1993 recordings (accuracy, "
-                    "and the fit's time)",
-}
+HERE = Path(__file__).resolve().parent
+# Modules of this folder that are not suites
+HELPERS = {"__init__", "__main__", "provenance", "make_fit_problem"}
+
+
+def suites() -> dict[str, str]:
+    """Every suite (a module ``benchmarks/<suite>.py`` with ``main(argv)``) and the first
+    line of its docstring: a new module is a new suite, with nothing to register."""
+    out = {}
+    for path in sorted(HERE.glob("*.py")):
+        if path.stem in HELPERS:
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        out[path.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return out
+
+
+SUITES = suites()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nsuites:")
         for name, what in SUITES.items():
             print(f"  {name:<16} {what}")
+        print("\nhelper: python -m benchmarks.make_fit_problem (a SYNTHETIC fit problem)")
         return 0
     suite, rest = argv[0], argv[1:]
     if suite not in SUITES:
