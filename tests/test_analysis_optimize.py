@@ -334,7 +334,7 @@ def test_solver_variant_checks_under_the_simulator():
     assert case.flops == 2 * flops_per_step(prob.scheme, "float64") * prob.total_steps
     assert case.worker_args[:4] == ["--target", "rk4", "--model", str(prob.path)]
     assert json.loads(case.worker_args[-1]) == {"block": 32, "max_registers": None,
-                                                "form": "stage", "lanes": 1}
+                                                "form": "stage", "lanes": 1, "span": 1}
     # a wrong answer fails the exact check: perturb the reference the check compares with
     prob._ref["exact"][0][0] = prob._ref["exact"][0][0] * (1 + 1e-4)
     assert exact_error(prob, cfg, candidates=2) > EXACT_TOLERANCE["float64"]
