@@ -30,6 +30,7 @@ PUBLIC_MODULES = {
     "kingen.codegen.propagator": True,
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
+    "kingen.solve.plan": True,
     "kingen.interop": True,
     "kingen.interop.exported": True,
     "kingen.interop.nmodl.lexer": True,

@@ -37,6 +37,7 @@ from kingen.solve.cuda import LaunchConfig
 
 GAIN = 1.05  # a step is kept when it is at least this much faster than the current variant
 LANES = (1, 2, 4, 8)
+SPANS = ((4, 8), (8, 16), (4, 4))  # (lanes, samples per product) tried first
 BLOCKS = (64, 128, 256)
 
 
@@ -219,7 +220,14 @@ def _lanes(c: Context, factor: float) -> list[LaunchConfig]:
     k = int(c.config.lanes * factor)
     if c.config.form != "propagator" or k not in LANES or k > c.n_states:
         return []
+    if c.config.span > 1 and (k < 2 or c.config.span % k):
+        return []  # a span is shared out evenly over at least two lanes
     return [replace(c.config, lanes=k)]
+
+
+def _span_variants(c: Context) -> list[LaunchConfig]:
+    return [replace(c.config, lanes=lanes, span=span) for lanes, span in SPANS
+            if lanes <= c.n_states]
 
 
 def _smaller_block(c: Context) -> list[LaunchConfig]:
@@ -241,6 +249,16 @@ RULES: tuple[Rule, ...] = (
          and c.config.form == "stage" and c.propagator
          and (c.flops_ratio is None or c.flops_ratio < 1.0),
          _propagator_variants),
+    Rule("sample-spans",
+         "propagator form with one product per sample, compute- or latency-bound, no spills "
+         "(each sample is a serial load-product-exchange step, and every lane repeats the "
+         "sample's bookkeeping)",
+         "near the roof or latency-bound: do fewer operations per result (regroup the "
+         "algebra: B currents from precomputed Mʲg, the state by one product with M^B)",
+         "span 8 with 4 lanes, span 16 with 8 lanes, span 4 with 4 lanes",
+         lambda c: c.config.form == "propagator" and c.config.span == 1
+         and c.kind in (COMPUTE, LATENCY) and not c.spills,
+         _span_variants),
     Rule("uncap-spills",
          "spills to local memory under a register cap",
          "spills / local memory: shrink per-thread state or give it registers",
