@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = {
     "kingen": True,
     "kingen.scheme": True,
+    "kingen.files": True,
     "kingen.protocol": True,
     "kingen.data.registry": True,
     "kingen.data.targets": True,

@@ -287,6 +287,6 @@ def analysis_cases(model: str | Path | None = None, n_candidates: int = 16384,
     cases = []
     for prec in ((precision,) if precision else ("float64", "float32")):
         problem = solver_problem(model, n_candidates, prec, protocol)
-        for variant in variants or (problem.simulator("cuda")._tuned(),):
+        for variant in variants or (problem.simulator("cuda").launch_config(),):
             cases.append(variant_case(problem, variant))
     return cases

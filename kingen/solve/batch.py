@@ -315,9 +315,6 @@ class Simulator:
         return (P, S0, s.rows_f, s.rows_i, s.row_start, self.pulses, self.pulse_start,
                 self.transients, self.transient_start, self.drive, s.sample_start)
 
-    def _tuned(self):
-        return self.launch_config()
-
     def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
         from kingen.solve.cuda import FORMS
 

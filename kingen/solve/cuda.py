@@ -7,9 +7,8 @@ form (stage or propagator), threads per block, a cap on registers per thread, an
 pair. ``kingen tune`` (:mod:`kingen.analysis.optimize`) searches these and records its choice
 here, per device, scheme and precision; the solver then launches with it.
 
-This module is kingen's one tuning cache (``$KINGEN_CACHE/solver_tuning.json``): the
-analysis' generic kernel tuner (:mod:`kingen.analysis.tune`) stores its entries in the same
-file through :func:`load_tuning` and :func:`record_entry`. Nothing here imports the analysis
+This module is kingen's one tuning cache (``$KINGEN_CACHE/solver_tuning.json``, read by
+:func:`load_tuning`, written by :func:`record_entry`). Nothing here imports the analysis
 package: it sits below the solver in kingen's layers.
 """
 
