@@ -691,6 +691,13 @@ class RunStore:
 
     @property
     @_reading
+    def resumed(self) -> list[str]:
+        """When the run was resumed (ISO 8601, UTC), oldest first."""
+        value = json.loads(_text(self._f["run"].attrs.get("resumed", "[]")))
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    @property
+    @_reading
     def finished(self) -> str | None:
         """Why the run stopped, or None while it runs (or if it was killed)."""
         text = _text(_one(self._ds("run/finished")))
