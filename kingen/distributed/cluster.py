@@ -330,9 +330,9 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
                           field="cluster") from None
 
 
-def _local_cluster(s: ClusterSettings) -> Any:
+def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any:
     plan = local_plan(s)
-    if plan["gpus"]:
+    if plan["gpus"] and env is None:
         from dask_cuda import LocalCUDACluster  # imported only here: an optional extra
 
         return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(plan["workers"])),
@@ -343,15 +343,19 @@ def _local_cluster(s: ClusterSettings) -> Any:
     # worker's share of the cores, set by the worker plugin.
     return LocalCluster(n_workers=plan["workers"], threads_per_worker=1, processes=True,
                         dashboard_address=None,
-                        env={"NUMBA_NUM_THREADS": str(plan["threads"])})
+                        env={"NUMBA_NUM_THREADS": str(plan["threads"]), **(env or {})})
 
 
 @contextlib.contextmanager
-def open_client(s: ClusterSettings, *, wait: bool = True) -> Iterator[Any]:
+def open_client(s: ClusterSettings, *, wait: bool = True,
+                env: dict[str, str] | None = None) -> Iterator[Any]:
     """A ``distributed.Client`` on the cluster ``s`` describes, closed (and the cluster
     with it, unless it is an existing scheduler) on leaving.
 
     The scheduler allows a task ``s.retries`` worker losses before it gives up on it.
+    ``env`` (local clusters only) is added to the workers' environment; with it, the
+    workers are plain processes even on a GPU host (``{"CUDA_VISIBLE_DEVICES": "0"}``
+    puts them all on the first GPU).
     """
     import dask
     from distributed import Client
@@ -366,7 +370,8 @@ def open_client(s: ClusterSettings, *, wait: bool = True) -> Iterator[Any]:
                     raise KingenError(f"cannot reach the scheduler: {exc}", file=s.source,
                                       field="cluster.address", value=s.address) from None
             else:
-                cluster = _local_cluster(s) if s.kind == "local" else jobqueue_cluster(s)
+                cluster = (_local_cluster(s, env) if s.kind == "local" else
+                           jobqueue_cluster(s))
                 if s.kind in ("slurm", "pbs"):
                     if s.adaptive:
                         cluster.adapt(minimum_jobs=s.minimum_jobs, maximum_jobs=s.maximum_jobs)

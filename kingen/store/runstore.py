@@ -721,7 +721,9 @@ class RunStore:
         return [dict(v) for v in value if isinstance(v, dict)] if isinstance(value, list) \
             else []
 
-
+    @property
+    @_reading
+    def finished(self) -> str | None:
         """Why the run stopped, or None while it runs (or if it was killed)."""
         text = _text(_one(self._ds("run/finished")))
         return text or None

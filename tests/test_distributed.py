@@ -1,0 +1,218 @@
+"""Scale-out on a real two-process Dask LocalCluster (CPU), started once for the module.
+
+Workers are killed with SIGKILL by a worker plugin of this module at a chosen task (a shard
+of a given evaluation, or a fit once its run file has committed generations), once: the
+first worker to get there creates a marker file and kills its own process. The nanny
+starts a fresh worker in its place, as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+# The plugin below is sent to the workers by value: they cannot import this test module.
+import cloudpickle  # noqa: E402
+
+import kingen  # noqa: E402
+from kingen.distributed.batch import run_batch  # noqa: E402
+from kingen.distributed.cluster import ClusterSettings, open_client  # noqa: E402
+from kingen.distributed.manifest import load_manifest  # noqa: E402
+from kingen.distributed.shard import ShardedEvaluator  # noqa: E402
+from kingen.store import RunStore  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SMALL = {"generations": 3, "population": 8, "backend": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with open_client(ClusterSettings(workers=2, threads=1)) as c:
+        c.wait_for_workers(2, timeout=60)
+        yield c
+
+
+class KillOnce(distributed.WorkerPlugin):
+    """SIGKILL the worker that starts a task whose key ends with ``suffix`` (after its run
+    file, if given, has committed ``after`` generations); once, across workers."""
+
+    def __init__(self, marker: str, suffix: str, run: str | None = None, after: int = 0):
+        self.marker, self.suffix, self.run, self.after = marker, suffix, run, after
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish != "executing" or not str(key).endswith(self.suffix):
+            return
+        if self.run is None:
+            self._kill()
+        else:
+            threading.Thread(target=self._kill_when_committed, daemon=True).start()
+
+    def _kill_when_committed(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with h5py.File(self.run, "r", libver="latest", swmr=True) as f:
+                    if int(f["run/commit"][0]) >= self.after:
+                        break
+            except Exception:
+                pass
+            time.sleep(0.005)
+        self._kill()
+
+    def _kill(self):
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _restore_workers(client):
+    client.wait_for_workers(2, timeout=60)
+
+
+# ---------------------------------------------------------------------- one fit, sharded
+
+def test_sharded_evaluation_is_the_one_process_evaluation(client):
+    cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
+    rng = np.random.default_rng(3)
+    params = cfg.pmap.to_params(rng.uniform(cfg.pmap.lower, cfg.pmap.upper, (37, cfg.pmap.n_genes)))
+    local, _ = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu").evaluate(params)
+    with ShardedEvaluator.for_config(client, cfg) as ev:
+        sharded, timing = ev.evaluate(params)
+        assert timing.timings["shards"] == 2 and len(ev.workers_seen) == 2
+        assert ev.take_reruns() == []
+    for name in ("fitness", "errors", "fail", "amplitudes"):
+        np.testing.assert_array_equal(getattr(sharded, name), getattr(local, name))
+
+
+def test_a_shard_whose_worker_is_killed_runs_again(client, tmp_path):
+    cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
+    rng = np.random.default_rng(4)
+    params = cfg.pmap.to_params(rng.uniform(cfg.pmap.lower, cfg.pmap.upper, (20, cfg.pmap.n_genes)))
+    local, _ = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu").evaluate(params)
+    with ShardedEvaluator.for_config(client, cfg) as ev:
+        ev.evaluate(params)
+        client.register_plugin(KillOnce(str(tmp_path / "killed"), f"kingen-shard-{ev.token}-2-1"),
+                               name="kill-shard")
+        try:
+            again, _ = ev.evaluate(params)
+        finally:
+            client.unregister_worker_plugin("kill-shard")
+        assert (tmp_path / "killed").exists()
+        reruns = ev.take_reruns()
+    assert [(r["evaluation"], r["shard"], r["rows"]) for r in reruns] == [(2, 1, 10)]
+    np.testing.assert_array_equal(again.fitness, local.fitness)
+    _restore_workers(client)
+
+
+# ---------------------------------------------------------------------- batches
+
+def _write_manifest(tmp_path: Path, seeds: list[int], cells: str, generations: int) -> Path:
+    p = tmp_path / "batch.toml"
+    p.write_text(f'''config = "{kingen.demo_config()}"
+output = "out"
+seeds = {seeds}
+[overrides]
+polish = false
+backend = "cpu"
+ga = {{ population = 8, offspring = 8, generations = {generations} }}
+stop = {{ patience = 0 }}
+{cells}''')
+    return p
+
+
+TWINS = '''
+[[cells]]
+name = "a"
+[[cells]]
+name = "b"
+'''
+
+
+def _params(row: dict) -> dict:
+    return {k: v for k, v in row.items() if "(" in k}
+
+
+def test_batch_with_a_killed_worker_and_a_bad_entry(client, tmp_path):
+    """Cells a and b hold the same data: each fit of a has an uninterrupted twin in b."""
+    p = _write_manifest(tmp_path, [1, 2], TWINS + '''
+[[cells]]
+name = "bad"
+recordings = { deactivation = "missing.csv" }
+''', generations=8)
+    m = load_manifest(p)
+    victim = next(j for j in m.jobs if j.id == "a/jonas_1993_reversible/seed1")
+    client.register_plugin(KillOnce(str(tmp_path / "killed"), victim.id,
+                                    str(victim.run_path), after=2), name="kill-fit")
+    try:
+        rows = {r["id"]: r for r in run_batch(m, client=client, progress=False)}
+    finally:
+        client.unregister_worker_plugin("kill-fit")
+    assert (tmp_path / "killed").exists()
+    ok = [i for i, r in rows.items() if r["status"] == "ok"]
+    assert sorted(ok) == sorted(j.id for j in m.jobs if not j.id.startswith("bad/"))
+    for seed in (1, 2):
+        bad = rows[f"bad/jonas_1993_reversible/seed{seed}"]
+        assert bad["status"] == "failed"
+        assert bad["reason"].endswith(f"protocols[0].recording = '{tmp_path / 'missing.csv'}'"
+                                      ": file not found")
+    killed = rows[victim.id]
+    assert killed["resumed"] == 1          # resumed from its run file, not started again
+    twin = rows["b/jonas_1993_reversible/seed1"]
+    assert twin["resumed"] == 0
+    assert killed["fitness"] == twin["fitness"] and _params(killed) == _params(twin)
+    with RunStore.open(victim.run_path) as store:       # whole, every checksum verified
+        hist = store.history(population=False)
+        assert store.n_generations == 9 and store.finished
+    assert list(hist["generation"]) == list(range(9))
+    log = victim.log_path.read_text()
+    assert "resuming run.h5 from its last committed generation" in log
+    summary = (m.output / "batch_summary.csv").read_text().splitlines()
+    assert len(summary) == 1 + len(m.jobs)
+    assert "Schemes ranked per cell" in (m.output / "batch_summary.html").read_text()
+    _restore_workers(client)
+
+
+def test_batch_rerun_skips_finished_fits_and_resumes_unfinished(client, tmp_path):
+    p = _write_manifest(tmp_path, [3], TWINS, generations=8)
+    m = load_manifest(p)
+    victim = m.jobs[0]
+    # No second chance inside the batch: the killed fit's row fails, its run file stays
+    scheduler_failures = client.run_on_scheduler(_set_allowed_failures, 0)
+    client.register_plugin(KillOnce(str(tmp_path / "killed"), victim.id,
+                                    str(victim.run_path), after=2), name="kill-fit")
+    try:
+        first = {r["id"]: r for r in run_batch(m, client=client, progress=False)}
+    finally:
+        client.unregister_worker_plugin("kill-fit")
+        client.run_on_scheduler(_set_allowed_failures, scheduler_failures)
+    assert first[victim.id]["status"] == "failed"
+    assert "lost its worker" in first[victim.id]["reason"]
+    assert first[m.jobs[1].id]["status"] == "ok"
+    _restore_workers(client)
+    done = m.jobs[1].run_path.stat().st_mtime_ns
+    second = {r["id"]: r for r in run_batch(p, client=client, progress=False)}
+    assert all(r["status"] == "ok" for r in second.values())
+    assert m.jobs[1].run_path.stat().st_mtime_ns == done     # finished: not touched
+    assert "finished already" in m.jobs[1].log_path.read_text()
+    assert second[victim.id]["resumed"] == 1
+    assert _params(second[victim.id]) == _params(second[m.jobs[1].id])
+
+
+def _set_allowed_failures(n, dask_scheduler=None):
+    previous = dask_scheduler.allowed_failures
+    dask_scheduler.allowed_failures = n
+    return previous
