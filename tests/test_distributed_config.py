@@ -253,3 +253,30 @@ def test_aic_bic_and_the_ranking():
     page = html_text(rows + [{"id": "<x>", "cell": "<c>", "scheme": "s", "seed": 0,
                               "status": "failed", "reason": "<script>"}], "t")
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_the_readme_slurm_example(tmp_path):
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S)
+                 if 'kind = "slurm"' in b)
+    demo = kingen.demo_config()
+    (tmp_path / "fit.toml").write_text(demo.read_text().replace('"demo/',
+                                                                f'"{demo.parent}/demo/'))
+    (tmp_path / "batch.toml").write_text(block)
+    m = load_manifest(tmp_path / "batch.toml")
+    assert len(m.jobs) == 2 * 2 * 3 and m.output == tmp_path / "runs"
+    assert m.cluster.kind == "slurm" and m.cluster.jobs == 4
+    cluster = jobqueue_cluster(m.cluster)
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    for line in ("#SBATCH -p gpu", "#SBATCH --gres=gpu:2", "#SBATCH --constraint=a100",
+                 "module load cuda/12.4", "#SBATCH -t 08:00:00"):
+        assert line in script.splitlines()
+    job = loads_toml(m.jobs[-1].config_text, "<job>")
+    assert job["model"] == str(tmp_path / "models" / "robert_howe_2003.toml")
+    assert job["parameters"] == {"fixed": ["k34"]}
+    assert job["protocols"][2]["targets"] == str(tmp_path / "cell02" / "recovery.csv")

@@ -15,7 +15,7 @@ nothing. The ranking view takes, per cell and scheme, the seed with the lowest A
 orders the schemes by it (ΔAIC, ΔBIC, Akaike weight).
 
 >>> aic_bic(ssr=2.0, n=100, k=4)
-(-683.1202..., -672.6995...)
+(-383.2023..., -372.7816...)
 """
 
 from __future__ import annotations
