@@ -13,18 +13,13 @@ import pytest
 from deap import tools
 from test_fit_helpers import ROOT, TRUTH_MODEL, whole_and_half_run, write_problem
 
-import kingen.fit
+import kingen.search.operators
 import kingen.solve.batch as batch
-from kingen.fit import (
-    Progress,
-    fit,
-    np_poly_bounded,
-    np_sbx_bounded,
-    np_sel_tournament,
-    resume,
-)
 from kingen.fit_cli import demo_config
 from kingen.fit_config import load_config
+from kingen.search.operators import np_poly_bounded, np_sbx_bounded, np_sel_tournament
+from kingen.search.result import Progress
+from kingen.search.run import fit, resume
 
 
 @pytest.fixture
@@ -116,7 +111,7 @@ def _feed(monkeypatch, values):
 @pytest.mark.parametrize("parallel", [False, True], ids=["one-thread", "all-threads"])
 def test_numpy_operators_give_deaps_children_exactly(monkeypatch, parallel):
     # Small batches run on the calling thread alone; both paths must give DEAP's children.
-    monkeypatch.setattr(kingen.fit, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
+    monkeypatch.setattr(kingen.search.operators, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
     threads = numba.get_num_threads()
     rng = np.random.default_rng(3)
     n, m = 300, 6
