@@ -7,7 +7,7 @@ worker:
 
 - no run file, or one with no committed generation: fit from the start;
 - a run file whose fit has not finished (it was killed with its worker, or the batch was
-  stopped): resume it from its last committed generation (:func:`kingen.fit.resume`);
+  stopped): resume it from its last committed generation (:func:`kingen.search.run.resume`);
 - a finished run file: read its result, fit nothing.
 
 When a worker dies, the scheduler gives its task to another worker (up to
@@ -44,7 +44,7 @@ def run_fit(task: dict[str, Any]) -> dict[str, Any]:
     Never raises for a problem of the fit itself: a :class:`KingenError` (or any other
     error) becomes a failed row with a one-line reason. Runs on a worker.
     """
-    from kingen.fit import fit, resume
+    from kingen.search.run import fit, resume
     from kingen.store import RunStore
 
     t0 = time.perf_counter()

@@ -185,12 +185,18 @@ def settings_from_file(path: str | os.PathLike[str], *, required: bool = False
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KingenError(f"cannot read: {exc}", file=str(p)) from None
-    doc = loads_toml(text, str(p))
+    return settings_from_text(text, str(p), required=required)
+
+
+def settings_from_text(text: str, file: str, *, required: bool = False
+                       ) -> ClusterSettings | None:
+    """The ``[cluster]`` table of TOML text read from ``file`` (None if it has none)."""
+    doc = loads_toml(text, file)
     if "cluster" not in doc:
         if required:
-            raise KingenError("no [cluster] table", file=str(p), field="cluster")
+            raise KingenError("no [cluster] table", file=file, field="cluster")
         return None
-    return cluster_settings(doc["cluster"], str(p))
+    return cluster_settings(doc["cluster"], file)
 
 
 # ---------------------------------------------------------------------- what is here
@@ -336,13 +342,13 @@ def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any
         from dask_cuda import LocalCUDACluster  # imported only here: an optional extra
 
         return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(plan["workers"])),
-                                threads_per_worker=1, dashboard_address=None)
+                                threads_per_worker=1, dashboard_address=":0")
     from distributed import LocalCluster
 
     # One task at a time per worker process; the solver's own threads (Numba) use the
     # worker's share of the cores, set by the worker plugin.
     return LocalCluster(n_workers=plan["workers"], threads_per_worker=1, processes=True,
-                        dashboard_address=None,
+                        dashboard_address=":0",
                         env={"NUMBA_NUM_THREADS": str(plan["threads"]), **(env or {})})
 
 
@@ -357,9 +363,15 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
     workers are plain processes even on a GPU host (``{"CUDA_VISIBLE_DEVICES": "0"}``
     puts them all on the first GPU).
     """
+    import logging
+
     import dask
     from distributed import Client
 
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        # Dask tells of every worker and connection at INFO: for kingen -v only
+        for name in ("distributed", "dask_jobqueue", "dask_cuda"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     with dask.config.set({"distributed.scheduler.allowed-failures": s.retries}):
         cluster = None
         try:

@@ -197,6 +197,12 @@ class ShardedEvaluator:
                    "dask_s": max(wall - slowest["total_s"], 0.0), "shards": float(k)}
         return ev, ShardTimings(self.backend, self.device, timings)
 
+    def __call__(self, params: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
+        """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
+        with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``."""
+        ev, timing = self.evaluate(params, complete=False)
+        return ev, timing.timings
+
     def close(self) -> None:
         """Drop the workers' objectives and stop listening to the scheduler."""
         try:
