@@ -27,6 +27,7 @@ import cloudpickle  # noqa: E402
 import kingen  # noqa: E402
 from kingen.distributed.batch import run_batch  # noqa: E402
 from kingen.distributed.cluster import ClusterSettings, open_client  # noqa: E402
+from kingen.distributed.fitting import fit_on_cluster  # noqa: E402
 from kingen.distributed.manifest import load_manifest  # noqa: E402
 from kingen.distributed.shard import ShardedEvaluator  # noqa: E402
 from kingen.store import RunStore  # noqa: E402
@@ -98,23 +99,55 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
         np.testing.assert_array_equal(getattr(sharded, name), getattr(local, name))
 
 
-def test_a_shard_whose_worker_is_killed_runs_again(client, tmp_path):
-    cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
-    rng = np.random.default_rng(4)
-    params = cfg.pmap.to_params(rng.uniform(cfg.pmap.lower, cfg.pmap.upper, (20, cfg.pmap.n_genes)))
-    local, _ = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu").evaluate(params)
-    with ShardedEvaluator.for_config(client, cfg) as ev:
-        ev.evaluate(params)
-        client.register_plugin(KillOnce(str(tmp_path / "killed"), f"kingen-shard-{ev.token}-2-1"),
-                               name="kill-shard")
-        try:
-            again, _ = ev.evaluate(params)
-        finally:
-            client.unregister_worker_plugin("kill-shard")
-        assert (tmp_path / "killed").exists()
-        reruns = ev.take_reruns()
-    assert [(r["evaluation"], r["shard"], r["rows"]) for r in reruns] == [(2, 1, 10)]
-    np.testing.assert_array_equal(again.fitness, local.fitness)
+def _small_config(tmp_path: Path, name: str):
+    cfg = kingen.load_config(kingen.demo_config(), overrides={
+        **SMALL, "generations": 4, "output": str(tmp_path / f"{name}.h5")})
+    cfg.polish = False
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The small fit in this process alone: what every sharded run must give."""
+    cfg = _small_config(tmp_path_factory.mktemp("one"), "one")
+    result = kingen.fit(cfg, progress=False)
+    with RunStore.open(result.path) as store:
+        return result, store.history()
+
+
+def test_sharded_fit_equals_the_one_process_fit(client, tmp_path, one_process):
+    reference, history = one_process
+    result = fit_on_cluster(_small_config(tmp_path, "sharded"), ClusterSettings(),
+                            client=client, progress=False)
+    assert result.fitness == reference.fitness
+    np.testing.assert_array_equal(result.params, reference.params)
+    with RunStore.open(result.path) as store:
+        sharded = store.history()
+        assert store.lost_workers == []
+    np.testing.assert_array_equal(sharded["population"], history["population"])
+    np.testing.assert_array_equal(sharded["fitness"], history["fitness"])
+    assert "dask_s" in result.timings and "shards_rerun" in sharded["stats"]
+
+
+def test_a_worker_killed_mid_generation_has_its_shard_run_again(client, tmp_path,
+                                                                  one_process):
+    reference, history = one_process
+    # evaluation 3 is generation 2's; its second shard's worker dies as it starts it
+    client.register_plugin(KillOnce(str(tmp_path / "killed"), "-3-1"), name="kill-shard")
+    try:
+        result = fit_on_cluster(_small_config(tmp_path, "killed"), ClusterSettings(),
+                                client=client, progress=False)
+    finally:
+        client.unregister_worker_plugin("kill-shard")
+    assert (tmp_path / "killed").exists()
+    assert result.fitness == reference.fitness       # the fit went on, unchanged
+    np.testing.assert_array_equal(result.params, reference.params)
+    with RunStore.open(result.path) as store:
+        lost = store.lost_workers
+        stats = store.history()["stats"]
+    assert [(e["generation"], e["shard"]) for e in lost] == [(2, 1)]
+    assert lost[0]["rows"] > 0 and lost[0]["worker"].startswith("tcp://")
+    assert list(stats["shards_rerun"]) == [0, 0, 1, 0, 0]
     _restore_workers(client)
 
 
