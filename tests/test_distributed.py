@@ -151,6 +151,28 @@ def test_a_worker_killed_mid_generation_has_its_shard_run_again(client, tmp_path
     _restore_workers(client)
 
 
+def test_the_commands_on_an_existing_scheduler(client, tmp_path, capsys):
+    from kingen.cli import main
+
+    address = client.scheduler.address
+    assert main(["info", "--cluster", address, "--connect"]) == 0
+    out = capsys.readouterr().out
+    assert f"scheduler {address}: 2 workers" in out
+    demo = kingen.demo_config()
+    config = tmp_path / "fit.toml"
+    config.write_text(demo.read_text().replace('"demo/', f'"{demo.parent}/demo/')
+                      .replace("polish = true", "polish = false"))
+    run = tmp_path / "demo.h5"
+    assert main(["fit", str(config), "--generations", "2", "--population", "8", "--backend",
+                 "cpu", "-o", str(run), "-q", "--cluster", address]) == 0
+    assert "kingen fit: 2 generations" in capsys.readouterr().out
+    assert main(["resume", str(run), "--generations", "3", "-q", "--cluster", address]) == 0
+    with RunStore.open(run) as store:
+        assert store.n_generations == 4 and len(store.resumed) == 1
+        assert list(store.history()["stats"]["shards_rerun"]) == [0, 0, 0, 0]
+    assert client.scheduler_info()["workers"]      # the scheduler's cluster is left running
+
+
 # ---------------------------------------------------------------------- batches
 
 def _write_manifest(tmp_path: Path, seeds: list[int], cells: str, generations: int) -> Path:
@@ -196,7 +218,7 @@ recordings = { deactivation = "missing.csv" }
         client.unregister_worker_plugin("kill-fit")
     assert (tmp_path / "killed").exists()
     ok = [i for i, r in rows.items() if r["status"] == "ok"]
-    assert sorted(ok) == sorted(j.id for j in m.jobs if not j.id.startswith("bad/"))
+    assert sorted(ok) == sorted(j.id for j in m.jobs if not j.id.startswith("bad/")), rows
     for seed in (1, 2):
         bad = rows[f"bad/jonas_1993_reversible/seed{seed}"]
         assert bad["status"] == "failed"

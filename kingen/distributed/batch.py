@@ -159,7 +159,7 @@ class BatchProgress:
         self.enabled = enabled
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.t0 = time.perf_counter()
-        self._last = ""
+        self._last: Any = None
         self._width = 0
 
     def line(self, done: int, running: int, failed: int, done_here: int) -> str:
@@ -178,9 +178,11 @@ class BatchProgress:
         if not self.enabled:
             return
         text = self.line(done, running, failed, done_here)
-        if text == self._last:
+        # a terminal's line follows the clock; a log gets a line when the counts change
+        key = text if self.tty else (done, running, failed)
+        if key == self._last:
             return
-        self._last = text
+        self._last = key
         if self.tty:
             self.stream.write("\r" + text + " " * max(self._width - len(text), 0))
             self._width = len(text)
