@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 
@@ -45,11 +44,12 @@ def client():
 
 
 class KillOnce(distributed.WorkerPlugin):
-    """SIGKILL the worker that starts a task whose key ends with ``suffix`` (after its run
-    file, if given, has committed ``after`` generations); once, across workers."""
+    """SIGKILL the worker that starts a task whose key ends with ``suffix`` (once the fit's
+    log, if given, shows generation ``after``); once, across workers. The log, not the run
+    file, is watched: HDF5 must not open the file a second time in the writer's process."""
 
-    def __init__(self, marker: str, suffix: str, run: str | None = None, after: int = 0):
-        self.marker, self.suffix, self.run, self.after = marker, suffix, run, after
+    def __init__(self, marker: str, suffix: str, log: str | None = None, after: int = 0):
+        self.marker, self.suffix, self.run, self.after = marker, suffix, log, after
 
     def transition(self, key, start, finish, **kwargs):
         if finish != "executing" or not str(key).endswith(self.suffix):
@@ -63,10 +63,9 @@ class KillOnce(distributed.WorkerPlugin):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                with h5py.File(self.run, "r", libver="latest", swmr=True) as f:
-                    if int(f["run/commit"][0]) >= self.after:
-                        break
-            except Exception:
+                if f"gen {self.after}/" in Path(self.run).read_text():
+                    break
+            except OSError:
                 pass
             time.sleep(0.005)
         self._kill()
@@ -211,7 +210,7 @@ recordings = { deactivation = "missing.csv" }
     m = load_manifest(p)
     victim = next(j for j in m.jobs if j.id == "a/jonas_1993_reversible/seed1")
     client.register_plugin(KillOnce(str(tmp_path / "killed"), victim.id,
-                                    str(victim.run_path), after=2), name="kill-fit")
+                                    str(victim.log_path), after=2), name="kill-fit")
     try:
         rows = {r["id"]: r for r in run_batch(m, client=client, progress=False)}
     finally:
@@ -248,7 +247,7 @@ def test_batch_rerun_skips_finished_fits_and_resumes_unfinished(client, tmp_path
     # No second chance inside the batch: the killed fit's row fails, its run file stays
     scheduler_failures = client.run_on_scheduler(_set_allowed_failures, 0)
     client.register_plugin(KillOnce(str(tmp_path / "killed"), victim.id,
-                                    str(victim.run_path), after=2), name="kill-fit")
+                                    str(victim.log_path), after=2), name="kill-fit")
     try:
         first = {r["id"]: r for r in run_batch(m, client=client, progress=False)}
     finally:
