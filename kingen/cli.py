@@ -284,6 +284,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         print(f"GPU: none usable ({status.reason}); the cpu backend uses "
               f"{numba.config.NUMBA_NUM_THREADS} cores")
+    import importlib.util
+
+    if importlib.util.find_spec("distributed") is None:
+        print("Dask: not installed (pip install 'kingen[dask]' for --cluster and kingen batch)")
+    else:
+        from kingen.distributed.cluster import ClusterSettings, describe
+
+        print("Dask, --cluster local: " + describe(ClusterSettings())[0].removeprefix(
+            "cluster: ") + " (kingen info --cluster SPEC for others)")
     return 0
 
 

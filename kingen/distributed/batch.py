@@ -96,8 +96,13 @@ def _run_state(run: Path) -> str:
         with RunStore.open(run, "r", verify=False) as store:
             if store.finished and store.best() is not None:
                 return "finished"
+            if store.finished:  # it ended without a best (every candidate failed)
+                raise KingenError(f"the fit ended without a result ({store.finished}); "
+                                  "delete its run file to fit it again", file=str(run))
             return "resumable" if store.n_generations > 0 else "new"
-    except KingenError:
+    except KingenError as exc:
+        if "ended without a result" in exc.message:
+            raise
         # Killed before its first commit, a file HDF5 cannot open is all it can leave;
         # with no generation committed there is nothing to lose by starting again. Anything
         # else (damage) is for resume to report.
