@@ -24,6 +24,9 @@ search                  :func:`resume`              continue a fit from its run 
 persistence             :class:`RunStore`           ``RunStore.open(path)``: read a run file
 output                  :func:`plot_run`            the figures of a run
 output                  :func:`write_report`        HTML and markdown summary of a run
+scale-out               :func:`run_batch`           a batch manifest's fits on a Dask cluster
+scale-out               :func:`fit_on_cluster`      one fit, each generation sharded (Dask)
+scale-out               :class:`ClusterSettings`    where scale-out runs (``[cluster]``)
 ======================  ==========================  ===========================================
 
 Examples
@@ -70,6 +73,9 @@ _LAZY: dict[str, tuple[str, str]] = {
     "RunStore": ("kingen.store", "RunStore"),
     "plot_run": ("kingen.plot", "plot_run"),
     "write_report": ("kingen.report", "write_report"),
+    "run_batch": ("kingen.distributed.batch", "run_batch"),
+    "fit_on_cluster": ("kingen.distributed.fitting", "fit_on_cluster"),
+    "ClusterSettings": ("kingen.distributed.cluster", "ClusterSettings"),
 }
 
 __all__ = [
@@ -78,11 +84,15 @@ __all__ = [
     "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
     "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
     "FitResult", "RunStore", "plot_run", "write_report",
+    "run_batch", "fit_on_cluster", "ClusterSettings",
 ]
 # (a test checks that __all__ is _LAZY plus the two eager names)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from kingen.data import Recording, Targets, load_recording, load_targets
+    from kingen.distributed.batch import run_batch
+    from kingen.distributed.cluster import ClusterSettings
+    from kingen.distributed.fitting import fit_on_cluster
     from kingen.fit_config import FitConfig, demo_config, load_config
     from kingen.interop import export_scheme, import_scheme
     from kingen.objective import Objective

@@ -24,7 +24,7 @@ from kingen._version import __version__
 from kingen.errors import KingenError
 
 # Modules that add their own subcommands with ``add_parsers(subparsers)``.
-_COMMAND_MODULES = ("kingen.fit_cli", "kingen.output_cli")
+_COMMAND_MODULES = ("kingen.fit_cli", "kingen.output_cli", "kingen.batch_cli")
 FORCE_HELP = ("lift the size limits (states, samples, RK4 steps, memory) that refuse work "
               "too large for this machine; see the README's 'Limits and bad input'")
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--kernel", choices=["stage", "propagator"],
                       help="print the scheme's generated solver code in this form instead "
                       "(objective mode; the legend at its top names every variable)")
+    info.add_argument("--cluster", default=None, metavar="SPEC",
+                      help="also show the Dask workers and GPUs this --cluster value would "
+                           "use (local, local:N, tcp://HOST:PORT, or a TOML file with a "
+                           "[cluster] table); nothing is started")
+    info.add_argument("--connect", action="store_true",
+                      help="with --cluster tcp://HOST:PORT: ask that scheduler for its workers")
     info.set_defaults(handler=cmd_info)
 
     for name in _COMMAND_MODULES:  # they ship with kingen: a failing import is a bug
@@ -230,6 +236,8 @@ def _show(value) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """``kingen info``: a scheme's summary, or the installation's."""
+    if args.cluster is not None or args.connect:
+        return _info_cluster(args)
     if args.kernel and not args.model:
         raise KingenError("--kernel needs a scheme file", field="--kernel", value=args.kernel)
     if args.model:
@@ -270,6 +278,37 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         print(f"GPU: none usable ({status.reason}); the cpu backend uses "
               f"{numba.config.NUMBA_NUM_THREADS} cores")
+    import importlib.util
+
+    if importlib.util.find_spec("distributed") is None:
+        print("Dask: not installed (pip install 'kingen[dask]' for --cluster and kingen batch)")
+    else:
+        from kingen.distributed.cluster import ClusterSettings, describe
+
+        print("Dask, --cluster local: " + describe(ClusterSettings())[0].removeprefix(
+            "cluster: ") + " (kingen info --cluster SPEC for others)")
+    return 0
+
+
+def _info_cluster(args: argparse.Namespace) -> int:
+    """``kingen info --cluster SPEC``: the workers and GPUs a fit or batch would use; a
+    scheduler is asked for its workers only with ``--connect``."""
+    from kingen.distributed.cluster import connected_lines, describe, parse_cluster_option
+
+    if args.cluster is None:
+        raise KingenError("--connect needs --cluster tcp://HOST:PORT", field="--connect")
+    settings = parse_cluster_option(args.cluster)
+    for line in describe(settings):
+        print(line)
+    if args.connect:
+        if settings.kind != "address":
+            raise KingenError("--connect asks an existing scheduler: give --cluster "
+                              "tcp://HOST:PORT", field="--cluster", value=args.cluster)
+        from kingen.distributed.cluster import open_client
+
+        with open_client(settings, wait=False) as client:
+            for line in connected_lines(client):
+                print(line)
     return 0
 
 

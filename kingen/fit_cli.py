@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from kingen.batch_cli import CLUSTER_HELP, cluster_option
 from kingen.errors import KingenError
 from kingen.fit_config import demo_config
 
@@ -37,6 +38,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--force", action="store_true",
                    help="lift the size limits (states, samples, RK4 steps, memory)")
+    p.add_argument("--cluster", nargs="?", const="", default=None, metavar="SPEC",
+                   help=CLUSTER_HELP + "; --cluster alone: the configuration's [cluster] table. "
+                        "Each generation is split into one shard per Dask worker")
     p.set_defaults(handler=cmd_fit)
 
     r = subparsers.add_parser(
@@ -46,6 +50,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--generations", type=int, default=None,
                    help="new maximum number of generations")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    r.add_argument("--cluster", nargs="?", const="", default=None, metavar="SPEC",
+                   help="as kingen fit --cluster (alone: the [cluster] table of the "
+                        "configuration stored in the run file)")
     r.set_defaults(handler=cmd_resume)
 
 
@@ -75,10 +82,31 @@ def cmd_fit(args: argparse.Namespace) -> int:
                  "generations": args.generations, "population": args.population,
                  "seed": args.seed, "output": None if output is None else str(output),
                  "force": args.force}
-    result = fit(config, overwrite=overwrite, progress=not args.quiet,
-                 overrides=overrides)
+    if args.cluster is not None:
+        from kingen.distributed.fitting import fit_on_cluster
+
+        result = fit_on_cluster(config, _cluster(args.cluster, config), overwrite=overwrite,
+                                progress=not args.quiet, overrides=overrides)
+    else:
+        result = fit(config, overwrite=overwrite, progress=not args.quiet,
+                     overrides=overrides)
     print(result.summary())
     return 0
+
+
+def _cluster(value: str, config: Path, text: str | None = None):
+    """``--cluster SPEC``, or alone the [cluster] table of the configuration (its file, or
+    the ``text`` a run file stored)."""
+    from kingen.distributed.cluster import settings_from_text
+
+    if value:
+        return cluster_option(value)
+    if text is None:
+        try:
+            text = Path(config).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KingenError(f"cannot read: {exc}", file=str(config)) from None
+    return settings_from_text(text, str(config), required=True)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -86,7 +114,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from kingen.search.run import resume
 
     _positive(args.generations, "--generations")
-    result = resume(args.run, progress=not args.quiet, generations=args.generations)
+    if args.cluster is not None:
+        from kingen.distributed.fitting import resume_on_cluster
+        from kingen.store import RunStore
+
+        text = None
+        if not args.cluster:
+            with RunStore.open(args.run, "r", verify=False) as reader:
+                text = reader.config_text
+        result = resume_on_cluster(args.run, _cluster(args.cluster, args.run, text),
+                                   progress=not args.quiet, generations=args.generations)
+    else:
+        result = resume(args.run, progress=not args.quiet, generations=args.generations)
     print(result.summary())
     sys.stdout.flush()
     return 0

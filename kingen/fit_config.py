@@ -201,7 +201,8 @@ class FitConfig:
 # ---------------------------------------------------------------------- reading
 
 _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "polish",
-        "polish_evaluations", "protocols", "parameters", "ga", "stop", "force"}
+        "polish_evaluations", "protocols", "parameters", "ga", "stop", "force",
+        "cluster"}  # [cluster]: where `kingen fit --cluster CONFIG` runs (kingen.distributed)
 _PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
              "amplitude", "mask", "baseline", "subtract_baseline"}
 _PARAM_KEYS = {"bounds", "value", "scale", "fixed"}

@@ -46,6 +46,12 @@ PUBLIC_MODULES = {
     "kingen.store.view": False,
     "kingen.plot": False,
     "kingen.report": False,
+    "kingen.distributed.cluster": True,
+    "kingen.distributed.manifest": True,
+    "kingen.distributed.tomlout": True,
+    "kingen.distributed.summary": True,
+    "kingen.distributed.shard": False,
+    "kingen.distributed.batch": False,
 }
 
 

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("scale-out", ("kingen.distributed",)),
     ("analysis", ("kingen.analysis",)),
     ("interface", ("kingen", "kingen.__main__", "kingen.cli", "kingen.fit_cli",
-                   "kingen.output_cli")),
+                   "kingen.output_cli", "kingen.batch_cli")),
 ]
 
 # Known imports against the order, each with its reason: (importer, imported).

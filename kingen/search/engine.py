@@ -29,6 +29,8 @@ its rate constants:
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 import random
 import time
@@ -51,6 +53,31 @@ rates already computed) -> ``(Evaluation, timings)``. ``timings`` may hold ``tot
 (the solver call) and ``solve_s`` (the kernel alone), in seconds; the engine adds them to
 the generation's timings. Called once per generation (twice at most: the initial
 population, or a polish)."""
+
+
+# The modules of DEAP that draw from the module ``random`` they import.
+_DEAP_RANDOM_USERS = ("deap.algorithms", "deap.tools.crossover", "deap.tools.mutation",
+                      "deap.tools.selection")
+
+
+@contextlib.contextmanager
+def _deap_draws_from(generator: random.Random):
+    """DEAP's operators draw from ``generator`` while the block runs.
+
+    The process's shared generator (the module ``random``) is also drawn from by other
+    threads: a Dask worker's or client's event loop uses it for jitter and choices, at
+    times of its own, so a fit drawing from it there would not repeat. The block is the
+    GA's own step, on the thread that runs the fit.
+    """
+    modules = [importlib.import_module(m) for m in _DEAP_RANDOM_USERS]
+    saved = [m.random for m in modules]
+    for m in modules:
+        m.random = generator
+    try:
+        yield
+    finally:
+        for m, r in zip(modules, saved, strict=True):
+            m.random = r
 
 
 def in_process(objective: Objective) -> Evaluate:
@@ -106,6 +133,12 @@ class Engine:
         self.numpy_ops = (self.ga.operators == "numpy" or (
             self.ga.operators == "auto" and self.lambda_ >= NUMPY_OPERATORS_FROM))
         self.rng = np.random.Generator(np.random.PCG64(cfg.seed))
+        # DEAP's operators draw from this one (see _deap_draws_from), seeded as
+        # random.seed(seed) would seed the module's
+        self.py_random = random.Random(cfg.seed)
+        # shards a lost worker held, since the last recorded generation (see record)
+        self._lost_workers: list[dict[str, Any]] = []
+        self._takes_reruns = callable(getattr(self._evaluate, "take_reruns", None))
         self.timings: list[dict[str, float]] = []
         self.evaluations = 0
         self._eval_clock: dict[str, float] = {}
@@ -126,13 +159,17 @@ class Engine:
         c = self._eval_clock
         c["solver_s"] = c.get("solver_s", 0.0) + timings.get("total_s", 0.0)
         c["kernel_s"] = c.get("kernel_s", 0.0) + timings.get("solve_s", 0.0)
+        if "dask_s" in timings:  # a sharded evaluator's overhead (kingen.distributed)
+            c["dask_s"] = c.get("dask_s", 0.0) + timings["dask_s"]
+        if self._takes_reruns:
+            self._lost_workers.extend(self._evaluate.take_reruns())  # type: ignore[attr-defined]
         c["evaluate_s"] = c.get("evaluate_s", 0.0) + time.perf_counter() - t0
         self.evaluations += genes.shape[0]
         return ev
 
     # ------------------------------------------------------------------ state
     def initial(self) -> dict[str, Any]:
-        random.seed(self.cfg.seed)
+        self.py_random.seed(self.cfg.seed)
         np.random.seed(self.cfg.seed % (2 ** 32))  # noqa: NPY002 - DEAP's CMA-ES draws from it
         state: dict[str, Any] = {"version": STATE_VERSION, "generation": 0, "best": math.inf,
                                  "since_improvement": 0, "elapsed": 0.0, "evaluations": 0,
@@ -250,13 +287,15 @@ class Engine:
         tb = self._toolbox_get()
         pop = self._individuals(state["genes"], state["fitness"], state["errors"],
                                 state["fail"])
-        offspring = algorithms.varOr(pop, tb, self.lambda_, self.ga.cxpb, self.ga.mutpb)
+        with _deap_draws_from(self.py_random):
+            offspring = algorithms.varOr(pop, tb, self.lambda_, self.ga.cxpb, self.ga.mutpb)
         invalid = [ind for ind in offspring if not ind.fitness.valid]
         for ind, fit in zip(invalid, tb.map(tb.evaluate, invalid), strict=True):
             ind.fitness.values = fit
         kids = np.array([list(ind) for ind in invalid]).reshape(-1, self.n)
         self._update_hof(state, kids, np.array([ind.fitness.values[0] for ind in invalid]))
-        pop = tb.select(pop + offspring, self.ga.population)
+        with _deap_draws_from(self.py_random):
+            pop = tb.select(pop + offspring, self.ga.population)
         state.update(genes=np.array([list(i) for i in pop], dtype=float),
                      fitness=np.array([i.fitness.values[0] for i in pop]),
                      errors=np.array([i.errors for i in pop]),
@@ -293,14 +332,14 @@ class Engine:
     def snapshot(self, state: dict) -> dict[str, np.ndarray]:
         """The resume state as of now, as plain arrays (written later, on the writer's
         thread; see :func:`kingen.search.state.encode`)."""
-        return encode(state, self.rng, self.evaluations)
+        return encode(state, self.rng, self.evaluations, self.py_random)
 
     def unpack(self, arrays: dict[str, np.ndarray], path: str) -> dict:
         """The search state from a run file's resume arrays (checked by
         :func:`checked_state`), with the random generators set to their stored states."""
         s, python_state, np_state, pcg_state = checked_state(arrays, self.cfg,
                                                              self.obj.n_protocols, path)
-        random.setstate(python_state)
+        self.py_random.setstate(python_state)
         np.random.set_state(np_state)  # noqa: NPY002
         self.rng.bit_generator.state = pcg_state
         if self.ga.algorithm == "cmaes":
@@ -331,6 +370,11 @@ class Engine:
                  "population_best": float(finite.min()) if finite.size else math.inf,
                  "n_failed": float(int((state["fail"] != 0).sum())),
                  "evaluations": float(self.evaluations)}
+        lost, self._lost_workers = self._lost_workers, []
+        for event in lost:
+            event["generation"] = int(state["generation"])
+        if self._takes_reruns:
+            stats["shards_rerun"] = float(len(lost))
         t_io = time.perf_counter()
         state["elapsed"] += t_io - t_start
         snapshot = self.snapshot(state)
@@ -340,8 +384,11 @@ class Engine:
         state["elapsed"] += io
         c = self._eval_clock
         timing = {"solver_s": c.get("solver_s", 0.0), "kernel_s": c.get("kernel_s", 0.0),
-                  "objective_s": c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0),
+                  "objective_s": (c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0)
+                                  - c.get("dask_s", 0.0)),
                   "io_s": io, "total_s": now - t_start}
+        if "dask_s" in c:
+            timing["dask_s"] = c["dask_s"]
         timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io, 0.0)
         self.timings.append(dict(timing))
         self._eval_clock = {}
@@ -349,6 +396,8 @@ class Engine:
 
         def write() -> None:
             t = time.perf_counter()
+            if lost:  # before the commit that follows: the record never trails its generation
+                self.store.record_lost_workers(lost)
             self.store.append_generation(
                 generation=snapshot["generation"], population=self.pmap.to_params(
                     snapshot["genes"]), errors=snapshot["errors"], fitness=snapshot["fitness"],

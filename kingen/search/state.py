@@ -139,9 +139,12 @@ def checked_state(arrays: dict[str, np.ndarray], cfg: FitConfig, n_protocols: in
     return s, python_state, np_state, pcg_state
 
 
-def encode(state: dict[str, Any], rng: np.random.Generator, evaluations: int
-           ) -> dict[str, np.ndarray]:
+def encode(state: dict[str, Any], rng: np.random.Generator, evaluations: int,
+           python_random: random.Random | None = None) -> dict[str, np.ndarray]:
     """The resume state as of now, as the plain arrays of :func:`state_fields`.
+
+    ``python_random`` is the generator DEAP's operators draw from (the module's own by
+    default).
 
     The random generators' states are copied now. The population arrays are shared with
     ``state`` (a generation replaces them and never writes into them); CMA-ES's strategy is
@@ -153,7 +156,7 @@ def encode(state: dict[str, Any], rng: np.random.Generator, evaluations: int
     out.update({name: np.float64(state.get(name, math.inf)) for name in _STATE_FLOATS})
     for name in ("genes", "fitness", "errors", "fail", "hof_genes", "hof_fitness"):
         out[name] = state[name]
-    version, words, gauss = random.getstate()
+    version, words, gauss = (python_random or random).getstate()
     out["python_random"] = np.array(words, dtype=np.int64)
     out["python_random_version"] = np.int64(version)
     out["python_random_has_gauss"] = np.int64(gauss is not None)

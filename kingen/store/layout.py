@@ -179,6 +179,10 @@ ENTRIES: tuple[Entry, ...] = (
           '`wall_time`, `interrupted`, …); empty while running or if the run was killed; '
           '`finished_unix` when; attributes `resumed` (times the run was resumed), '
           '`writer_pid`, `writer_host`'),
+    Entry('`/run/lost_workers`',
+          'JSON list: one entry per shard of a generation that a lost Dask worker held and '
+          'that ran again on another worker (`generation`, `shard`, `rows`, `worker`, '
+          '`time`); empty for a fit in one process (see "Scale-out (Dask)")'),
 )
 
 # The prose after the table (markdown).

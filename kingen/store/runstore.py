@@ -321,6 +321,8 @@ class RunStore:
                 resumed = json.loads(_text(f["run"].attrs.get("resumed", "[]")))
                 f["run"].attrs["resumed"] = _dumps(resumed + [_now()])
                 f["run/finished"][0] = np.bytes_(b"")  # running again
+                if "lost_workers" not in f["run"]:  # a file written before it existed
+                    _lost_workers_blob(f["run"])
                 _mark_writer(f["run"])
                 f.flush()
                 f.swmr_mode = True
@@ -602,6 +604,18 @@ class RunStore:
         best["valid"][0] = 1
         f.flush()
 
+    def record_lost_workers(self, events: list[Mapping[str, Any]]) -> None:
+        """Add to ``/run/lost_workers``: one entry per shard of a generation that a lost
+        Dask worker held and that ran again on another worker (``generation``, ``shard``,
+        ``rows``, ``worker``, ``time``)."""
+        self._need_writer()
+        if not events:
+            return
+        ds = self._f["run/lost_workers"]
+        known = _read_json(ds) or []
+        _write_json(ds, list(known) + [dict(e) for e in events])
+        self._f.flush()
+
     def mark_finished(self, reason: str) -> None:
         """Record why the run stopped (e.g. ``"max_generations"``, ``"interrupted"``)."""
         self._need_writer()
@@ -698,6 +712,24 @@ class RunStore:
     def n_generations(self) -> int:
         """Generations committed."""
         return int(self._commit()[0])
+
+    @property
+    @_reading
+    def resumed(self) -> list[str]:
+        """When the run was resumed (ISO 8601, UTC), oldest first."""
+        value = json.loads(_text(self._f["run"].attrs.get("resumed", "[]")))
+        return [str(v) for v in value] if isinstance(value, list) else []
+
+    @property
+    @_reading
+    def lost_workers(self) -> list[dict[str, Any]]:
+        """The shards a lost Dask worker held and that ran again elsewhere (see
+        :meth:`record_lost_workers`); empty for a run in one process."""
+        if "lost_workers" not in self._f["run"]:
+            return []
+        value = _read_json(self._ds("run/lost_workers"))
+        return [dict(v) for v in value if isinstance(v, dict)] if isinstance(value, list) \
+            else []
 
     @property
     @_reading
@@ -991,7 +1023,14 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     _dataset(run, "finished_unix", np.float64(np.nan))
     run["finished_unix"].attrs["unit"] = "s since 1970-01-01 UTC"
     run.attrs["resumed"] = "[]"
+    _lost_workers_blob(run)
     _mark_writer(run)
+
+
+def _lost_workers_blob(run: h5py.Group) -> None:
+    _json_blob(run, "lost_workers", "shards a lost Dask worker held, run again elsewhere "
+                                    "(JSON list)")
+    _write_json(run["lost_workers"], [])
 
 
 def as_store(run: str | os.PathLike[str] | RunStore) -> tuple[RunStore, bool]:

@@ -1,0 +1,206 @@
+"""Scale-out with Dask: batches of fits over 1, 2, 4, 8 workers, and one fit sharded.
+
+Two measurements, each written as JSON with the command, git commit, host and versions:
+
+``batch``: a batch of ``--fits`` demo fits (the bundled demo, seeds 1..N, no polish) run by
+``kingen.distributed.run_batch`` on a local cluster of each ``--workers`` count (CPU worker
+processes, the cores shared between them; on a GPU host with dask-cuda, one worker per
+GPU). The cluster is started and every worker has compiled the solver before the clock
+starts; the batch's wall time, fits per second and the speed-up over the first count are
+recorded::
+
+    python benchmarks/dask_scaling.py batch --workers 1,2,4,8 --fits 16 \\
+        --out benchmarks/results/cpu-16core/dask_batch.json
+
+``shard``: one fit, each generation's candidates sharded over ``--workers`` workers, against
+the same fit in one process (same seed: the result must be the same, and it is checked).
+Per generation (the initial population left out): candidates per second, and Dask's share
+of the generation (``dask_s``: cutting, sending, waiting and gathering, beyond the slowest
+shard's solve). ``--one-gpu`` puts every worker on GPU 0 (the "two workers on one GPU"
+overhead run)::
+
+    python benchmarks/make_fit_problem.py --model robert_howe_2003 --out /tmp/rh03
+    python benchmarks/dask_scaling.py shard --config /tmp/rh03/fit.toml --population 65536 \\
+        --generations 5 --workers 1,2 --one-gpu --out $OUT/dask_shard_one_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import kingen  # noqa: E402
+from kingen.distributed.batch import run_batch  # noqa: E402
+from kingen.distributed.cluster import ClusterSettings, local_plan, open_client  # noqa: E402
+from kingen.distributed.manifest import load_manifest  # noqa: E402
+
+
+def environment(argv: list[str]) -> dict[str, Any]:
+    """Command, commit, host and versions, for the JSON."""
+    import dask
+    import distributed
+    import numba
+    import numpy
+
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                     "--untracked-files=no"], capture_output=True,
+                                    text=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        commit, dirty = "unknown", False
+    from kingen.distributed.cluster import local_gpus
+
+    return {"command": " ".join(["python", "benchmarks/dask_scaling.py"] + argv),
+            "commit": commit + ("+dirty" if dirty else ""), "host": platform.node(),
+            "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "gpus": local_gpus(),
+            "versions": {"kingen": kingen.__version__, "python": platform.python_version(),
+                         "numpy": numpy.__version__, "numba": numba.__version__,
+                         "dask": dask.__version__, "distributed": distributed.__version__}}
+
+
+def _counts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _manifest(folder: Path, fits: int, generations: int, population: int, backend: str
+              ) -> Path:
+    p = folder / "batch.toml"
+    p.write_text(f'''config = "{kingen.demo_config()}"
+output = "out"
+seeds = {list(range(1, fits + 1))}
+[overrides]
+polish = false
+backend = "{backend}"
+ga = {{ population = {population}, offspring = {population}, generations = {generations} }}
+stop = {{ patience = 0 }}
+''')
+    return p
+
+
+def bench_batch(args: argparse.Namespace) -> dict[str, Any]:
+    runs = []
+    for n in _counts(args.workers):
+        settings = ClusterSettings(workers=n)
+        plan = local_plan(settings)
+        with tempfile.TemporaryDirectory(prefix="kingen-dask-bench-") as tmp:
+            (Path(tmp) / "warm").mkdir()
+            warm = load_manifest(_manifest(Path(tmp) / "warm", n, 1, 8, args.backend))
+            m = load_manifest(_manifest(Path(tmp), args.fits, args.generations,
+                                        args.population, args.backend))
+            t0 = time.perf_counter()
+            with open_client(settings) as client:
+                client.wait_for_workers(n, timeout=120)
+                started = time.perf_counter() - t0
+                # one tiny fit per worker first: imports and solver compilation off the clock
+                run_batch(warm, client=client, progress=False)
+                t1 = time.perf_counter()
+                rows = run_batch(m, client=client, progress=False)
+                wall = time.perf_counter() - t1
+        ok = sum(1 for r in rows if r["status"] == "ok")
+        runs.append({"workers": n, "cluster": plan["cluster"], "threads_per_worker":
+                     plan["threads"], "gpus": plan["gpus"], "fits": len(rows), "ok": ok,
+                     "cluster_start_s": started, "wall_s": wall, "fits_per_s": len(rows) / wall,
+                     "fit_wall_s": [r.get("wall_s") for r in rows]})
+        print(f"{n} worker(s): {len(rows)} fits in {wall:.2f} s ({len(rows) / wall:.3f} fits/s)"
+              f", cluster start {started:.1f} s", flush=True)
+    base = runs[0]["wall_s"]
+    for r in runs:
+        r["speedup"] = base / r["wall_s"]
+    return {"benchmark": "batch", "fits": args.fits, "generations": args.generations,
+            "population": args.population, "backend": args.backend, "runs": runs}
+
+
+def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+
+    from kingen.distributed.shard import ShardedEvaluator
+
+    overrides = {"generations": args.generations, "population": args.population,
+                 "backend": args.backend, "seed": 1}
+    with tempfile.TemporaryDirectory(prefix="kingen-dask-bench-") as tmp:
+        def run(evaluator: Any, name: str) -> Any:
+            cfg = kingen.load_config(args.config, overrides={**overrides,
+                                                             "output": f"{tmp}/{name}.h5"})
+            cfg.polish = False
+            return kingen.fit(cfg, overwrite=True, progress=False, evaluator=evaluator)
+
+        def per_generation(result: Any) -> dict[str, Any]:
+            t = result.timings
+            total = np.asarray(t["total_s"][1:])
+            out = {"generation_s": total.tolist(),
+                   "candidates_per_s": float(args.population / np.median(total))}
+            if "dask_s" in t:
+                dask_s = np.asarray(t["dask_s"][1:])
+                out["dask_s"] = dask_s.tolist()
+                out["dask_share"] = float(np.median(dask_s / total))
+            return out
+
+        one = run(None, "one_process")
+        runs = [{"workers": 0, "what": "one process, no Dask", **per_generation(one)}]
+        for n in _counts(args.workers):
+            env = {"CUDA_VISIBLE_DEVICES": "0"} if args.one_gpu else None
+            settings = ClusterSettings(workers=n)
+            with open_client(settings, env=env) as client:
+                client.wait_for_workers(n, timeout=120)
+                cfg = kingen.load_config(args.config, overrides=overrides)
+                sharded = ShardedEvaluator.for_config(client, cfg)
+                try:
+                    res = run(lambda objective, s=sharded: s, f"sharded_{n}")
+                finally:
+                    sharded.close()
+            same = bool(res.fitness == one.fitness and np.array_equal(res.params, one.params))
+            runs.append({"workers": n, "what": ("workers on GPU 0" if args.one_gpu else
+                                                "local cluster"),
+                         "same_result_as_one_process": same, **per_generation(res)})
+            print(f"{n} worker(s): {runs[-1]['candidates_per_s']:,.0f} candidates/s, Dask "
+                  f"share {runs[-1].get('dask_share', float('nan')):.1%}, same result: {same}",
+                  flush=True)
+    return {"benchmark": "shard", "config": str(args.config), "population": args.population,
+            "generations": args.generations, "backend": args.backend,
+            "one_gpu": args.one_gpu, "runs": runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    b = sub.add_parser("batch", help="a batch of demo fits over 1, 2, 4, 8 workers")
+    b.add_argument("--workers", default="1,2,4,8", help="worker counts, comma separated")
+    b.add_argument("--fits", type=int, default=16)
+    b.add_argument("--generations", type=int, default=20)
+    b.add_argument("--population", type=int, default=48)
+    b.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
+    b.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("shard", help="one fit, sharded, against one process")
+    s.add_argument("--config", type=Path, required=True)
+    s.add_argument("--workers", default="1,2")
+    s.add_argument("--population", type=int, default=65536)
+    s.add_argument("--generations", type=int, default=5)
+    s.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
+    s.add_argument("--one-gpu", action="store_true", help="every worker on GPU 0")
+    s.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    result = bench_batch(args) if args.what == "batch" else bench_shard(args)
+    out = {**environment(argv), **result}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""``kingen batch MANIFEST.toml``: many fits, one Dask task each, resumable.
+
+Each fit (:class:`~kingen.distributed.manifest.FitJob`) is one task, :func:`run_fit`, that
+writes its own run file and log in its own folder. The task decides from the run file what
+to do, so the same task serves a first run, a rerun of the batch and a retry after a lost
+worker:
+
+- no run file, or one with no committed generation: fit from the start;
+- a run file whose fit has not finished (it was killed with its worker, or the batch was
+  stopped): resume it from its last committed generation (:func:`kingen.search.run.resume`);
+- a finished run file: read its result, fit nothing.
+
+When a worker dies, the scheduler gives its task to another worker (up to
+``[cluster] retries`` times); that run of the task finds the run file and resumes it. A fit
+that fails (bad file, every candidate failing) returns a failed row with its one-line
+reason; the batch goes on. The driver shows one progress line and writes
+``batch_summary.csv`` and ``batch_summary.html`` (:mod:`kingen.distributed.summary`) as
+fits finish.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from kingen.distributed.cluster import ClusterSettings, open_client
+from kingen.distributed.manifest import FitJob, Manifest, load_manifest
+from kingen.distributed.summary import aic_bic, ranking_lines, write_summary
+from kingen.errors import KingenError
+from kingen.files import atomic_write
+
+# ---------------------------------------------------------------------- on the worker
+
+def run_fit(task: dict[str, Any]) -> dict[str, Any]:
+    """Run (or resume, or read) one fit of a batch; returns its summary row.
+
+    Never raises for a problem of the fit itself: a :class:`KingenError` (or any other
+    error) becomes a failed row with a one-line reason. Runs on a worker.
+    """
+    from kingen.search.run import fit, resume
+    from kingen.store import RunStore
+
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"id": task["id"], "cell": task["cell"], "scheme": task["scheme"],
+                           "seed": task["seed"], "run_file": task["run"],
+                           "worker": f"{platform.node()}:{os.getpid()}"}
+    run = Path(task["run"])
+    log_path = Path(task["log"])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        def say(text: str) -> None:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+            log.flush()
+
+        try:
+            state = _run_state(run)
+            if state == "finished":
+                say(f"finished already; reading {run.name}")
+            elif state == "resumable":
+                say(f"resuming {run.name} from its last committed generation "
+                    f"(process {os.getpid()} on {platform.node()})")
+                resume(run, progress=True, stream=log)
+            else:
+                say(f"fitting {task['config']} (process {os.getpid()} on "
+                    f"{platform.node()})")
+                fit(task["config"], overwrite=True, progress=True, stream=log)
+            with RunStore.open(run, "r", verify=False) as store:
+                row.update(result_row(store))
+            row["status"], row["reason"] = "ok", ""
+            say(f"done: fitness {row['fitness']:.6g}, {row['stopped']}")
+        except KingenError as exc:
+            row.update(status="failed", reason=str(exc))
+            say(f"failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a batch outlives any one fit
+            reason = " ".join(f"internal error: {type(exc).__name__}: {exc}".split())
+            row.update(status="failed", reason=reason)
+            say(f"failed: {reason}")
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def _run_state(run: Path) -> str:
+    """``"new"``, ``"resumable"`` or ``"finished"``, from what the run file has committed."""
+    from kingen.store import RunStore
+
+    if not run.exists():
+        return "new"
+    try:
+        with RunStore.open(run, "r", verify=False) as store:
+            if store.finished and store.best() is not None:
+                return "finished"
+            if store.finished:  # it ended without a best (every candidate failed)
+                raise KingenError(f"the fit ended without a result ({store.finished}); "
+                                  "delete its run file to fit it again", file=str(run))
+            return "resumable" if store.n_generations > 0 else "new"
+    except KingenError as exc:
+        if "ended without a result" in exc.message:
+            raise
+        # Killed before its first commit, a file HDF5 cannot open is all it can leave;
+        # with no generation committed there is nothing to lose by starting again. Anything
+        # else (damage) is for resume to report.
+        return "resumable" if _has_commit(run) else "new"
+
+
+def _has_commit(run: Path) -> bool:
+    try:
+        import h5py
+
+        with h5py.File(run, "r", libver="latest", swmr=True) as f:
+            return int(f["run/commit"][0]) > 0
+    except Exception:  # noqa: BLE001 - unreadable: no committed generation can be used
+        return False
+
+
+def result_row(store: Any) -> dict[str, Any]:
+    """A summary row's values from a finished run file: error per protocol, parameters in
+    file units, AIC/BIC (see :mod:`kingen.distributed.summary`)."""
+    from kingen.fit_config import loads_config
+    from kingen.objective import Objective
+    from kingen.params import to_file_units
+
+    best = store.best()
+    if best is None:
+        raise KingenError("the run file has no best candidate (the fit did not finish)",
+                          file=str(store.path))
+    settings = store.config
+    cfg_path = settings.get("config_path", "<config>")
+    base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
+    cfg = loads_config(store.config_text, path=cfg_path, base=base, scheme=store.scheme(),
+                       overrides={"force": True})
+    objective = Objective(cfg.scheme, cfg.protocols, backend="cpu", precision=cfg.precision,
+                          step=cfg.step, courant=cfg.courant)
+    n = int(np.count_nonzero(objective.weight)) + sum(len(p.targets) for p in objective.plans)
+    k = cfg.pmap.n_genes + sum(1 for p in cfg.protocols
+                               if p.recording is not None and p.amplitude is None)
+    aic, bic = aic_bic(best["fitness"], n, k)
+    row: dict[str, Any] = {"fitness": best["fitness"], "n_free": k, "n_samples": n,
+                           "aic": aic, "bic": bic, "generations": store.n_generations,
+                           "stopped": store.finished or "", "resumed": len(store.resumed)}
+    for name, err in best["errors"].items():
+        row[f"error:{name}"] = err
+    values = to_file_units(cfg.scheme, best["params"])
+    units = {p.name: p.unit for p in cfg.scheme.parameters}
+    for name, v in values.items():
+        row[f"{name} ({units[name]})"] = float(v)
+    return row
+
+
+# ---------------------------------------------------------------------- on the driver
+
+class BatchProgress:
+    """The batch's one progress line: fits done, running, failed, ETA."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.t0 = time.perf_counter()
+        self._last: Any = None
+        self._width = 0
+
+    def line(self, done: int, running: int, failed: int, done_here: int) -> str:
+        """The text: ``done_here`` fits finished in this run (the ETA's rate)."""
+        elapsed = time.perf_counter() - self.t0
+        left = self.total - done
+        eta = "?"
+        if left == 0:
+            eta = "0s"
+        elif done_here > 0:
+            eta = _duration(elapsed / done_here * left)
+        return (f"batch: {done}/{self.total} done, {running} running, {failed} failed, "
+                f"ETA {eta}")
+
+    def update(self, done: int, running: int, failed: int, done_here: int) -> None:
+        if not self.enabled:
+            return
+        text = self.line(done, running, failed, done_here)
+        # a terminal's line follows the clock; a log gets a line when the counts change
+        key = text if self.tty else (done, running, failed)
+        if key == self._last:
+            return
+        self._last = key
+        if self.tty:
+            self.stream.write("\r" + text + " " * max(self._width - len(text), 0))
+            self._width = len(text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        self.close()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _write_configs(jobs: list[FitJob]) -> None:
+    for job in jobs:
+        path = job.config_path
+        try:
+            if path.is_file() and path.read_text(encoding="utf-8") == job.config_text:
+                continue
+            atomic_write(path, lambda tmp, t=job.config_text: tmp.write_text(
+                t, encoding="utf-8"))
+        except OSError as exc:
+            raise KingenError(f"cannot write the fit's configuration: {exc.strerror or exc}",
+                              file=str(path)) from None
+
+
+def run_batch(manifest: str | os.PathLike[str] | Manifest, *,
+              cluster: ClusterSettings | None = None, progress: bool = True,
+              stream: TextIO | None = None, client: Any = None) -> list[dict[str, Any]]:
+    """Run every fit of a manifest (resuming unfinished ones, skipping finished ones);
+    returns the summary rows, also written to ``batch_summary.csv`` and ``.html`` in the
+    batch's folder.
+
+    Parameters
+    ----------
+    manifest
+        The manifest file, or one already read by
+        :func:`~kingen.distributed.manifest.load_manifest`.
+    cluster
+        Where to run (default: the manifest's ``[cluster]``, else this host).
+    client
+        An existing ``distributed.Client`` to use instead (``cluster`` is then ignored).
+
+    Examples
+    --------
+    >>> from kingen.distributed import run_batch
+    >>> rows = run_batch("batch.toml")                      # doctest: +SKIP
+    >>> [(r["id"], r["status"]) for r in rows]              # doctest: +SKIP
+    [('cell01/jonas/seed1', 'ok'), ...]
+    """
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    settings = cluster or m.cluster or ClusterSettings()
+    try:
+        m.output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KingenError(f"cannot create the batch's folder: {exc.strerror}",
+                          file=str(m.output)) from None
+    _write_configs(m.jobs)
+    bar = BatchProgress(len(m.jobs), stream, progress)
+    if client is not None:
+        return _run(m, client, bar)
+    with open_client(settings) as own:
+        return _run(m, own, bar)
+
+
+def _run(m: Manifest, client: Any, bar: BatchProgress) -> list[dict[str, Any]]:
+    import uuid
+
+    from distributed import as_completed
+
+    title = f"kingen batch {m.path.name}"
+    token = uuid.uuid4().hex[:8]
+    rows: dict[str, dict[str, Any]] = {}
+    futures = {client.submit(run_fit, job.as_task(), key=f"kingen-fit-{token}-{job.id}",
+                             pure=False, retries=0): job for job in m.jobs}
+    pending = set(futures)
+    seq = as_completed(list(futures))
+    done_here = failed = 0
+    try:
+        while pending:
+            got = seq.next_batch(block=False)
+            if not got:
+                bar.update(len(rows), _running(client, pending), failed, done_here)
+                time.sleep(0.25)
+                continue
+            for fut in got:
+                pending.discard(fut)
+                job = futures[fut]
+                row = _collect(fut, job)
+                rows[job.id] = row
+                done_here += 1
+                if row["status"] != "ok":
+                    failed += 1
+                    bar.message(f"failed: {job.id}: {row['reason']}")
+            write_summary(m.output, list(rows.values()), title)
+            bar.update(len(rows), _running(client, pending), failed, done_here)
+    finally:
+        bar.close()
+    ordered = [rows[j.id] for j in m.jobs if j.id in rows]
+    for line in ranking_lines(ordered):
+        bar.message(line)
+    return ordered
+
+
+def _running(client: Any, pending: set) -> int:
+    try:
+        processing = client.processing()
+    except Exception:  # noqa: BLE001 - the count is cosmetic
+        return 0
+    keys = {f.key for f in pending}
+    return sum(1 for tasks in processing.values() for k in tasks if k in keys)
+
+
+def _collect(fut: Any, job: FitJob) -> dict[str, Any]:
+    try:
+        return fut.result()
+    except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker after the retries
+        name = type(exc).__name__
+        reason = (f"lost its worker too many times ({name}); rerun the batch to resume it "
+                  "from its run file" if name == "KilledWorker" else f"{name}: {exc}")
+        return {"id": job.id, "cell": job.cell, "scheme": job.scheme, "seed": job.seed,
+                "status": "failed", "reason": " ".join(reason.split()),
+                "run_file": str(job.run_path), "fitness": math.nan}

@@ -1,0 +1,401 @@
+"""Where the work runs: a ``[cluster]`` table or a ``--cluster`` value, and the Dask cluster
+it builds.
+
+Four kinds, all Dask's own (no scheduler, queue or RPC of kingen's):
+
+- ``local`` (the default): on this host, ``dask_cuda.LocalCUDACluster`` (one worker per GPU)
+  when a CUDA GPU is usable and dask-cuda is installed, else a ``distributed.LocalCluster``
+  of worker processes on the CPU cores;
+- ``address``: an existing scheduler, ``tcp://host:8786``;
+- ``slurm`` and ``pbs``: ``dask_jobqueue.SLURMCluster`` / ``PBSCluster``, one batch job per
+  ``jobs``, each with ``gpus_per_job`` GPUs (a ``dask cuda worker`` per job, one worker per
+  GPU) or, without GPUs, ``workers_per_job`` CPU worker processes.
+
+The ``--cluster`` option takes ``local``, ``local:N`` (N worker processes), a scheduler
+address, or a TOML file with a ``[cluster]`` table (a fit configuration or a batch manifest
+will do).
+
+>>> s = cluster_settings({"kind": "slurm", "queue": "gpu", "jobs": 2, "gpus_per_job": 1,
+...                       "walltime": "01:00:00"}, "batch.toml")
+>>> s.kind, s.jobs, s.gpus_per_job
+('slurm', 2, 1)
+>>> parse_cluster_option("local:2").workers
+2
+>>> parse_cluster_option("tcp://10.0.0.5:8786").address
+'tcp://10.0.0.5:8786'
+>>> cluster_settings({"kind": "slurm", "jobs": 0}, "batch.toml")
+Traceback (most recent call last):
+...
+kingen.errors.KingenError: batch.toml: cluster.jobs = 0: must be >= 1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kingen.errors import KingenError
+from kingen.fields import Fields, join, loads_toml
+
+KINDS = ("local", "address", "slurm", "pbs")
+_KEYS = {"kind", "address", "workers", "threads", "queue", "account", "jobs", "gpus_per_job",
+         "workers_per_job", "cores", "memory", "walltime", "adaptive", "minimum_jobs",
+         "maximum_jobs", "job_extra", "prologue", "python", "local_directory",
+         "log_directory", "interface", "retries"}
+_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://[^\s/]+(:\d+)?/?$")
+_WALLTIME = re.compile(r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
+_MEMORY = re.compile(r"^\d+(\.\d+)?\s*([kKMGTP]i?B|[kKMGTP])$")
+
+
+@dataclass
+class ClusterSettings:
+    """Where a fit or a batch runs (see the module docstring and the README's
+    "Scale-out (Dask)")."""
+
+    kind: str = "local"
+    address: str = ""
+    workers: int = 0               # local: worker processes (0: one per GPU, else 2)
+    threads: int = 0               # local CPU: solver threads per worker (0: cores / workers)
+    queue: str = ""
+    account: str = ""
+    jobs: int = 1
+    gpus_per_job: int = 0
+    workers_per_job: int = 1
+    cores: int = 4
+    memory: str = "16GB"
+    walltime: str = "01:00:00"
+    adaptive: bool = False
+    minimum_jobs: int = 0
+    maximum_jobs: int = 0
+    job_extra: list[str] = field(default_factory=list)
+    prologue: list[str] = field(default_factory=list)
+    python: str = ""
+    local_directory: str = ""
+    log_directory: str = ""
+    interface: str = ""
+    retries: int = 3               # times a task may lose its worker before it fails
+    source: str = "<default>"      # where the settings were read
+
+
+def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
+                     ) -> ClusterSettings:
+    """Read and check a ``[cluster]`` table.
+
+    Raises
+    ------
+    KingenError
+        One line naming ``file``, the field and its value.
+    """
+    c = Fields(file)
+    if not isinstance(table, dict):
+        raise c.error("must be a table", where, table)
+    c.keys(table, _KEYS, where)
+    address = c.string(table, "address", where, "")
+    kind = c.choice(table, "kind", KINDS, where, "address" if address else "local")
+    s = ClusterSettings(kind=kind, address=address, source=file)
+    s.workers = c.integer(table, "workers", where, 0, ge=0, le=4096)
+    s.threads = c.integer(table, "threads", where, 0, ge=0, le=4096)
+    s.retries = c.integer(table, "retries", where, 3, ge=0, le=100)
+    if kind == "address":
+        if not address:
+            raise c.error("missing: the scheduler's address (tcp://host:8786)",
+                          join(where, "address"))
+        if not _ADDRESS.match(address):
+            raise c.error("must be a scheduler address such as tcp://host:8786",
+                          join(where, "address"), address)
+    elif address:
+        raise c.error(f"only for kind = \"address\" (this is kind = \"{kind}\")",
+                      join(where, "address"), address)
+    jobqueue_keys = _KEYS - {"kind", "address", "workers", "threads", "retries"}
+    if kind in ("local", "address"):
+        for key in sorted(jobqueue_keys & set(table)):
+            raise c.error(f"only for kind = \"slurm\" or \"pbs\" (this is kind = \"{kind}\")",
+                          join(where, key), table[key])
+        return s
+    s.queue = c.string(table, "queue", where, "")
+    s.account = c.string(table, "account", where, "")
+    s.jobs = c.integer(table, "jobs", where, 1, ge=1, le=100_000)
+    s.gpus_per_job = c.integer(table, "gpus_per_job", where, 0, ge=0, le=64)
+    s.workers_per_job = c.integer(table, "workers_per_job", where, 1, ge=1, le=1024)
+    s.cores = c.integer(table, "cores", where, 4, ge=1, le=4096)
+    s.memory = c.string(table, "memory", where, "16GB")
+    if not _MEMORY.match(s.memory.strip()):
+        raise c.error("must be a size such as \"32GB\"", join(where, "memory"), s.memory)
+    s.walltime = c.string(table, "walltime", where, "01:00:00")
+    if not _WALLTIME.match(s.walltime.strip()):
+        raise c.error("must be a time such as \"02:00:00\" (hours:minutes:seconds)",
+                      join(where, "walltime"), s.walltime)
+    s.adaptive = c.boolean(table, "adaptive", where, False)
+    s.minimum_jobs = c.integer(table, "minimum_jobs", where, 0, ge=0, le=100_000)
+    s.maximum_jobs = c.integer(table, "maximum_jobs", where, s.jobs, ge=1, le=100_000)
+    if s.minimum_jobs > s.maximum_jobs:
+        raise c.error(f"must be <= maximum_jobs ({s.maximum_jobs})",
+                      join(where, "minimum_jobs"), s.minimum_jobs)
+    if s.gpus_per_job and "workers_per_job" in table:
+        raise c.error("with gpus_per_job, each job runs one worker per GPU; leave "
+                      "workers_per_job out", join(where, "workers_per_job"), s.workers_per_job)
+    for key in ("job_extra", "prologue"):
+        items = c.array(table, key, where)
+        for i, item in enumerate(items):
+            if not isinstance(item, str) or not item.strip() or "\n" in item:
+                raise c.error("must be a one-line, non-empty string", join(join(where, key), i),
+                              item)
+        setattr(s, key, list(items))
+    for key in ("python", "local_directory", "log_directory", "interface"):
+        setattr(s, key, c.string(table, key, where, ""))
+    return s
+
+
+def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings:
+    """The ``--cluster`` option: ``local``, ``local:N``, ``tcp://host:port``, or a TOML file
+    with a ``[cluster]`` table."""
+    text = str(value).strip()
+    if text == "local":
+        return ClusterSettings(source=flag)
+    m = re.fullmatch(r"local:(\d+)", text)
+    if m:
+        n = int(m.group(1))
+        if not 1 <= n <= 4096:
+            raise KingenError("local:N needs 1 <= N <= 4096 worker processes", field=flag,
+                              value=text)
+        return ClusterSettings(workers=n, source=flag)
+    if "://" in text:
+        if not _ADDRESS.match(text):
+            raise KingenError("not a scheduler address (tcp://host:8786)", field=flag,
+                              value=text)
+        return ClusterSettings(kind="address", address=text, source=flag)
+    path = Path(text)
+    if not path.is_file():
+        raise KingenError("must be local, local:N, a scheduler address (tcp://host:8786) or "
+                          "a TOML file with a [cluster] table", field=flag, value=text)
+    return settings_from_file(path, required=True)
+
+
+def settings_from_file(path: str | os.PathLike[str], *, required: bool = False
+                       ) -> ClusterSettings | None:
+    """The ``[cluster]`` table of a TOML file (a fit configuration or a manifest); None if
+    it has none (unless ``required``)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KingenError(f"cannot read: {exc}", file=str(p)) from None
+    return settings_from_text(text, str(p), required=required)
+
+
+def settings_from_text(text: str, file: str, *, required: bool = False
+                       ) -> ClusterSettings | None:
+    """The ``[cluster]`` table of TOML text read from ``file`` (None if it has none)."""
+    doc = loads_toml(text, file)
+    if "cluster" not in doc:
+        if required:
+            raise KingenError("no [cluster] table", file=file, field="cluster")
+        return None
+    return cluster_settings(doc["cluster"], file)
+
+
+# ---------------------------------------------------------------------- what is here
+
+def local_gpus() -> list[str]:
+    """Names of the CUDA GPUs this host's workers would use (empty without one; the CUDA
+    simulator does not count)."""
+    from kingen.solve.backends import cuda_status
+
+    status = cuda_status()
+    if not status.usable or status.simulator:
+        return []
+    from numba import cuda
+
+    names = []
+    for gpu in cuda.gpus:
+        name = gpu.name
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    return names
+
+
+def has_dask_cuda() -> bool:
+    """Whether dask-cuda can be imported (it is imported only when used)."""
+    import importlib.util
+
+    return importlib.util.find_spec("dask_cuda") is not None
+
+
+def local_plan(s: ClusterSettings) -> dict[str, Any]:
+    """What ``kind = "local"`` would start here, without starting it: ``{"cluster",
+    "workers", "threads", "gpus"}``."""
+    gpus = local_gpus()
+    cores = os.cpu_count() or 1
+    if gpus and has_dask_cuda():
+        n = s.workers or len(gpus)
+        return {"cluster": "dask_cuda.LocalCUDACluster", "workers": min(n, len(gpus)),
+                "threads": 1, "gpus": gpus[: min(n, len(gpus))]}
+    n = s.workers or min(2, cores)
+    threads = s.threads or max(1, cores // n)
+    return {"cluster": "distributed.LocalCluster (processes)", "workers": n,
+            "threads": threads, "gpus": [], "cores": cores,
+            "note": ("dask-cuda is not installed: GPUs are not used by the local cluster "
+                     "(pip install dask-cuda)") if gpus else ""}
+
+
+def describe(s: ClusterSettings) -> list[str]:
+    """Lines for ``kingen info``: where work would run, without starting anything."""
+    if s.kind == "local":
+        plan = local_plan(s)
+        lines = [f"cluster: {plan['cluster']} on this host, {plan['workers']} worker"
+                 f"{'s' if plan['workers'] != 1 else ''}"]
+        if plan["gpus"]:
+            lines += [f"  worker {i}: GPU {i} ({name})" for i, name in enumerate(plan["gpus"])]
+        else:
+            lines.append(f"  each worker: {plan['threads']} solver thread(s) on the CPU "
+                         f"({plan['cores']} cores here)")
+        if plan.get("note"):
+            lines.append(f"  note: {plan['note']}")
+        return lines
+    if s.kind == "address":
+        return [f"cluster: the scheduler at {s.address} (its workers: kingen info --cluster "
+                f"{s.address} --connect)"]
+    per_job = (f"{s.gpus_per_job} GPU{'s' if s.gpus_per_job != 1 else ''} (one worker per GPU)"
+               if s.gpus_per_job else f"{s.workers_per_job} CPU worker(s)")
+    scale = (f"adaptive, {s.minimum_jobs} to {s.maximum_jobs} jobs" if s.adaptive
+             else f"{s.jobs} job{'s' if s.jobs != 1 else ''}")
+    return [f"cluster: {s.kind} ({scale}), each job {per_job}, {s.cores} cores, {s.memory}, "
+            f"walltime {s.walltime}" + (f", queue {s.queue}" if s.queue else "")]
+
+
+def connected_lines(client: Any) -> list[str]:
+    """Lines for ``kingen info --connect``: the workers a scheduler has now."""
+    info = client.scheduler_info()
+    workers = info.get("workers", {})
+    lines = [f"scheduler {info.get('address', '?')}: {len(workers)} worker"
+             f"{'s' if len(workers) != 1 else ''}"]
+    for addr, w in sorted(workers.items()):
+        res = w.get("resources") or {}
+        gpu = f", {res['GPU']:g} GPU" if "GPU" in res else ""
+        lines.append(f"  {addr}  {w.get('nthreads', '?')} thread(s){gpu}  "
+                     f"{w.get('name', '')}")
+    return lines
+
+
+# ---------------------------------------------------------------------- building clusters
+
+def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
+    """A ``dask_jobqueue`` cluster (not yet scaled) for ``kind = "slurm"`` or ``"pbs"``.
+
+    Its ``job_script()`` is the batch script each job submits; nothing is submitted until
+    the cluster is scaled (:func:`open_client` does that).
+    """
+    try:
+        from dask_jobqueue import PBSCluster, SLURMCluster
+    except ImportError:
+        raise KingenError("dask-jobqueue is not installed (pip install 'kingen[dask]')",
+                          file=s.source, field="cluster.kind", value=s.kind) from None
+    kwargs: dict[str, Any] = {"cores": s.cores, "memory": s.memory, "walltime": s.walltime,
+                              "name": "kingen-worker"}
+    if s.queue:
+        kwargs["queue"] = s.queue
+    if s.account:
+        kwargs["account"] = s.account
+    directives = list(s.job_extra)
+    if s.gpus_per_job:
+        # One `dask cuda worker` per job starts one worker process per GPU it is given,
+        # each with CUDA_VISIBLE_DEVICES set to its own GPU.
+        kwargs["processes"] = 1
+        kwargs["worker_command"] = "dask cuda worker"
+        kwargs["worker_extra_args"] = ["--resources", f"GPU={s.gpus_per_job}"]
+        directives.insert(0, (f"--gres=gpu:{s.gpus_per_job}" if s.kind == "slurm" else
+                              f"-l ngpus={s.gpus_per_job}"))
+    else:
+        kwargs["processes"] = s.workers_per_job
+    if s.kind == "pbs" and s.gpus_per_job:
+        # PBS takes GPUs in the resource list of the select statement, not a directive line
+        directives.pop(0)
+        kwargs["resource_spec"] = (f"select=1:ncpus={s.cores}:ngpus={s.gpus_per_job}:"
+                                   f"mem={s.memory.replace(' ', '')}")
+    kwargs["job_extra_directives"] = directives
+    if s.prologue:
+        kwargs["job_script_prologue"] = list(s.prologue)
+    if s.python:
+        kwargs["python"] = s.python
+    if s.local_directory:
+        kwargs["local_directory"] = s.local_directory
+    if s.log_directory:
+        kwargs["log_directory"] = s.log_directory
+    if s.interface:
+        kwargs["interface"] = s.interface
+    kwargs.update(extra)
+    cls = SLURMCluster if s.kind == "slurm" else PBSCluster
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise KingenError(f"dask-jobqueue refused the settings: {exc}", file=s.source,
+                          field="cluster") from None
+
+
+def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any:
+    plan = local_plan(s)
+    if plan["gpus"] and env is None:
+        from dask_cuda import LocalCUDACluster  # imported only here: an optional extra
+
+        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(plan["workers"])),
+                                threads_per_worker=1, dashboard_address=":0")
+    from distributed import LocalCluster
+
+    # One task at a time per worker process; the solver's own threads (Numba) use the
+    # worker's share of the cores, set by the worker plugin.
+    return LocalCluster(n_workers=plan["workers"], threads_per_worker=1, processes=True,
+                        dashboard_address=":0",
+                        env={"NUMBA_NUM_THREADS": str(plan["threads"]), **(env or {})})
+
+
+@contextlib.contextmanager
+def open_client(s: ClusterSettings, *, wait: bool = True,
+                env: dict[str, str] | None = None) -> Iterator[Any]:
+    """A ``distributed.Client`` on the cluster ``s`` describes, closed (and the cluster
+    with it, unless it is an existing scheduler) on leaving.
+
+    The scheduler allows a task ``s.retries`` worker losses before it gives up on it.
+    ``env`` (local clusters only) is added to the workers' environment; with it, the
+    workers are plain processes even on a GPU host (``{"CUDA_VISIBLE_DEVICES": "0"}``
+    puts them all on the first GPU).
+    """
+    import logging
+
+    import dask
+    from distributed import Client
+
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        # Dask tells of every worker and connection at INFO: for kingen -v only
+        for name in ("distributed", "dask_jobqueue", "dask_cuda"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    with dask.config.set({"distributed.scheduler.allowed-failures": s.retries}):
+        cluster = None
+        try:
+            if s.kind == "address":
+                try:
+                    client = Client(s.address, timeout="20s")
+                except OSError as exc:
+                    raise KingenError(f"cannot reach the scheduler: {exc}", file=s.source,
+                                      field="cluster.address", value=s.address) from None
+            else:
+                cluster = (_local_cluster(s, env) if s.kind == "local" else
+                           jobqueue_cluster(s))
+                if s.kind in ("slurm", "pbs"):
+                    if s.adaptive:
+                        cluster.adapt(minimum_jobs=s.minimum_jobs, maximum_jobs=s.maximum_jobs)
+                    else:
+                        cluster.scale(jobs=s.jobs)
+                client = Client(cluster)
+            try:
+                if wait and s.kind in ("local", "address"):
+                    client.wait_for_workers(1, timeout=120)
+                yield client
+            finally:
+                client.close()
+        finally:
+            if cluster is not None:
+                cluster.close()

@@ -1,0 +1,94 @@
+"""``kingen fit --cluster``: one fit whose generations are scored on a Dask cluster.
+
+:func:`fit_on_cluster` and :func:`resume_on_cluster` are :func:`kingen.fit` and
+:func:`kingen.resume` with a :class:`~kingen.distributed.shard.ShardedEvaluator` as the
+engine's evaluator: the GA, its random numbers, the run file and the polish stay in this
+process; each generation's candidates are scored by the workers, one shard each.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kingen.distributed.cluster import ClusterSettings, open_client
+from kingen.distributed.shard import ShardedEvaluator
+
+
+class _Evaluators:
+    """Makes the engine's evaluator from the run's objective (the workers build the same
+    objective), and closes what it made."""
+
+    def __init__(self, client: Any, options: dict[str, Any]) -> None:
+        self.client = client
+        self.options = options
+        self.made: list[ShardedEvaluator] = []
+
+    def __call__(self, objective: Any) -> ShardedEvaluator:
+        ev = ShardedEvaluator(self.client, objective.scheme, objective.items,
+                              warm=objective.scheme.values[None, :], **self.options)
+        self.made.append(ev)
+        return ev
+
+    def close(self) -> None:
+        for ev in self.made:
+            ev.close()
+
+
+def _options(settings: dict[str, Any]) -> dict[str, Any]:
+    return {key: settings[key] for key in ("backend", "precision", "step", "courant")}
+
+
+def fit_on_cluster(config: Any, settings: ClusterSettings, *, client: Any = None,
+                   overrides: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Run :func:`kingen.fit` with every generation sharded over the cluster's workers.
+
+    Parameters
+    ----------
+    config
+        A configuration file or a loaded :class:`~kingen.fit_config.FitConfig`.
+    settings
+        Where to run (ignored when ``client`` is given).
+    client
+        An existing ``distributed.Client``.
+    overrides, **kwargs
+        As :func:`kingen.fit` takes them (``overwrite``, ``progress``, ``stream``).
+
+    Examples
+    --------
+    >>> from kingen.distributed import ClusterSettings
+    >>> result = fit_on_cluster("fit.toml", ClusterSettings(workers=2))  # doctest: +SKIP
+    """
+    from kingen.fit_config import FitConfig, load_config
+    from kingen.search.run import fit
+
+    cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
+    return _run(settings, client, _options(cfg.settings),
+                lambda evaluators: fit(cfg, evaluator=evaluators, **kwargs))
+
+
+def resume_on_cluster(path: str | os.PathLike[str], settings: ClusterSettings, *,
+                      client: Any = None, **kwargs: Any) -> Any:
+    """Run :func:`kingen.resume` with every generation sharded over the cluster's workers,
+    with the backend, precision and step the run started with."""
+    from kingen.search.run import resume
+    from kingen.store import RunStore
+
+    with RunStore.open(path, "r", verify=False) as reader:
+        options = _options(reader.config)
+    return _run(settings, client, options,
+                lambda evaluators: resume(path, evaluator=evaluators, **kwargs))
+
+
+def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: Any) -> Any:
+    def run(c: Any) -> Any:
+        evaluators = _Evaluators(c, options)
+        try:
+            return go(evaluators)
+        finally:
+            evaluators.close()
+
+    if client is not None:
+        return run(client)
+    with open_client(settings) as own:
+        return run(own)

@@ -1,0 +1,226 @@
+"""One fit across several workers: each generation's candidates cut into one shard per worker.
+
+:class:`ShardedEvaluator` stands where the fit's :class:`~kingen.objective.Objective` stood
+for the GA loop: one call per generation, with the same arguments and the same
+:class:`~kingen.objective.Evaluation` back. Inside, the (N, P) parameters are cut into
+contiguous row blocks, one per worker, each sent as a plain array argument of one task
+(:func:`kingen.distributed.worker.evaluate_shard`), and the results are concatenated in
+shard order. Every row is scored alone by the same solver, so the result does not depend on
+the number of shards: the same seed and backend give what one process gives. The GA's
+random streams never leave the driver.
+
+A worker lost while it holds a shard is Dask's to handle: the scheduler runs the shard
+again on another worker (up to ``[cluster] retries`` times). The evaluator hears of it from
+the scheduler's ``remove-worker`` events and keeps one record per shard run again
+(:meth:`ShardedEvaluator.take_reruns`), which the fit writes to its run file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kingen.errors import KingenError
+from kingen.objective import Evaluation, ProtocolData
+from kingen.scheme import Scheme
+
+
+@dataclass
+class ShardTimings:
+    """What :meth:`ShardedEvaluator.evaluate` returns beside the scores (the part of a
+    :class:`~kingen.solve.batch.BatchResult` the fit reads): ``timings`` holds
+    ``total_s`` and ``solve_s`` of the slowest shard (the critical path) and ``dask_s``,
+    the rest of the call's wall time (cutting, sending, waiting, gathering)."""
+
+    backend: str
+    device: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class ShardedEvaluator:
+    """Scores batches of candidates on a Dask cluster, one shard per worker.
+
+    Parameters
+    ----------
+    client
+        A connected ``distributed.Client``.
+    scheme, items, backend, precision, step, courant
+        The fit's objective, as :class:`~kingen.objective.Objective` takes it.
+    warm
+        One row of parameters each worker solves once at set-up (compiles its solver).
+    shards
+        Shards per call (default: the number of workers at each call).
+
+    Examples
+    --------
+    >>> import kingen
+    >>> from distributed import Client, LocalCluster            # doctest: +SKIP
+    >>> cfg = kingen.load_config(kingen.demo_config())          # doctest: +SKIP
+    >>> with Client(LocalCluster(n_workers=2)) as client:       # doctest: +SKIP
+    ...     ev = ShardedEvaluator.for_config(client, cfg)
+    ...     scores, _ = ev.evaluate(cfg.pmap.to_params(cfg.pmap.start_genes()[None]))
+    ...     ev.close()
+    """
+
+    def __init__(self, client: Any, scheme: Scheme, items: list[ProtocolData], *,
+                 backend: str = "auto", precision: str = "float64",
+                 step: float | None = None, courant: float = 2.5,
+                 warm: np.ndarray | None = None, shards: int | None = None) -> None:
+        from kingen.distributed.worker import SolverPlugin
+
+        self.client = client
+        self.token = uuid.uuid4().hex[:12]
+        self.plugin = f"kingen-solver-{self.token}"
+        self.shards = shards
+        self.calls = 0
+        self._keys: dict[str, tuple[int, int, int]] = {}  # key -> (call, shard, rows)
+        self._lost: list[dict[str, Any]] = []
+        self._reruns: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.workers_seen: set[str] = set()
+        self.backend, self.device = "", ""
+        client.subscribe_topic("all", self._on_event)
+        plugin = SolverPlugin(scheme, items, backend=backend, precision=precision, step=step,
+                              courant=courant, warm=warm)
+        try:
+            client.register_plugin(plugin, name=self.plugin)
+        except Exception as exc:
+            client.unsubscribe_topic("all")
+            raise KingenError(f"the workers could not build the solver: {_one_line(exc)}",
+                              field="--cluster") from None
+
+    @classmethod
+    def for_config(cls, client: Any, cfg: Any, **kwargs: Any) -> ShardedEvaluator:
+        """An evaluator for a loaded :class:`~kingen.fit_config.FitConfig`."""
+        warm = cfg.pmap.to_params(cfg.pmap.start_genes()[None, :])
+        return cls(client, cfg.scheme, cfg.protocols, backend=cfg.backend,
+                   precision=cfg.precision, step=cfg.step, courant=cfg.courant, warm=warm,
+                   **kwargs)
+
+    # ------------------------------------------------------------------ events
+    def _on_event(self, event: Any) -> None:
+        """The scheduler's ``all`` topic: note the shards a removed worker held."""
+        _, msg = event
+        if not isinstance(msg, dict) or msg.get("action") != "remove-worker":
+            return
+        keys = set(msg.get("processing-tasks") or ()) | set(msg.get("lost-computed-tasks")
+                                                             or ())
+        with self._lock:
+            for key in keys:
+                if key in self._keys:
+                    call, shard, rows = self._keys[key]
+                    self._lost.append({"evaluation": call, "shard": shard, "rows": rows,
+                                       "worker": str(msg.get("worker", "")),
+                                       "time": _dt.datetime.now(_dt.timezone.utc).isoformat(
+                                           timespec="seconds")})
+
+    def take_reruns(self) -> list[dict[str, Any]]:
+        """The shards run again since the last call (a lost worker held them): one dict per
+        shard with ``evaluation`` (the call's number), ``shard``, ``rows``, ``worker`` (the
+        lost one) and ``time``."""
+        with self._lock:
+            out, self._reruns = self._reruns, []
+        return out
+
+    @property
+    def n_workers(self) -> int:
+        """Workers the scheduler has now."""
+        return len(self.client.nthreads())
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, params: np.ndarray, *, complete: bool = True
+                 ) -> tuple[Evaluation, ShardTimings]:
+        """Score a batch: one task per shard, results in row order.
+
+        Parameters
+        ----------
+        params
+            (N, n_params) internal units.
+        complete
+            As :meth:`kingen.objective.Objective.evaluate`.
+
+        Raises
+        ------
+        KingenError
+            A shard failed on every worker it was given to (``[cluster] retries``
+            exceeded), or the cluster has no worker.
+        """
+        from kingen.distributed.worker import evaluate_shard
+
+        t0 = time.perf_counter()
+        params = np.ascontiguousarray(np.atleast_2d(params), dtype=np.float64)
+        self.calls += 1
+        n = params.shape[0]
+        k = self.shards or self.n_workers
+        if k < 1:
+            raise KingenError("the cluster has no worker", field="--cluster")
+        k = max(1, min(k, n))
+        bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
+        futures = []
+        keys = []
+        for i in range(k):
+            key = f"kingen-shard-{self.token}-{self.calls}-{i}"
+            rows = int(bounds[i + 1] - bounds[i])
+            with self._lock:
+                self._keys[key] = (self.calls, i, rows)
+            keys.append(key)
+            futures.append(self.client.submit(evaluate_shard, self.plugin,
+                                              params[bounds[i]:bounds[i + 1]], complete,
+                                              key=key, pure=False, retries=0))
+        try:
+            parts = self.client.gather(futures)
+        except Exception as exc:
+            raise KingenError(f"a shard of evaluation {self.calls} failed: {_one_line(exc)}",
+                              field="--cluster") from None
+        finally:
+            with self._lock:
+                for key in keys:
+                    self._keys.pop(key, None)
+                lost, self._lost = self._lost, []
+                self._reruns.extend(lost)
+            del futures
+        ev = Evaluation(fitness=np.concatenate([p["fitness"] for p in parts]),
+                        errors=np.concatenate([p["errors"] for p in parts]),
+                        fail=np.concatenate([p["fail"] for p in parts]),
+                        amplitudes=np.concatenate([p["amplitudes"] for p in parts]))
+        self.workers_seen.update(p["worker"] for p in parts)
+        self.backend, self.device = parts[0]["backend"], parts[0]["device"]
+        slowest = max(parts, key=lambda p: p["total_s"])
+        wall = time.perf_counter() - t0
+        timings = {"total_s": slowest["total_s"], "solve_s": slowest["solve_s"],
+                   "dask_s": max(wall - slowest["total_s"], 0.0), "shards": float(k)}
+        return ev, ShardTimings(self.backend, self.device, timings)
+
+    def __call__(self, params: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
+        """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
+        with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``."""
+        ev, timing = self.evaluate(params, complete=False)
+        return ev, timing.timings
+
+    def close(self) -> None:
+        """Drop the workers' objectives and stop listening to the scheduler."""
+        try:
+            self.client.unregister_worker_plugin(self.plugin)
+        except Exception:  # the cluster may already be gone; nothing is left to free
+            pass
+        try:
+            self.client.unsubscribe_topic("all")
+        except Exception:
+            pass
+
+    def __enter__(self) -> ShardedEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())

@@ -1,0 +1,80 @@
+"""What runs on a Dask worker for a sharded fit: the solver, built once, and one shard.
+
+:class:`SolverPlugin` is a ``distributed.WorkerPlugin``: registered once per fit, it builds
+the fit's :class:`~kingen.objective.Objective` on every worker (those there now and any that
+join or restart later) and solves two candidates so that the solver is compiled (or loaded
+from Numba's cache) before the first shard arrives. :func:`evaluate_shard` is the task: a
+plain array of parameters in, plain arrays of scores out. Nothing is scattered, so a lost
+worker takes nothing with it that the scheduler cannot compute again elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from kingen.objective import Objective, ProtocolData
+from kingen.scheme import Scheme
+
+try:  # the `dask` extra; kingen without it never imports this module
+    from distributed import WorkerPlugin, get_worker
+except ImportError:  # pragma: no cover
+    WorkerPlugin = object  # type: ignore[assignment,misc]
+
+
+class SolverPlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
+    """Builds a fit's objective (and compiles its solver) once per worker.
+
+    Parameters
+    ----------
+    scheme, items, backend, precision, step, courant
+        What :class:`~kingen.objective.Objective` takes: the same values as the driver's,
+        so that every worker scores a candidate exactly as one process would.
+    warm
+        One row of parameters solved at set-up (compiles the solver there, not in a task).
+    """
+
+    def __init__(self, scheme: Scheme, items: list[ProtocolData], *, backend: str,
+                 precision: str, step: float | None, courant: float,
+                 warm: np.ndarray | None = None) -> None:
+        self.scheme = scheme
+        self.items = items
+        self.options = {"backend": backend, "precision": precision, "step": step,
+                        "courant": courant}
+        self.warm = warm
+        self.objective: Objective | None = None
+        self.setup_s = 0.0
+
+    def setup(self, worker: Any = None) -> None:
+        t0 = time.perf_counter()
+        threads = os.environ.get("NUMBA_NUM_THREADS")
+        if threads:  # the worker's share of the cores (kingen.distributed.cluster)
+            import numba
+
+            numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+        self.objective = Objective(self.scheme, self.items, **self.options)
+        if self.warm is not None:
+            self.objective.evaluate(np.atleast_2d(self.warm))
+        self.setup_s = time.perf_counter() - t0
+
+    def teardown(self, worker: Any = None) -> None:
+        self.objective = None
+
+
+def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
+                   ) -> dict[str, Any]:
+    """Score one shard on the worker that runs it, with the objective ``plugin`` built.
+
+    Returns plain arrays (``fitness``, ``errors``, ``fail``, ``amplitudes``), the solver's
+    seconds (``total_s``, ``solve_s``) and the worker's address.
+    """
+    worker = get_worker()
+    objective = worker.plugins[plugin].objective
+    ev, res = objective.evaluate(params, complete=complete)
+    return {"fitness": ev.fitness, "errors": ev.errors, "fail": ev.fail,
+            "amplitudes": ev.amplitudes, "total_s": float(res.timings.get("total_s", 0.0)),
+            "solve_s": float(res.timings.get("solve_s", 0.0)), "worker": worker.address,
+            "backend": objective.simulator.backend, "device": objective.simulator.device}

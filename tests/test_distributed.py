@@ -1,0 +1,292 @@
+"""Scale-out on a real two-process Dask LocalCluster (CPU), started once for the module.
+
+Workers are killed with SIGKILL by a worker plugin of this module at a chosen task (a shard
+of a given evaluation, or a fit once its run file has committed generations), once: the
+first worker to get there creates a marker file and kills its own process. The nanny
+starts a fresh worker in its place, as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+# The plugin below is sent to the workers by value: they cannot import this test module.
+import cloudpickle  # noqa: E402
+
+import kingen  # noqa: E402
+from kingen.distributed.batch import run_batch  # noqa: E402
+from kingen.distributed.cluster import ClusterSettings, open_client  # noqa: E402
+from kingen.distributed.fitting import fit_on_cluster  # noqa: E402
+from kingen.distributed.manifest import load_manifest  # noqa: E402
+from kingen.distributed.shard import ShardedEvaluator  # noqa: E402
+from kingen.store import RunStore  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SMALL = {"generations": 3, "population": 8, "backend": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with open_client(ClusterSettings(workers=2, threads=1)) as c:
+        c.wait_for_workers(2, timeout=60)
+        yield c
+
+
+class KillOnce(distributed.WorkerPlugin):
+    """SIGKILL the worker that starts a task whose key ends with ``suffix`` (once the fit's
+    log, if given, shows generation ``after``); once, across workers. The log, not the run
+    file, is watched: HDF5 must not open the file a second time in the writer's process."""
+
+    def __init__(self, marker: str, suffix: str, log: str | None = None, after: int = 0):
+        self.marker, self.suffix, self.run, self.after = marker, suffix, log, after
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish != "executing" or not str(key).endswith(self.suffix):
+            return
+        if self.run is None:
+            self._kill()
+        else:
+            threading.Thread(target=self._kill_when_committed, daemon=True).start()
+
+    def _kill_when_committed(self):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if f"gen {self.after}/" in Path(self.run).read_text():
+                    break
+            except OSError:
+                pass
+            time.sleep(0.005)
+        self._kill()
+
+    def _kill(self):
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _restore_workers(client):
+    """Wait for the fresh worker the nanny starts for the killed one. Before the kill
+    plugin is unregistered: a worker still joining when a plugin is unregistered can be
+    left hanging (seen with distributed 2026.8)."""
+    client.wait_for_workers(2, timeout=120)
+
+
+# ---------------------------------------------------------------------- one fit, sharded
+
+def test_sharded_evaluation_is_the_one_process_evaluation(client):
+    cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
+    rng = np.random.default_rng(3)
+    params = cfg.pmap.to_params(rng.uniform(cfg.pmap.lower, cfg.pmap.upper, (37, cfg.pmap.n_genes)))
+    local, _ = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu").evaluate(params)
+    with ShardedEvaluator.for_config(client, cfg) as ev:
+        sharded, timing = ev.evaluate(params)
+        assert timing.timings["shards"] == 2 and len(ev.workers_seen) == 2
+        assert ev.take_reruns() == []
+    for name in ("fitness", "errors", "fail", "amplitudes"):
+        np.testing.assert_array_equal(getattr(sharded, name), getattr(local, name))
+
+
+def _small_config(tmp_path: Path, name: str):
+    cfg = kingen.load_config(kingen.demo_config(), overrides={
+        **SMALL, "generations": 4, "output": str(tmp_path / f"{name}.h5")})
+    cfg.polish = False
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The small fit in this process alone: what every sharded run must give."""
+    cfg = _small_config(tmp_path_factory.mktemp("one"), "one")
+    result = kingen.fit(cfg, progress=False)
+    with RunStore.open(result.path) as store:
+        return result, store.history()
+
+
+def test_sharded_fit_equals_the_one_process_fit(client, tmp_path, one_process):
+    reference, history = one_process
+    result = fit_on_cluster(_small_config(tmp_path, "sharded"), ClusterSettings(),
+                            client=client, progress=False)
+    assert result.fitness == reference.fitness
+    np.testing.assert_array_equal(result.params, reference.params)
+    with RunStore.open(result.path) as store:
+        sharded = store.history()
+        assert store.lost_workers == []
+    np.testing.assert_array_equal(sharded["population"], history["population"])
+    np.testing.assert_array_equal(sharded["fitness"], history["fitness"])
+    assert "dask_s" in result.timings and "shards_rerun" in sharded["stats"]
+
+
+def test_a_worker_killed_mid_generation_has_its_shard_run_again(client, tmp_path,
+                                                                  one_process):
+    reference, history = one_process
+    # evaluation 3 is generation 2's; its second shard's worker dies as it starts it
+    client.register_plugin(KillOnce(str(tmp_path / "killed"), "-3-1"), name="kill-shard")
+    try:
+        result = fit_on_cluster(_small_config(tmp_path, "killed"), ClusterSettings(),
+                                client=client, progress=False)
+        _restore_workers(client)
+    finally:
+        client.unregister_worker_plugin("kill-shard")
+    assert (tmp_path / "killed").exists()
+    assert result.fitness == reference.fitness       # the fit went on, unchanged
+    np.testing.assert_array_equal(result.params, reference.params)
+    with RunStore.open(result.path) as store:
+        lost = store.lost_workers
+        stats = store.history()["stats"]
+    assert [(e["generation"], e["shard"]) for e in lost] == [(2, 1)]
+    assert lost[0]["rows"] > 0 and lost[0]["worker"].startswith("tcp://")
+    assert list(stats["shards_rerun"]) == [0, 0, 1, 0, 0]
+
+
+def test_the_commands_on_an_existing_scheduler(client, tmp_path, capsys):
+    from kingen.cli import main
+
+    address = client.scheduler.address
+    assert main(["info", "--cluster", address, "--connect"]) == 0
+    out = capsys.readouterr().out
+    assert f"scheduler {address}: 2 workers" in out
+    assert main(["info"]) == 0 and main(["info", "--cluster", "local:3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "Dask, --cluster local: distributed.LocalCluster (processes) on this host" in out[2]
+    assert out[3] == "cluster: distributed.LocalCluster (processes) on this host, 3 workers"
+    demo = kingen.demo_config()
+    config = tmp_path / "fit.toml"
+    config.write_text(demo.read_text().replace('"demo/', f'"{demo.parent}/demo/')
+                      .replace("polish = true", "polish = false"))
+    run = tmp_path / "demo.h5"
+    assert main(["fit", str(config), "--generations", "2", "--population", "8", "--backend",
+                 "cpu", "-o", str(run), "-q", "--cluster", address]) == 0
+    assert "kingen fit: 2 generations" in capsys.readouterr().out
+    assert main(["resume", str(run), "--generations", "3", "-q", "--cluster", address]) == 0
+    with RunStore.open(run) as store:
+        assert store.n_generations == 4 and len(store.resumed) == 1
+        assert list(store.history()["stats"]["shards_rerun"]) == [0, 0, 0, 0]
+    assert client.scheduler_info()["workers"]      # the scheduler's cluster is left running
+
+
+# ---------------------------------------------------------------------- batches
+
+def _write_manifest(tmp_path: Path, seeds: list[int], cells: str, generations: int) -> Path:
+    p = tmp_path / "batch.toml"
+    p.write_text(f'''config = "{kingen.demo_config()}"
+output = "out"
+seeds = {seeds}
+[overrides]
+polish = false
+backend = "cpu"
+ga = {{ population = 8, offspring = 8, generations = {generations} }}
+stop = {{ patience = 0 }}
+{cells}''')
+    return p
+
+
+TWINS = '''
+[[cells]]
+name = "a"
+[[cells]]
+name = "b"
+'''
+
+
+def _params(row: dict) -> dict:
+    return {k: v for k, v in row.items() if "(" in k}
+
+
+def test_batch_with_a_killed_worker_and_a_bad_entry(client, tmp_path):
+    """Cells a and b hold the same data: each fit of a has an uninterrupted twin in b."""
+    p = _write_manifest(tmp_path, [1, 2], TWINS + '''
+[[cells]]
+name = "bad"
+recordings = { deactivation = "missing.csv" }
+[[cells]]
+name = "unstable"
+overrides = { step = 0.02, parameters = { k2o = { bounds = [20000, 90000] } } }
+''', generations=8)
+    m = load_manifest(p)
+    victim = next(j for j in m.jobs if j.id == "a/jonas_1993_reversible/seed1")
+    client.register_plugin(KillOnce(str(tmp_path / "killed"), victim.id,
+                                    str(victim.log_path), after=2), name="kill-fit")
+    try:
+        rows = {r["id"]: r for r in run_batch(m, client=client, progress=False)}
+        _restore_workers(client)
+    finally:
+        client.unregister_worker_plugin("kill-fit")
+    assert (tmp_path / "killed").exists()
+    ok = [i for i, r in rows.items() if r["status"] == "ok"]
+    assert sorted(ok) == sorted(j.id for j in m.jobs if j.cell in ("a", "b")), rows
+    for seed in (1, 2):
+        bad = rows[f"bad/jonas_1993_reversible/seed{seed}"]
+        assert bad["status"] == "failed"
+        assert bad["reason"].endswith(f"protocols[0].recording = '{tmp_path / 'missing.csv'}'"
+                                      ": file not found")
+        unstable = rows[f"unstable/jonas_1993_reversible/seed{seed}"]
+        assert unstable["status"] == "failed"
+        assert unstable["reason"].endswith("every candidate failed to simulate (see the "
+                                           "failure codes in the run file); check the bounds "
+                                           "and the step")
+    killed = rows[victim.id]
+    assert killed["resumed"] == 1          # resumed from its run file, not started again
+    twin = rows["b/jonas_1993_reversible/seed1"]
+    assert twin["resumed"] == 0
+    assert killed["fitness"] == twin["fitness"] and _params(killed) == _params(twin)
+    for job in m.jobs:                                  # whole, every checksum verified
+        if job.cell in ("a", "b"):
+            with RunStore.open(job.run_path) as store:
+                assert store.n_generations == 9 and store.finished
+    with RunStore.open(victim.run_path) as store:
+        hist = store.history(population=False)
+    assert list(hist["generation"]) == list(range(9))
+    log = victim.log_path.read_text()
+    assert "resuming run.h5 from its last committed generation" in log
+    summary = (m.output / "batch_summary.csv").read_text().splitlines()
+    assert len(summary) == 1 + len(m.jobs)
+    assert "Schemes ranked per cell" in (m.output / "batch_summary.html").read_text()
+
+
+def test_batch_rerun_skips_finished_fits_and_resumes_unfinished(client, tmp_path):
+    p = _write_manifest(tmp_path, [3], TWINS, generations=8)
+    m = load_manifest(p)
+    victim, twin = m.jobs
+    # the victim's fit was killed (SIGKILL) in a process of its own, as a stopped batch's is
+    victim.folder.mkdir(parents=True)
+    victim.config_path.write_text(victim.config_text)
+    log = victim.folder / "killed.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", "import sys, kingen; "
+                                 "kingen.fit(sys.argv[1], progress=True)",
+                                 str(victim.config_path)], stderr=err)
+    deadline = time.monotonic() + 120
+    while "gen 2/" not in log.read_text() and time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with RunStore.open(victim.run_path) as store:
+        assert 0 < store.n_generations < 9 and not store.finished
+    first = {r["id"]: r for r in run_batch(m, client=client, progress=False)}
+    assert all(r["status"] == "ok" for r in first.values()), first
+    assert first[victim.id]["resumed"] == 1 and first[twin.id]["resumed"] == 0
+    assert _params(first[victim.id]) == _params(first[twin.id])
+    assert "resuming run.h5" in victim.log_path.read_text()
+    done = {j.id: j.run_path.stat().st_mtime_ns for j in m.jobs}
+    second = {r["id"]: r for r in run_batch(p, client=client, progress=False)}
+    assert second == {k: {**v, "wall_s": second[k]["wall_s"], "worker": second[k]["worker"]}
+                      for k, v in first.items()}
+    assert {j.id: j.run_path.stat().st_mtime_ns for j in m.jobs} == done   # not touched
+    assert all("finished already" in j.log_path.read_text() for j in m.jobs)

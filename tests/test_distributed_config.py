@@ -1,0 +1,282 @@
+"""The scale-out layer's inputs, without a cluster: the [cluster] table and --cluster option,
+the SLURM/PBS job scripts dask-jobqueue generates from them, the batch manifest, the TOML
+writer, and the summary's AIC/BIC and ranking."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import kingen
+from kingen.distributed.cluster import (
+    cluster_settings,
+    jobqueue_cluster,
+    parse_cluster_option,
+    settings_from_file,
+)
+from kingen.distributed.manifest import load_manifest
+from kingen.distributed.summary import aic_bic, csv_text, html_text, ranking
+from kingen.distributed.tomlout import dumps_toml
+from kingen.errors import KingenError
+from kingen.fields import loads_toml
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+# ---------------------------------------------------------------------- [cluster]
+
+SLURM = {"kind": "slurm", "queue": "gpu", "account": "lab42", "jobs": 4, "gpus_per_job": 2,
+         "cores": 16, "memory": "64GB", "walltime": "04:00:00",
+         "job_extra": ["--constraint=h100"], "prologue": ["module load cuda/12.4"]}
+
+
+def test_slurm_job_script_from_a_cluster_table():
+    cluster = jobqueue_cluster(cluster_settings(SLURM, "batch.toml"))
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    lines = script.splitlines()
+    assert "#SBATCH -p gpu" in lines
+    assert "#SBATCH -A lab42" in lines
+    assert "#SBATCH --cpus-per-task=16" in lines
+    assert "#SBATCH -t 04:00:00" in lines
+    assert "#SBATCH --gres=gpu:2" in lines
+    assert "#SBATCH --constraint=h100" in lines
+    assert "module load cuda/12.4" in lines
+    # one `dask cuda worker` per job: one worker process per GPU of the job
+    command = [line for line in lines if " -m dask cuda worker " in line]
+    assert len(command) == 1 and "--resources GPU=2" in command[0]
+
+
+def test_slurm_cpu_workers_and_pbs_gpus():
+    cpu = jobqueue_cluster(cluster_settings({"kind": "slurm", "workers_per_job": 4,
+                                             "cores": 8}, "b.toml"))
+    try:
+        script = cpu.job_script()
+    finally:
+        cpu.close()
+    assert "--nworkers 4" in script and "dask cuda" not in script and "--gres" not in script
+    pbs = jobqueue_cluster(cluster_settings({"kind": "pbs", "queue": "gpuq", "gpus_per_job": 1,
+                                             "cores": 8, "memory": "32GB"}, "b.toml"))
+    try:
+        script = pbs.job_script()
+    finally:
+        pbs.close()
+    assert "#PBS -q gpuq" in script
+    assert "#PBS -l select=1:ncpus=8:ngpus=1:mem=32GB" in script
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"kind": "sge"}, "batch.toml: cluster.kind = 'sge': must be one of local, address, "
+                      "slurm, pbs"),
+    ({"kind": "slurm", "jobs": 0}, "batch.toml: cluster.jobs = 0: must be >= 1"),
+    ({"kind": "slurm", "walltime": "4h"}, "batch.toml: cluster.walltime = '4h': must be a "
+                                          "time such as \"02:00:00\""),
+    ({"kind": "slurm", "memory": "lots"}, "batch.toml: cluster.memory = 'lots': must be a "
+                                          "size such as \"32GB\""),
+    ({"kind": "slurm", "gpus_per_job": "2"}, "batch.toml: cluster.gpus_per_job = '2': must "
+                                             "be an integer"),
+    ({"kind": "slurm", "gpu": 2}, "batch.toml: cluster.gpu: unknown field"),
+    ({"kind": "local", "queue": "gpu"}, "batch.toml: cluster.queue = 'gpu': only for kind = "
+                                        "\"slurm\" or \"pbs\""),
+    ({"kind": "address"}, "batch.toml: cluster.address: missing"),
+    ({"address": "host:8786"}, "batch.toml: cluster.address = 'host:8786': must be a "
+                               "scheduler address"),
+    ({"kind": "slurm", "minimum_jobs": 5, "maximum_jobs": 2},
+     "batch.toml: cluster.minimum_jobs = 5: must be <= maximum_jobs (2)"),
+    ({"kind": "slurm", "job_extra": ["--a\n--b"]}, "batch.toml: cluster.job_extra[0]"),
+    ({"kind": "slurm", "gpus_per_job": 1, "workers_per_job": 2},
+     "batch.toml: cluster.workers_per_job = 2: with gpus_per_job"),
+])
+def test_cluster_table_errors_are_one_line(table, message):
+    with pytest.raises(KingenError) as exc:
+        cluster_settings(table, "batch.toml")
+    assert _one_line(exc).startswith(message)
+
+
+def test_cluster_option(tmp_path):
+    assert parse_cluster_option("local").kind == "local"
+    assert parse_cluster_option("local:3").workers == 3
+    s = parse_cluster_option("tcp://10.1.2.3:8786")
+    assert (s.kind, s.address) == ("address", "tcp://10.1.2.3:8786")
+    f = tmp_path / "c.toml"
+    f.write_text('[cluster]\nkind = "slurm"\njobs = 2\n')
+    assert parse_cluster_option(str(f)).jobs == 2
+    for bad, message in (("local:0", "--cluster = 'local:0': local:N needs"),
+                         ("tcp://a b", "--cluster = 'tcp://a b': not a scheduler address"),
+                         ("nowhere.toml", "--cluster = 'nowhere.toml': must be local")):
+        with pytest.raises(KingenError) as exc:
+            parse_cluster_option(bad)
+        assert _one_line(exc).startswith(message)
+    g = tmp_path / "none.toml"
+    g.write_text('model = "m.toml"\n')
+    assert settings_from_file(g) is None
+    with pytest.raises(KingenError, match=r"none.toml: cluster: no \[cluster\] table"):
+        parse_cluster_option(str(g))
+
+
+def test_a_fit_configuration_may_hold_a_cluster_table(tmp_path):
+    text = kingen.demo_config().read_text() + '\n[cluster]\nkind = "slurm"\njobs = 3\n'
+    cfg = tmp_path / "fit.toml"
+    cfg.write_text(text.replace('"demo/', f'"{kingen.demo_config().parent}/demo/'))
+    assert kingen.load_config(cfg).ga.population == 48
+    assert settings_from_file(cfg).jobs == 3
+
+
+# ---------------------------------------------------------------------- manifest
+
+def _manifest(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "rec.csv").write_text("not used here\n")
+    p = tmp_path / "batch.toml"
+    p.write_text(f'config = "{kingen.demo_config()}"\n' + text)
+    return p
+
+
+def test_manifest_is_the_product_of_cells_schemes_and_seeds(tmp_path):
+    model = kingen.demo_config().parent / "demo" / "jonas_1993_reversible.toml"
+    p = _manifest(tmp_path, f'''
+output = "out"
+seeds = [4, 5]
+[overrides]
+polish = false
+ga = {{ generations = 3 }}
+[[cells]]
+name = "c1"
+recordings = {{ deactivation = "rec.csv" }}
+[[cells]]
+name = "c2"
+overrides = {{ ga = {{ population = 6 }} }}
+[[schemes]]
+name = "jonas"
+model = "{model}"
+parameters = {{ fixed = ["k34"] }}
+[[schemes]]
+name = "jonas_b"
+model = "{model}"
+''')
+    m = load_manifest(p)
+    assert m.output == tmp_path / "out"
+    assert [j.id for j in m.jobs] == [f"{c}/{s}/seed{k}" for c in ("c1", "c2")
+                                      for s in ("jonas", "jonas_b") for k in (4, 5)]
+    first = loads_toml(m.jobs[0].config_text, "<job>")
+    assert first["seed"] == 4 and first["polish"] is False
+    assert first["ga"] == {"population": 48, "offspring": 48, "generations": 3, "cxpb": 0.6,
+                           "mutpb": 0.3}
+    assert first["parameters"] == {"fixed": ["k34"]}       # replaced, not merged
+    assert first["protocols"][0]["recording"] == str(tmp_path / "rec.csv")
+    assert first["output"] == str(tmp_path / "out" / "c1" / "jonas" / "seed4" / "run.h5")
+    # every other path made absolute: the fit's configuration lives in its own folder
+    assert Path(first["protocols"][1]["recording"]).is_absolute()
+    assert Path(first["protocols"][2]["protocol"]).is_file()
+    c2 = loads_toml(m.jobs[5].config_text, "<job>")
+    assert c2["ga"]["population"] == 6 and c2["ga"]["generations"] == 3
+    assert "fixed" in loads_toml(m.jobs[1].config_text, "<j>")["parameters"]
+    assert "k01" in loads_toml(m.jobs[2].config_text, "<j>")["parameters"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("seeds = 3\n", "seeds = 3: must be a non-empty array of integers"),
+    ("seeds = [1, 1]\n", "seeds = [1, 1]: a seed is listed twice"),
+    ("seeds = [1, 2.5]\n", "seeds[1] = 2.5: must be an integer"),
+    ("sedes = [1]\n", "sedes: unknown field"),
+    ("[[cells]]\nname = \"a/b\"\n", "cells[0].name = 'a/b': must be a folder name"),
+    ("[[cells]]\nname = \"a\"\n[[cells]]\nname = \"a\"\n",
+     "cells[1].name = 'a': two entries with the same name"),
+    ("[[cells]]\nname = \"a\"\nrecordings = { deact = \"rec.csv\" }\n",
+     "cells[0].recordings.deact = 'deact': no protocol of this name in the configuration "
+     "(protocols are deactivation, desensitization, recovery, dose_response)"),
+    ("[[cells]]\nname = \"a\"\nrecordings = { deactivation = 3 }\n",
+     "cells[0].recordings.deactivation = 3: must be a file name"),
+    ("[[schemes]]\nname = \"s\"\n", "schemes[0].model: missing"),
+    ("[overrides]\nseed = 3\n", "overrides.seed = 3: set by the batch for each fit"),
+    ("[[cells]]\nname = \"a\"\noverrides = { output = \"x.h5\" }\n",
+     "cells[0].overrides.output = 'x.h5': set by the batch"),
+    ("[cluster]\nkind = \"slurm\"\njobs = -1\n", "cluster.jobs = -1: must be >= 1"),
+    ("seeds = [\n", "malformed TOML"),
+])
+def test_manifest_errors_are_one_line(tmp_path, text, message):
+    p = _manifest(tmp_path, text)
+    with pytest.raises(KingenError) as exc:
+        load_manifest(p)
+    line = _one_line(exc)
+    assert line.startswith(f"{p}: ") and message in line
+
+
+def test_manifest_without_its_configuration(tmp_path):
+    p = tmp_path / "b.toml"
+    p.write_text('config = "nope.toml"\n')
+    with pytest.raises(KingenError) as exc:
+        load_manifest(p)
+    assert _one_line(exc) == f"{p}: config = 'nope.toml': configuration file not found"
+    with pytest.raises(KingenError, match="manifest not found"):
+        load_manifest(tmp_path / "missing.toml")
+
+
+def test_toml_writer_round_trips_a_configuration():
+    doc = loads_toml(kingen.demo_config().read_text(), "<demo>")
+    doc["odd key"] = {"a \"b\"": [1.5, float("inf"), True, "x\ny\u00e9"]}
+    assert loads_toml(dumps_toml(doc), "<out>") == doc
+
+
+# ---------------------------------------------------------------------- summary
+
+def test_aic_bic_and_the_ranking():
+    ssr, n, k = 3.0, 200, 5
+    aic, bic = aic_bic(ssr, n, k)
+    assert aic == pytest.approx(n * math.log(ssr / n) + 2 * k)
+    assert bic == pytest.approx(n * math.log(ssr / n) + k * math.log(n))
+    assert all(math.isnan(v) for v in aic_bic(math.inf, n, k))
+    rows = [
+        {"id": "c/a/seed1", "cell": "c", "scheme": "a", "seed": 1, "status": "ok",
+         "aic": 10.0, "bic": 20.0, "fitness": 0.1},
+        {"id": "c/a/seed2", "cell": "c", "scheme": "a", "seed": 2, "status": "ok",
+         "aic": 8.0, "bic": 18.0, "fitness": 0.09},
+        {"id": "c/b/seed1", "cell": "c", "scheme": "b", "seed": 1, "status": "ok",
+         "aic": 12.0, "bic": 15.0, "fitness": 0.2},
+        {"id": "d/b/seed1", "cell": "d", "scheme": "b", "seed": 1, "status": "failed",
+         "reason": "x.csv: file not found"},
+    ]
+    ranked = ranking(rows)
+    assert list(ranked) == ["c"]
+    assert [(r["scheme"], r["seed"], r["d_aic"], r["d_bic"]) for r in ranked["c"]] == [
+        ("a", 2, 0.0, 3.0), ("b", 1, 4.0, 0.0)]
+    assert ranked["c"][0]["weight"] == pytest.approx(1 / (1 + math.exp(-2)))
+    text = csv_text(rows)
+    assert text.splitlines()[4].startswith("d/b/seed1,d,b,1,failed,x.csv: file not found,")
+    page = html_text(rows + [{"id": "<x>", "cell": "<c>", "scheme": "s", "seed": 0,
+                              "status": "failed", "reason": "<script>"}], "t")
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_the_readme_slurm_example(tmp_path):
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S)
+                 if 'kind = "slurm"' in b)
+    demo = kingen.demo_config()
+    (tmp_path / "fit.toml").write_text(demo.read_text().replace('"demo/',
+                                                                f'"{demo.parent}/demo/'))
+    (tmp_path / "batch.toml").write_text(block)
+    m = load_manifest(tmp_path / "batch.toml")
+    assert len(m.jobs) == 2 * 2 * 3 and m.output == tmp_path / "runs"
+    assert m.cluster.kind == "slurm" and m.cluster.jobs == 4
+    cluster = jobqueue_cluster(m.cluster)
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    for line in ("#SBATCH -p gpu", "#SBATCH --gres=gpu:2", "#SBATCH --constraint=a100",
+                 "module load cuda/12.4", "#SBATCH -t 08:00:00"):
+        assert line in script.splitlines()
+    job = loads_toml(m.jobs[-1].config_text, "<job>")
+    assert job["model"] == str(tmp_path / "models" / "robert_howe_2003.toml")
+    assert job["parameters"] == {"fixed": ["k34"]}
+    assert job["protocols"][2]["targets"] == str(tmp_path / "cell02" / "recovery.csv")
