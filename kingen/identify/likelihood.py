@@ -1,0 +1,146 @@
+"""The Gaussian log-likelihood of a fit, from the same residuals the fit minimises.
+
+For a recorded protocol p the fit minimises Σ w (A g − d)² (:mod:`kingen.objective`), with
+the amplitude A solved in closed form (least squares, clamped ≥ 0) for every candidate. With
+independent Gaussian noise of σ_p, and τ_p samples per independent one
+(:mod:`kingen.identify.noise`),
+
+    −2 log L(θ) = Σ_p Σ w (A g − d)² / (σ_p² τ_p) + Σ_p s_p Σ_t w_t ((m_t − y_t) / scale_t)²
+                  + const,
+
+A profiled out as in the fit (it is re-solved for every θ). The second sum is over summary
+targets (:mod:`kingen.objective`): s_p = 1 where every target has an sd, else the scale
+that makes their χ² at the best equal their number. The protocols' fit weights do not enter:
+they are a choice of the search, not a property of the data.
+
+:class:`Likelihood` gives, for a batch of genes, the residual vectors r whose Σ r² is
+χ²(θ) = −2 log L(θ) + const, in ONE solver call (trace mode).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from kingen.identify.noise import NoiseModel
+from kingen.objective import host_windows
+
+FAILED = np.inf  # χ² of a candidate that cannot be simulated
+
+
+class Likelihood:
+    """χ² = −2 log L + const, and its residuals, for batches of genes.
+
+    Parameters
+    ----------
+    objective
+        The fit's :class:`~kingen.objective.Objective`.
+    pmap
+        The fit's :class:`~kingen.params.ParameterMap` (genes: log10 rates).
+    noise
+        The noise model (:func:`~kingen.identify.noise.estimate_noise`).
+    best_genes
+        The best fit's genes: sets the scale of targets without an sd.
+    """
+
+    def __init__(self, objective, pmap, noise: NoiseModel, best_genes: np.ndarray) -> None:
+        self.objective = objective
+        self.pmap = pmap
+        self.noise = noise
+        self.calls = 0
+        self.candidates = 0
+        self.solver_s = 0.0
+        start = objective.sample_start
+        self._rec: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, float | None, float]] = []
+        for q, item in enumerate(objective.items):
+            if item.recording is None:
+                continue
+            a, b = objective.spans[q]
+            idx = np.concatenate([np.arange(int(start[k]), int(start[k + 1]))
+                                  for k in range(a, b)])
+            idx = idx[objective.weight[idx] > 0]
+            c = 1.0 / (float(noise.sigma[q]) ** 2 * float(noise.tau[q]))
+            amp = None if item.amplitude is None else float(item.amplitude)
+            self._rec.append((q, idx, objective.data[idx], objective.weight[idx], amp, c))
+        self._scale = np.where(np.isfinite(noise.target_scale), noise.target_scale, 1.0)
+        unknown = ~np.isfinite(noise.target_scale)
+        if unknown.any():
+            r = self.residuals(np.atleast_2d(best_genes), _count=False)[0]
+            for q, (lo, hi) in self._target_blocks().items():
+                if unknown[q] and hi > lo:
+                    ss = float(r[lo:hi] @ r[lo:hi])
+                    self._scale[q] = (hi - lo) / ss if ss > 0 else 1.0
+        self.noise.target_scale = self._scale.copy()
+
+    def _target_blocks(self) -> dict[int, tuple[int, int]]:
+        """Columns of each protocol's targets in the residual vector."""
+        out, col = {}, sum(x[1].size for x in self._rec)
+        for q, plan in enumerate(self.objective.plans):
+            if plan.targets:
+                out[q] = (col, col + len(plan.targets))
+                col += len(plan.targets)
+        return out
+
+    @property
+    def n_residuals(self) -> int:
+        """Length of a residual vector."""
+        return sum(x[1].size for x in self._rec) + sum(
+            len(p.targets) for p in self.objective.plans)
+
+    def residuals(self, genes: np.ndarray, *, _count: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Residual vectors of a batch of genes: ONE solver call.
+
+        Returns
+        -------
+        r, chi2
+            (N, R) residuals, (N,) Σ r² (``inf`` for a candidate that fails; its residuals
+            are 0).
+        """
+        obj = self.objective
+        g = np.atleast_2d(np.asarray(genes, dtype=float))
+        t0 = time.perf_counter()
+        res = obj.simulator.run(obj.guard(self.pmap.to_params(g, clip=True), complete=False),
+                                "traces")
+        if _count:
+            self.calls += 1
+            self.candidates += g.shape[0]
+            self.solver_s += time.perf_counter() - t0
+        traces = res.traces
+        failed = np.any(res.fail != 0, axis=1) | ~np.all(np.isfinite(traces), axis=1)
+        traces = np.where(np.isfinite(traces), traces, 0.0)
+        parts = []
+        amps: dict[int, np.ndarray] = {}
+        for q, idx, d, w, fixed, c in self._rec:
+            gq = traces[:, idx]
+            if fixed is not None:
+                amp = np.full(g.shape[0], fixed)
+            else:
+                sgg = (gq * gq * w).sum(1)
+                sgd = (gq * w * d).sum(1)
+                amp = np.maximum(np.where(sgg > 0, sgd / np.where(sgg > 0, sgg, 1.0), 0.0),
+                                 0.0)
+            amps[q] = amp
+            parts.append(np.sqrt(c * w) * (amp[:, None] * gq - d))
+        if any(p.targets for p in obj.plans):
+            win = host_windows(traces, obj.sample_start, obj.windows)
+            for q, plan in enumerate(obj.plans):
+                if not plan.targets:
+                    continue
+                values, current = plan.model_values(win)
+                _, amp_t = obj._target_error(plan, win, amps.get(q))
+                tv = np.array([t.value for t in plan.targets])
+                sc = np.array([t.scale for t in plan.targets])
+                tw = np.array([t.weight for t in plan.targets])
+                model = values.copy()
+                if amp_t is not None:
+                    model[:, current] *= amp_t[:, None]
+                parts.append(math.sqrt(self._scale[q]) * np.sqrt(tw) * (model - tv) / sc)
+        r = np.concatenate(parts, axis=1) if parts else np.zeros((g.shape[0], 0))
+        bad = failed | ~np.all(np.isfinite(r), axis=1)
+        r[bad] = 0.0
+        chi2 = np.einsum("ij,ij->i", r, r)
+        chi2[bad] = FAILED
+        return r, chi2

@@ -1,0 +1,195 @@
+"""Identifiability: the noise model, the likelihood, profiles against the truth and against
+an analytic likelihood, resuming, and bad input (issue #15). CPU, small problems."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+from test_fit_helpers import write_problem
+
+from kingen.cli import main
+from kingen.data import Recording, write_csv
+from kingen.errors import KingenError
+from kingen.fit import fit
+from kingen.identify.noise import integrated_time
+from kingen.identify.run import profile_run
+from kingen.store import RunStore
+
+TWO_STATE = """
+[model]
+name = "two-state"
+channels = 1
+[states]
+C = { conductance = 0 }
+O = { conductance = 20 }
+[parameters]
+kon = { value = 5.0, bounds = [0.5, 50] }
+koff = { value = 0.8, bounds = [0.08, 8] }
+[transitions]
+"C -> O" = "kon * glu"
+"O -> C" = "koff"
+"""
+PROTOCOL = """
+[protocol]
+name = "step"
+kind = "custom"
+dt = 0.05
+holding = -70
+reversal = 0
+[[sweeps]]
+label = "a"
+duration = 14
+pulses = [{ start = 2, duration = 4, concentration = 0.3 }]
+"""
+C, T0, DUR, DT, N_CH, SIGMA = 0.3, 2.0, 4.0, 0.05, 40.0, 0.4
+
+
+def _two_state_po(t: np.ndarray, kon: float, koff: float) -> np.ndarray:
+    lam = kon * C + koff
+    p_inf = kon * C / lam
+    po = np.where(t < T0, 0.0, p_inf * (1 - np.exp(-lam * (t - T0))))
+    off = t >= T0 + DUR
+    po[off] = p_inf * (1 - np.exp(-lam * DUR)) * np.exp(-koff * (t[off] - T0 - DUR))
+    return po
+
+
+def _unit_current(t: np.ndarray, kon: float, koff: float) -> np.ndarray:
+    return 20.0 * _two_state_po(t, kon, koff) * (-70.0) * 1e-3  # one channel, pA
+
+
+@pytest.fixture(scope="module")
+def two_state_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("two_state")
+    (tmp / "model.toml").write_text(TWO_STATE)
+    (tmp / "step.toml").write_text(PROTOCOL)
+    t = np.arange(int(round(14 / DT)) + 1) * DT
+    rng = np.random.default_rng(11)
+    data = N_CH * _unit_current(t, 5.0, 0.8) + rng.normal(0.0, SIGMA, t.size)
+    write_csv(Recording("step", [t], [data], ["a"], holding_mV=-70.0), tmp / "step.csv")
+    (tmp / "fit.toml").write_text(
+        'model = "model.toml"\noutput = "run.h5"\nseed = 2\nbackend = "cpu"\npolish = true\n'
+        '[[protocols]]\nprotocol = "step.toml"\nrecording = "step.csv"\n'
+        '[parameters]\nfree = ["kon", "koff"]\n[ga]\npopulation = 12\ngenerations = 4\n')
+    fit(tmp / "fit.toml", progress=False)
+    return tmp / "run.h5"
+
+
+@pytest.fixture(scope="module")
+def jonas_run(tmp_path_factory) -> Path:
+    """Deactivation of the Jonas scheme with 2 % noise; k2o and ko2 free."""
+    tmp = tmp_path_factory.mktemp("jonas")
+    fit(write_problem(tmp, ga="generations = 6", extra="polish = true"), progress=False)
+    return tmp / "run.h5"
+
+
+def test_integrated_time_white_and_filtered():
+    rng = np.random.default_rng(1)
+    assert integrated_time([rng.normal(size=5000)]) < 1.2
+    # a 9-sample moving average: τ = 9 in theory
+    smooth = np.convolve(rng.normal(size=20000), np.ones(9) / 9, mode="valid")
+    assert 7.0 < integrated_time([smooth]) < 11.0
+
+
+def test_two_state_profile_equals_the_analytic_profile(two_state_run):
+    result = profile_run(two_state_run, points=9, progress=False)
+    assert result.extra["finished"]
+    sigma = result.noise["sigma_pA"][0]
+    assert result.noise["source"] == ["baseline"]
+    assert abs(sigma - SIGMA) < 0.25 * SIGMA
+    with RunStore.open(two_state_run) as store:
+        rec = store.recordings()["step"]
+    t, d = np.asarray(rec.sweep_time(0)), np.asarray(rec.sweep_current(0))
+    tau = result.noise["tau_samples"][0]
+
+    def chi2(log_kon: float, log_koff: float) -> float:
+        g = _unit_current(t, 10 ** log_kon, 10 ** log_koff)
+        a = max(float(g @ d) / float(g @ g), 0.0)
+        r = a * g - d
+        return float(r @ r) / (sigma ** 2 * tau)
+
+    def profile(j: int, v: float) -> float:
+        other = (lambda u: chi2(v, u)) if j == 0 else (lambda u: chi2(u, v))
+        lo, hi = (math.log10(0.08), math.log10(8)) if j == 0 else (math.log10(0.5),
+                                                                  math.log10(50))
+        return minimize_scalar(other, bounds=(lo, hi), method="bounded",
+                               options={"xatol": 1e-7}).fun
+
+    prof = result.results["profiles"]
+    chi2_min = min(profile(0, v) for v in prof["kon"]["grid"])
+    for j, name in enumerate(("kon", "koff")):
+        exact = np.array([profile(j, v) for v in prof[name]["grid"]]) - chi2_min
+        got = np.array(prof[name]["delta_chi2"], dtype=float)
+        assert exact.max() > result.threshold  # the grid crosses the threshold
+        np.testing.assert_allclose(got, exact, atol=0.03, rtol=0.01)
+    rows = {r["name"]: r for r in result.rows}
+    for name, truth in (("kon", 5.0), ("koff", 0.8)):
+        assert rows[name]["identifiable"]
+        assert rows[name]["lower"] < truth < rows[name]["upper"]
+
+
+def test_profiles_of_identifiable_rates_contain_the_truth_and_resume(jonas_run, tmp_path):
+    copy = tmp_path / "copy.h5"
+    shutil.copy(jonas_run, copy)
+    whole = profile_run(jonas_run, points=9, progress=False)
+    rows = {r["name"]: r for r in whole.rows}
+    for name, truth in (("k2o", 4.24), ("ko2", 0.90)):
+        assert rows[name]["identifiable"] and not rows[name]["flat"]
+        assert rows[name]["lower"] < truth < rows[name]["upper"]
+        # the quadratic approximation agrees with the profile here
+        assert rows[name]["fisher_lower"] == pytest.approx(rows[name]["lower"], rel=0.02)
+    # interrupted after 4 steps, then continued: the same intervals
+    part = profile_run(copy, points=9, progress=False, max_steps=4)
+    assert not part.extra["finished"] and part.rows == []
+    with RunStore.open(copy) as store:
+        assert store.profiles()["engine"]["steps"] == 4
+    rest = profile_run(copy, points=9, progress=False)
+    assert rest.resumed and rest.steps == whole.steps
+    assert rest.rows == whole.rows
+    with RunStore.open(copy) as store:
+        local = store.local_uncertainty()
+        assert local["names"] == ["k2o", "ko2"] and len(local["se_log10"]) == 2
+        assert store.finished  # profiling leaves the fit's record as it was
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parameters", "k99"], "--parameters = 'k99': not a free parameter of this fit"),
+    (["--parameters", "k13"], "--parameters = 'k13': not a free parameter of this fit"),
+    (["--points", "2"], "--points = 2: must be an integer from 5"),
+    (["--level", "1.5"], "--level = 1.5: must be a probability"),
+])
+def test_bad_settings_give_one_line(jonas_run, capsys, args, message):
+    capsys.readouterr()
+    assert main(["profile", str(jonas_run), *args]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err and str(jonas_run) in err
+
+
+def test_run_without_a_finished_fit_is_refused(jonas_run, tmp_path, capsys):
+    unfinished = tmp_path / "unfinished.h5"
+    shutil.copy(jonas_run, unfinished)
+    with h5py.File(unfinished, "r+") as f:
+        f["best/valid"][0] = 0
+        f["run/finished"][0] = b""
+    with pytest.raises(KingenError, match="holds no finished fit"):
+        profile_run(unfinished, progress=False)
+    assert main(["profile", str(tmp_path / "missing.h5")]) != 0
+    assert "run file not found" in capsys.readouterr().err
+
+
+def test_a_file_without_the_profiles_group_gains_it(jonas_run, tmp_path):
+    old = tmp_path / "old.h5"
+    shutil.copy(jonas_run, old)
+    with h5py.File(old, "r+") as f:
+        del f["profiles"]
+    with RunStore.open(old) as store:
+        assert store.profiles() is None and store.local_uncertainty() is None
+    result = profile_run(old, parameters=["ko2"], points=5, progress=False)
+    assert [r["name"] for r in result.rows] == ["ko2"]
+    with RunStore.open(old) as store:
+        assert store.profiles()["results"]["profiles"].keys() == {"ko2"}
