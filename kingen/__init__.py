@@ -19,6 +19,7 @@ search                  :func:`load_config`         read a fit configuration
 search                  :func:`demo_config`         the bundled demo configuration
 search                  :func:`fit`                 run a fit to its end
 search                  :func:`resume`              continue a fit from its run file
+search                  :func:`profile`             profile likelihoods of a finished fit
 persistence             :class:`RunStore`           ``RunStore.open(path)``: read a run file
 output                  :func:`plot_run`            the figures of a run
 output                  :func:`write_report`        HTML and markdown summary of a run
@@ -71,13 +72,15 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "RunStore": ("kingen.store", "RunStore"),
     "plot_run": ("kingen.plot", "plot_run"),
     "write_report": ("kingen.report", "write_report"),
+    "profile": ("kingen.identify.run", "profile_run"),
+    "ProfileResult": ("kingen.identify.run", "ProfileResult"),
 }
 
 __all__ = [
     "KingenError", "__version__", "Scheme", "standard_protocol", "load_protocol", "Protocol",
     "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
     "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
-    "FitResult", "RunStore", "plot_run", "write_report",
+    "FitResult", "RunStore", "plot_run", "write_report", "profile", "ProfileResult",
 ]
 # (a test checks that __all__ is _LAZY plus the two eager names)
 
@@ -86,6 +89,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from kingen.data import Recording, Targets, load_recording, load_targets
     from kingen.fit import FitResult, resume
     from kingen.fit_config import FitConfig, demo_config, load_config
+    from kingen.identify.run import ProfileResult
+    from kingen.identify.run import profile_run as profile
     from kingen.objective import Objective
     from kingen.plot import plot_run
     from kingen.protocol import Protocol, load_protocol, standard_protocol

@@ -24,15 +24,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("experiment", ("kingen.protocol", "kingen.data")),
     ("simulation", ("kingen.codegen", "kingen.solve")),
     ("objective", ("kingen.objective", "kingen.features")),
-    ("search", ("kingen.params", "kingen.fit", "kingen.fit_config")),
+    ("search", ("kingen.params", "kingen.fit", "kingen.fit_config", "kingen.identify")),
     # kingen.simulation is the one-call simulate() of the public API: it reaches down to
     # the solvers and up to the features, the CSV writer and the plots
+    # kingen.identify.run drives `kingen profile` over a run file, as report and export do
     ("persistence & output", ("kingen.store", "kingen.plot", "kingen.report", "kingen.export",
-                              "kingen.simulation")),
+                              "kingen.simulation", "kingen.identify.run")),
     ("scale-out", ("kingen.distributed",)),
     ("analysis", ("kingen.analysis",)),
     ("interface", ("kingen", "kingen.__main__", "kingen.cli", "kingen.fit_cli",
-                   "kingen.output_cli")),
+                   "kingen.output_cli", "kingen.identify.cli")),
 ]
 
 # Known imports against the order, each with its reason: (importer, imported).
