@@ -193,3 +193,18 @@ def test_a_file_without_the_profiles_group_gains_it(jonas_run, tmp_path):
     assert [r["name"] for r in result.rows] == ["ko2"]
     with RunStore.open(old) as store:
         assert store.profiles()["results"]["profiles"].keys() == {"ko2"}
+
+
+def test_desensitization_rates_from_deactivation_alone_are_flagged(tmp_path):
+    """The Jonas scheme's open-to-desensitized rates, fitted to a deactivation (1 ms pulse)
+    alone: the data do not bound them, and the profiles say so."""
+    fit(write_problem(tmp_path, ga="generations = 6", extra="polish = true",
+                      free=["k2o", "ko2", "ko5", "k5o"]), progress=False)
+    result = profile_run(tmp_path / "run.h5", parameters=["ko5", "k5o"], points=5,
+                         progress=False)
+    rows = {r["name"]: r for r in result.rows}
+    for name in ("ko5", "k5o"):
+        assert not rows[name]["identifiable"]
+        assert rows[name]["lower"] is None or rows[name]["upper"] is None
+    assert rows["k5o"]["flat"]
+    assert "k5o" in " ".join(result.summary().splitlines()[3:])

@@ -4,7 +4,8 @@ With χ²(θ) = Σ r² = −2 log L + const (:mod:`kingen.identify.likelihood`) 
 of the rates, the Fisher information is F = JᵀJ (J = ∂r/∂x, by forward differences, every
 column a candidate of the same batched solver call), the covariance of x is F⁻¹, and the
 standard error of a gene is √(F⁻¹)ᵢᵢ in decades. Directions F cannot see (eigenvalues below
-:data:`RCOND` × the largest) have infinite standard errors. This is the quadratic
+:data:`RCOND` × the largest, where the eigen-decomposition itself is noise) have infinite
+standard errors; nearly flat directions give large finite ones. This is the quadratic
 approximation of the likelihood at its optimum; the profiles
 (:mod:`kingen.identify.profile`) test it.
 
@@ -24,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-RCOND = 1e-10
+RCOND = 1e-12
+BLIND_WEIGHT = 1e-2
 
 
 def fd_step(precision: str) -> float:
@@ -69,7 +71,8 @@ def covariance(fisher: np.ndarray) -> np.ndarray:
     top = max(float(w.max()), 0.0)
     ok = w > RCOND * top if top > 0 else np.zeros(n, dtype=bool)
     cov = (v[:, ok] / w[ok]) @ v[:, ok].T
-    blind = (v[:, ~ok] ** 2).sum(axis=1) > 1e-6  # genes with a part in an unseen direction
+    # genes with a real part (1 % of their variance direction) in an unseen direction
+    blind = (v[:, ~ok] ** 2).sum(axis=1) > BLIND_WEIGHT
     cov[blind, :] = np.inf
     cov[:, blind] = np.inf
     return cov

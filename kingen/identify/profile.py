@@ -45,11 +45,15 @@ from kingen.identify.fisher import (
 )
 
 MAX_WIDEN = 3          # times a side of a profile is widened
-MAX_ITER = 60          # Levenberg–Marquardt iterations of one sub-problem
+MAX_ITER = 30          # Levenberg–Marquardt iterations of one sub-problem
 TOL = 1e-3             # χ² decrease below which a sub-problem has converged
 NEIGHBOUR_GAIN = 0.01  # χ² a neighbour's solution must gain to restart a point
-NEIGHBOUR_PASSES = 3   # neighbour passes per round of the grid
+NEIGHBOUR_PASSES = 2   # neighbour passes per round of the grid
 MAX_STEP = 0.5         # decades a gene may move in one step
+MAX_REFINE = 2         # times a steep threshold crossing is refined with points between
+MIN_WIDTH = 1e-3       # decades: the narrowest first grid
+RECENTRE_GAIN = 0.05   # χ² a profile point must gain over the optimum to move the optimum
+MAX_RECENTRE = 2       # times the optimum is moved (and the grids laid again)
 HOF_STARTS = 4         # hall-of-fame members tried as warm starts
 PAIR_CORRELATION = 0.9  # along a profile: |r| of another gene against the profiled one
 PAIR_SLOPE = 0.5       # ... and |slope| (decades per decade)
@@ -110,6 +114,8 @@ class ProfileEngine:
         self.status = np.array([WAIT], dtype=np.int64)
         self.phase = "center"
         self.widened = {j: [0, 0] for j in self.genes}
+        self.refined = {j: [0, 0] for j in self.genes}
+        self.recentred = 0
         self.passes = 0
         self.fisher = np.zeros((n, n))
         self.steps = 0
@@ -148,7 +154,9 @@ class ProfileEngine:
                 "lam": self.lam.tolist(), "iters": self.iters.tolist(),
                 "status": self.status.tolist(),
                 "widened": {str(j): w for j, w in self.widened.items()},
-                "passes": self.passes, "fisher": self.fisher.tolist(), "steps": self.steps,
+                "refined": {str(j): w for j, w in self.refined.items()},
+                "passes": self.passes, "recentred": self.recentred,
+                "fisher": self.fisher.tolist(), "steps": self.steps,
                 "calls": self.calls, "candidates": self.candidates, "better": self.better,
                 # the Levenberg-Marquardt memory: a resumed run takes the same steps
                 "jtj": self.a.tolist(), "jtr": self.g.tolist(), "have": self.have.tolist(),
@@ -171,7 +179,9 @@ class ProfileEngine:
         self.status = np.array(s["status"], dtype=np.int64).reshape(b)
         self.phase = str(s["phase"])
         self.widened = {int(j): [int(w[0]), int(w[1])] for j, w in s["widened"].items()}
+        self.refined = {int(j): [int(w[0]), int(w[1])] for j, w in s["refined"].items()}
         self.passes = int(s["passes"])
+        self.recentred = int(s["recentred"])
         self.fisher = np.array(s["fisher"], dtype=float).reshape(n, n)
         self.steps, self.calls = int(s["steps"]), int(s["calls"])
         self.candidates = int(s["candidates"])
@@ -297,13 +307,17 @@ class ProfileEngine:
         if cols.size == 0:
             self.status[b] = DONE
             return
-        aa = a[np.ix_(cols, cols)]
-        d = np.diag(aa).copy()
-        d = np.maximum(d, 1e-12 * max(float(d.max()), 1e-300))
-        try:
-            delta = -np.linalg.solve(aa + self.lam[b] * np.diag(d), g[cols])
-        except np.linalg.LinAlgError:
-            delta = -np.linalg.lstsq(aa + self.lam[b] * np.diag(d), g[cols], rcond=None)[0]
+        delta = self._solve(a, g, cols, self.lam[b])
+        # genes at a bound that the step pushes outward are held there (active set)
+        x = self.x[b]
+        held = ((x[cols] <= self.lower[cols] + 1e-12) & (delta < 0)) | (
+            (x[cols] >= self.upper[cols] - 1e-12) & (delta > 0))
+        if held.any() and (~held).any():
+            cols = cols[~held]
+            delta = self._solve(a, g, cols, self.lam[b])
+        elif held.all():
+            self.status[b] = DONE
+            return
         big = np.abs(delta).max() if delta.size else 0.0
         if big > MAX_STEP:
             delta *= MAX_STEP / big
@@ -313,6 +327,18 @@ class ProfileEngine:
             self.status[b] = DONE
             return
         self.y[b] = y_new
+
+    @staticmethod
+    def _solve(a: np.ndarray, g: np.ndarray, cols: np.ndarray, lam: float) -> np.ndarray:
+        """The Levenberg-Marquardt step on ``cols``: (A + λ diag A) δ = −g."""
+        aa = a[np.ix_(cols, cols)]
+        d = np.diag(aa).copy()
+        d = np.maximum(d, 1e-12 * max(float(d.max()), 1e-300))
+        m = aa + lam * np.diag(d)
+        try:
+            return -np.linalg.solve(m, g[cols])
+        except np.linalg.LinAlgError:
+            return -np.linalg.lstsq(m, g[cols], rcond=None)[0]
 
     # ------------------------------------------------------------------ warm starts
     def _with(self, x: np.ndarray, j: int, v: float) -> np.ndarray:
@@ -374,7 +400,8 @@ class ProfileEngine:
         for j in self.genes:
             se = math.sqrt(cov[j, j]) if math.isfinite(cov[j, j]) and cov[j, j] > 0 else math.inf
             span = self.upper[j] - self.lower[j]
-            w = min(max(1.5 * se * math.sqrt(self.thr), 0.02), span)
+            w = min(max(1.5 * se * math.sqrt(self.thr), MIN_WIDTH), span) if math.isfinite(
+                se) else span / 3.0
             for side in (-1, 1):
                 self._add_points(j, self._side_values(j, centre[j], centre[j] + side * w, m))
         self.phase = "grid"
@@ -384,6 +411,21 @@ class ProfileEngine:
         """All converged: a neighbour pass, or widening, or nothing (False)."""
         if self.phase == "center":
             self._start_grid()
+            return True
+        best = int(np.argmin(np.where(np.isfinite(self.chi2), self.chi2, np.inf)))
+        if self.chi2[best] < self.chi2[0] - RECENTRE_GAIN and self.recentred < MAX_RECENTRE:
+            # a profile found a lower χ² than the optimum: the optimum moves there, is
+            # re-optimised, and the grids are laid again around it
+            self.recentred += 1
+            x0, c0 = self.x[best].copy(), float(self.chi2[best])
+            for name in ("param", "value", "x", "chi2", "lam", "iters", "status"):
+                setattr(self, name, getattr(self, name)[:1].copy())
+            self.x[0], self.chi2[0], self.lam[0], self.iters[0] = x0, c0, 1e-3, 0
+            self.status[0] = ACTIVE
+            self._reset_memory()
+            self.widened = {j: [0, 0] for j in self.genes}
+            self.refined = {j: [0, 0] for j in self.genes}
+            self.phase = "center"
             return True
         if self.passes < NEIGHBOUR_PASSES:
             self.passes += 1
@@ -415,7 +457,10 @@ class ProfileEngine:
                     edge = float(vals[on][np.argmax(np.abs(vals[on] - centre[j]))])
                 bound = self.lower[j] if side < 0 else self.upper[j]
                 crossed = bool((d[on] >= self.thr).any()) if on.any() else False
-                if crossed or abs(edge - bound) < 1e-9 or self.widened[j][s] >= MAX_WIDEN:
+                if crossed:
+                    widened |= self._refine(j, s, side, vals, d)
+                    continue
+                if abs(edge - bound) < 1e-9 or self.widened[j][s] >= MAX_WIDEN:
                     continue
                 far = centre[j] + side * 3.0 * max(abs(edge - centre[j]), 0.02)
                 self._add_points(j, self._side_values(j, edge, far, m))
@@ -424,6 +469,26 @@ class ProfileEngine:
         if widened:
             self.passes = 0
         return widened
+
+    def _refine(self, j: int, s: int, side: int, vals: np.ndarray, d: np.ndarray) -> bool:
+        """Points between the last point under the threshold and the first over it, when
+        the first is far over it (the interpolated crossing would be coarse)."""
+        if self.refined[j][s] >= MAX_REFINE:
+            return False
+        centre = self.x[0, j]
+        order = np.argsort((vals - centre) * side)
+        prev = centre
+        for i in order:
+            if (vals[i] - centre) * side <= 0 or not math.isfinite(d[i]):
+                continue
+            if d[i] >= self.thr:
+                if d[i] <= 2.0 * self.thr:
+                    return False
+                self.refined[j][s] += 1
+                self._add_points(j, [prev + (vals[i] - prev) * k / 4 for k in (1, 2, 3)])
+                return True
+            prev = float(vals[i])
+        return False
 
     def _profile_index(self, j: int) -> list[int]:
         """Sub-problems of gene j's profile, the optimum included, by value."""

@@ -27,6 +27,7 @@ from kingen.identify.profile import ProfileEngine
 from kingen.params import file_unit_factor
 
 MIN_POINTS, MAX_POINTS = 5, 1000
+PROGRESS_EVERY_S = 10.0  # a progress line this often when not on a terminal
 
 
 @dataclass
@@ -264,6 +265,8 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
             f.swmr_mode = True
             base = {"settings": settings, "noise": noise.to_dict(), "names": names}
             steps = 0
+            tty = bool(getattr(out, "isatty", lambda: False)())
+            shown = time.perf_counter()
             while not engine.done and (max_steps is None or steps < max_steps):
                 t_step = time.perf_counter()
                 if not engine.step():
@@ -271,14 +274,17 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
                 steps += 1
                 results = engine.results(names) if engine.done else None
                 commit_state(f, {**base, "engine": engine.to_state(), "results": results})
-                if progress:
+                now = time.perf_counter()
+                if progress and (tty or now - shown > PROGRESS_EVERY_S or engine.done):
+                    shown = now
                     active = int((engine.status != 2).sum())
                     rate = lik.candidates / max(lik.solver_s, 1e-9)
-                    out.write(f"\rstep {engine.steps}: {active} sub-problems at work, "
-                              f"{engine.candidates} candidates, {rate:,.0f} cand/s, "
-                              f"{time.perf_counter() - t_step:.2f} s" + " " * 8)
+                    line = (f"step {engine.steps}: {active} sub-problems at work, "
+                            f"{engine.candidates} candidates, {rate:,.0f} cand/s, "
+                            f"{now - t_step:.2f} s a step")
+                    out.write(f"\r{line}   " if tty else f"{line}\n")
                     out.flush()
-            if progress and steps:
+            if progress and steps and tty:
                 out.write("\n")
                 out.flush()
             finished = engine.done
