@@ -46,7 +46,7 @@ from kingen.identify.fisher import (
 
 MAX_WIDEN = 3          # times a side of a profile is widened
 MAX_ITER = 30          # Levenberg–Marquardt iterations of one sub-problem
-TOL = 1e-3             # χ² decrease below which a sub-problem has converged
+TOL = 1e-2             # χ² decrease below which a sub-problem has converged
 NEIGHBOUR_GAIN = 0.01  # χ² a neighbour's solution must gain to restart a point
 NEIGHBOUR_PASSES = 2   # neighbour passes per round of the grid
 MAX_STEP = 0.5         # decades a gene may move in one step
