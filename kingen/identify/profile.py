@@ -45,7 +45,8 @@ from kingen.identify.fisher import (
 )
 
 MAX_WIDEN = 3          # times a side of a profile is widened
-MAX_ITER = 30          # Levenberg–Marquardt iterations of one sub-problem
+MAX_ITER = 30          # Levenberg–Marquardt iterations of the optimum
+MAX_ITER_POINT = 20    # ... and of a grid point (warm-started near its solution)
 TOL = 1e-2             # χ² decrease below which a sub-problem has converged
 NEIGHBOUR_GAIN = 0.01  # χ² a neighbour's solution must gain to restart a point
 NEIGHBOUR_PASSES = 2   # neighbour passes per round of the grid
@@ -299,7 +300,8 @@ class ProfileEngine:
         if not self.have[b]:
             self.status[b] = DONE  # no finite start: nothing to improve on
             return
-        if converged or self.iters[b] >= MAX_ITER:
+        limit = MAX_ITER if self.param[b] < 0 else MAX_ITER_POINT
+        if converged or self.iters[b] >= limit:
             self.status[b] = DONE
             return
         a, g = self.a[b], self.g[b]
@@ -307,6 +309,13 @@ class ProfileEngine:
         if cols.size == 0:
             self.status[b] = DONE
             return
+        if accept and self.iters[b] > 1:
+            # what a full Gauss-Newton step could still gain, gᵀA⁺g (χ² = Σr², g = Jᵀr)
+            gc = g[cols]
+            gain = float(gc @ np.linalg.lstsq(a[np.ix_(cols, cols)], gc, rcond=1e-12)[0])
+            if gain < TOL:
+                self.status[b] = DONE
+                return
         delta = self._solve(a, g, cols, self.lam[b])
         # genes at a bound that the step pushes outward are held there (active set)
         x = self.x[b]
