@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           "backend": args.backend})
             fit_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        result = profile_run(run, points=args.points, backend=args.backend, progress=True)
+        result = profile_run(run, points=args.points, backend=args.backend, restart=True,
+                             progress=True)
         wall = time.perf_counter() - t0
     solver_s = result.extra["solver_s"]
     out = {"command": " ".join(["python", "benchmarks/profile_demo.py"]
