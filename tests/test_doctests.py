@@ -31,6 +31,7 @@ PUBLIC_MODULES = {
     "kingen.solve.rest": True,
     "kingen.identify.noise": True,
     "kingen.identify.fisher": True,
+    "kingen.identify.table": True,
     "kingen.identify.run": False,
     "kingen.fit": False,
     "kingen.plot": False,

@@ -11,7 +11,6 @@ cannot be profiled.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
@@ -24,7 +23,7 @@ from kingen.identify.likelihood import Likelihood
 from kingen.identify.noise import NoiseModel, estimate_noise
 from kingen.identify.problem import rebuild
 from kingen.identify.profile import ProfileEngine
-from kingen.params import file_unit_factor
+from kingen.identify.table import disagreements, local_rows, rows_from_results, table
 
 MIN_POINTS, MAX_POINTS = 5, 1000
 PROGRESS_EVERY_S = 10.0  # a progress line this often when not on a terminal
@@ -77,85 +76,6 @@ class ProfileResult:
                 f"({self.path})")
         return "\n".join([head, "", table(self.rows, self.level)]
                          + [f"note: {w}" for w in self.warnings])
-
-
-def _fmt(v: float | None) -> str:
-    return "open" if v is None else f"{v:.4g}"
-
-
-def table(rows: list[dict[str, Any]], level: float) -> str:
-    """Best value, interval, identifiable yes/no, file units; one line per parameter."""
-    pct = f"{100 * level:g} %"
-    lines = [f"{'parameter':<12}{'best':>11}{'lower':>11}{'upper':>11}  {'unit':<14}"
-             f"identifiable  ({pct} profile-likelihood interval)"]
-    for r in rows:
-        why = "yes" if r["identifiable"] else (
-            "no (flat)" if r["flat"] else "no (open " + " and ".join(
-                s for s, v in (("below", r["lower"]), ("above", r["upper"])) if v is None)
-            + ")")
-        line = (f"{r['name']:<12}{r['best']:>11.4g}{_fmt(r['lower']):>11}"
-                f"{_fmt(r['upper']):>11}  {r['unit']:<14}{why}")
-        if r["pairs"]:
-            line += "; moves with " + ", ".join(
-                f"{p['name']} (slope {p['slope']:+.2g})" for p in r["pairs"])
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def rows_from_results(results: dict[str, Any], scheme, pmap) -> list[dict[str, Any]]:
-    """Per profiled parameter, its figures in the scheme file's units."""
-    z = math.sqrt(results["threshold"])
-    fisher = results["fisher"]
-    out = []
-    for name, prof in results["profiles"].items():
-        j = int(prof["gene"])
-        p = scheme.parameters[int(pmap.free_index[j])]
-        factor = file_unit_factor(p)
-        log = bool(pmap.log[j])
-
-        def value(g: float | None, log: bool = log, factor: float = factor) -> float | None:
-            if g is None or not math.isfinite(g):
-                return None
-            return (10.0 ** g if log else g) / factor
-
-        se = float(fisher["se_log10"][j])
-        best = prof["best"]
-        out.append({
-            "name": name, "unit": p.unit, "best": value(best), "lower": value(prof["lower"]),
-            "upper": value(prof["upper"]), "identifiable": bool(prof["identifiable"]),
-            "flat": bool(prof["flat"]), "pairs": prof["pairs"], "se_log10": se,
-            "fisher_lower": value(best - z * se) if math.isfinite(se) else None,
-            "fisher_upper": value(best + z * se) if math.isfinite(se) else None,
-            "log": log})
-    return out
-
-
-def disagreements(results: dict[str, Any]) -> list[str]:
-    """Where the quadratic (Fisher) interval and the profile disagree (a factor 2 in width
-    on a side, or one open and the other closed)."""
-    z = math.sqrt(results["threshold"])
-    out = []
-    for name, prof in results["profiles"].items():
-        se = float(results["fisher"]["se_log10"][int(prof["gene"])])
-        q = z * se
-        for side, key in (("below", "lower"), ("above", "upper")):
-            v = prof[key]
-            if v is None and math.isfinite(q):
-                bounded = prof[f"{key}_bounded"]
-                out.append(f"{name}: the standard error ({se:.3g} decades) predicts a closed "
-                           f"interval {side}, but the profile does not cross the threshold "
-                           f"{side} (up to {'the bound' if bounded else 'the widest point'}"
-                           "): trust the profile")
-            elif v is not None and not math.isfinite(q):
-                out.append(f"{name}: the standard error is infinite, but the profile closes "
-                           f"{side}")
-            elif v is not None:
-                width = abs(v - prof["best"])
-                if width > 0 and not 0.5 <= q / width <= 2.0:
-                    out.append(f"{name}: {side} the optimum, the standard error predicts "
-                               f"{q:.3g} decades and the profile gives {width:.3g}: the "
-                               "likelihood is not quadratic there; trust the profile")
-    return out
 
 
 def _validate(points: int, level: float, path: str) -> None:
@@ -290,11 +210,14 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
             finished = engine.done
             results = engine.results(names)
             if finished:
-                commit_state(f, {**base, "engine": engine.to_state(), "results": results})
+                rows = rows_from_results(results, scheme, pmap)
+                commit_state(f, {**base, "engine": engine.to_state(), "results": results,
+                                 "table": rows})
                 local = dict(results["fisher"])
                 local.update(best_log10=[float(v) for v in engine.x[0]],
                              chi2=float(engine.chi2[0]), noise=noise.to_dict(),
                              log=[bool(v) for v in pmap.log])
+                local["table"] = local_rows(local, scheme, pmap)
                 write_local(f, local)
         finally:
             f.close()
@@ -313,7 +236,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
                         "again with the same settings to continue")
     return ProfileResult(
         path=name, level=float(level), threshold=float(results["threshold"]),
-        rows=rows_from_results(results, scheme, pmap) if finished else [],
+        rows=rows if finished else [],
         warnings=warnings, results=results, noise=noise.to_dict(), steps=engine.steps,
         solver_calls=engine.calls, candidates=engine.candidates,
         wall_s=time.perf_counter() - t0, resumed=state is not None,
