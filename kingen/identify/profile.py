@@ -134,6 +134,8 @@ class ProfileEngine:
         self.g = np.zeros((b, n))
         self.have = np.zeros(b, dtype=bool)  # a, g hold JᵀJ and Jᵀr at x
         self.y = self.x.copy()               # the pending trial point
+        self.pred = np.zeros(b)              # the χ² decrease the linear model predicts
+        self.nu = np.full(b, 2.0)            # Nielsen's growth factor of λ
 
     def _grow_memory(self, k: int) -> None:
         n = self.n
@@ -141,6 +143,8 @@ class ProfileEngine:
         self.g = np.concatenate([self.g, np.zeros((k, n))])
         self.have = np.concatenate([self.have, np.zeros(k, dtype=bool)])
         self.y = np.concatenate([self.y, self.x[-k:]])
+        self.pred = np.concatenate([self.pred, np.zeros(k)])
+        self.nu = np.concatenate([self.nu, np.full(k, 2.0)])
 
     def to_state(self) -> dict[str, Any]:
         """Everything needed to continue, as plain numbers (JSON-able)."""
@@ -161,7 +165,7 @@ class ProfileEngine:
                 "calls": self.calls, "candidates": self.candidates, "better": self.better,
                 # the Levenberg-Marquardt memory: a resumed run takes the same steps
                 "jtj": self.a.tolist(), "jtr": self.g.tolist(), "have": self.have.tolist(),
-                "trial": self.y.tolist()}
+                "trial": self.y.tolist(), "pred": self.pred.tolist(), "nu": self.nu.tolist()}
 
     def _load(self, s: dict[str, Any]) -> None:
         n = self.n
@@ -191,6 +195,8 @@ class ProfileEngine:
         self.g = np.array(s["jtr"], dtype=float).reshape(b, n)
         self.have = np.array(s["have"], dtype=bool).reshape(b)
         self.y = np.array(s["trial"], dtype=float).reshape(b, n)
+        self.pred = np.array(s["pred"], dtype=float).reshape(b)
+        self.nu = np.array(s["nu"], dtype=float).reshape(b)
         if self.phase not in ("center", "grid", "done") or (
                 self.param[1:] < 0).any() or (self.param >= n).any():
             raise ValueError("profile state: inconsistent")
@@ -249,7 +255,7 @@ class ProfileEngine:
                 self.chi2[b] = chi2[k]
                 self.status[b] = ACTIVE
                 self.have[b] = False
-                self.lam[b] = 1e-3
+                self.lam[b], self.nu[b] = 1e-3, 2.0
             elif kind == "neighbour":
                 k = lo + int(np.argmin(chi2[lo:hi]))
                 if chi2[k] < self.chi2[b] - NEIGHBOUR_GAIN:
@@ -257,7 +263,7 @@ class ProfileEngine:
                     self.chi2[b] = chi2[k]
                     self.status[b] = ACTIVE
                     self.have[b] = False
-                    self.lam[b] = 1e-3
+                    self.lam[b], self.nu[b] = 1e-3, 2.0
                     self.iters[b] = 0
                     restarted = True
             else:
@@ -284,10 +290,16 @@ class ProfileEngine:
         else:
             accept = c0 < self.chi2[b]
             if accept:
-                converged = self.chi2[b] - c0 < TOL
-                self.lam[b] = max(self.lam[b] / 3.0, 1e-9)
+                # Nielsen's update: λ shrinks as far as the step matched the linear model
+                actual = self.chi2[b] - c0
+                rho = actual / self.pred[b] if self.pred[b] > 0 else 1.0
+                converged = actual < TOL
+                self.lam[b] = max(self.lam[b] * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3),
+                                  1e-9)
+                self.nu[b] = 2.0
             else:
-                self.lam[b] *= 4.0
+                self.lam[b] *= self.nu[b]
+                self.nu[b] *= 2.0
                 converged = self.lam[b] > 1e7
         if accept:
             self.x[b] = y
@@ -332,10 +344,12 @@ class ProfileEngine:
             delta *= MAX_STEP / big
         y_new = self.x[b].copy()
         y_new[cols] = np.clip(y_new[cols] + delta, self.lower[cols], self.upper[cols])
-        if np.abs(y_new - self.x[b]).max() < 1e-9:
+        step = y_new - self.x[b]
+        if np.abs(step).max() < 1e-9:
             self.status[b] = DONE
             return
         self.y[b] = y_new
+        self.pred[b] = -(2.0 * step @ g + step @ a @ step)
 
     @staticmethod
     def _solve(a: np.ndarray, g: np.ndarray, cols: np.ndarray, lam: float) -> np.ndarray:
