@@ -235,7 +235,8 @@ def plot_run_detailed(run: str | os.PathLike[str] | RunStore, out_dir: str | os.
                     ("dose_response", lambda: _dose_figure(r)),
                     ("recovery", lambda: _recovery_figure(r)),
                     ("convergence", lambda: _convergence_figure(r)),
-                    ("parameters", lambda: _parameter_figure(r))]
+                    ("parameters", lambda: _parameter_figure(r)),
+                    ("profiles", lambda: profile_figure(r.store, r.title))]
         for stem, draw in figures:
             with matplotlib.rc_context(STYLE):
                 result = draw()
@@ -480,5 +481,58 @@ def _parameter_figure(r: _Run) -> Figure | str:
     return fig
 
 
+# --------------------------------------------------------------------------- profiles
+
+def profile_figure(store: RunStore, title: str = "") -> Figure | str:
+    """One panel per profiled parameter (``kingen profile``): Δχ² against the rate (file
+    units, log axis for log-scaled rates), the threshold of the confidence level, the
+    interval, the best value and the model file's value; or why there is none."""
+    state = store.profiles()
+    rows = (state or {}).get("table") or []
+    if not rows:
+        return ("no finished profiles in the run file (kingen profile RUN.h5 computes them)"
+                if state is None or not state.get("results") else "no profiled parameter")
+    n = len(rows)
+    cols = min(4, n)
+    nrows = math.ceil(n / cols)
+    fig = Figure(figsize=(3.3 * cols, 2.7 * nrows + 0.5), dpi=DPI, layout="constrained")
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, row in zip(axes.flat, rows, strict=False):
+        x = np.array([math.nan if v is None else v for v in row["grid"]], dtype=float)
+        y = np.array([math.nan if v is None else v for v in row["delta_chi2"]], dtype=float)
+        order = np.argsort(x)
+        ok = np.isfinite(x[order]) & np.isfinite(y[order])
+        ax.plot(x[order][ok], y[order][ok], "o-", color=PROTOCOL_COLORS[0], ms=3, lw=1.2)
+        thr = float(row["threshold"])
+        ax.axhline(thr, color="0.35", ls="--", lw=1,
+                   label=f"{100 * float(row['level']):g} % threshold")
+        lo, hi = row["lower"], row["upper"]
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            ax.axvspan(lo if lo is not None else finite.min(),
+                       hi if hi is not None else finite.max(), color="0.9", zorder=0,
+                       label="interval")
+        ax.axvline(row["best"], color="black", lw=1.2, label="best")
+        ax.axvline(row["file_value"], color=PROTOCOL_COLORS[3 % len(PROTOCOL_COLORS)],
+                   ls=":", lw=1.5, label="model file")
+        # a log axis only where the profile spans a factor 3 or more: its labels would
+        # crowd a narrow range
+        if row.get("log", True) and finite.size and finite.min() > 0 and (
+                finite.max() / finite.min() >= 3.0):
+            ax.set_xscale("log")
+        top = np.nanmax(y) if np.isfinite(y).any() else thr
+        ax.set_ylim(-0.05 * max(top, thr), min(max(top, 1.3 * thr), 6.0 * thr))
+        ax.set_xlabel(f"{row['name']} ({row['unit']})")
+        ax.set_ylabel("Δχ² (−2 Δlog L)")
+        verdict = "identifiable" if row["identifiable"] else "not identifiable"
+        ax.set_title(f"{row['name']}: {verdict}", fontsize=9)
+    axes.flat[0].legend(frameon=False, fontsize=7)
+    fig.suptitle(f"{title}: profile likelihoods" if title else "Profile likelihoods")
+    return fig
+
+
 __all__ = ["DPI", "FIGURE_SIZES", "PROTOCOL_COLORS", "plot_run", "plot_run_detailed",
+           "profile_figure",
            "plot_traces", "protocol_color"]

@@ -208,3 +208,21 @@ def test_desensitization_rates_from_deactivation_alone_are_flagged(tmp_path):
         assert rows[name]["lower"] is None or rows[name]["upper"] is None
     assert rows["k5o"]["flat"]
     assert "k5o" in " ".join(result.summary().splitlines()[3:])
+
+
+def test_plot_has_one_profile_panel_per_parameter(jonas_run, tmp_path):
+    from kingen.plot import plot_run_detailed, profile_figure
+
+    fresh = tmp_path / "fresh.h5"
+    shutil.copy(jonas_run, fresh)
+    with h5py.File(fresh, "r+") as f:
+        f["profiles/commit"][...] = np.array([0, 0, 0])
+    _, skipped = plot_run_detailed(fresh, tmp_path / "none", formats=("png",))
+    assert "kingen profile" in skipped["profiles"]
+    profile_run(jonas_run, points=9, progress=False)
+    with RunStore.open(jonas_run) as store:
+        fig = profile_figure(store)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_xlabel() for ax in panels] == ["k2o (ms^-1)", "ko2 (ms^-1)"]
+    written, _ = plot_run_detailed(jonas_run, tmp_path / "figs", formats=("png",))
+    assert written["profiles"][0].stat().st_size > 0

@@ -55,7 +55,11 @@ def table(rows: list[dict[str, Any]], level: float, *, what: str = "profile-like
 
 
 def rows_from_results(results: dict[str, Any], scheme, pmap) -> list[dict[str, Any]]:
-    """Per profiled parameter, its figures in the scheme file's units."""
+    """Per profiled parameter, its figures in the scheme file's units.
+
+    ``scheme`` is the scheme as its file gives it (``file_value``: the file's own value);
+    each row also carries its profile (``grid`` in file units, ``delta_chi2``) and the
+    ``threshold``, for plots."""
     z = math.sqrt(results["threshold"])
     fisher = results["fisher"]
     out = []
@@ -78,7 +82,9 @@ def rows_from_results(results: dict[str, Any], scheme, pmap) -> list[dict[str, A
             "flat": bool(prof["flat"]), "pairs": prof["pairs"], "se_log10": se,
             "fisher_lower": value(best - z * se) if math.isfinite(se) else None,
             "fisher_upper": value(best + z * se) if math.isfinite(se) else None,
-            "log": log})
+            "log": log, "file_value": p.value / factor,
+            "grid": [value(g) for g in prof["grid"]], "delta_chi2": prof["delta_chi2"],
+            "threshold": results["threshold"], "level": results["level"]})
     return out
 
 
