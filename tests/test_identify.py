@@ -63,21 +63,25 @@ def _unit_current(t: np.ndarray, kon: float, koff: float) -> np.ndarray:
     return 20.0 * _two_state_po(t, kon, koff) * (-70.0) * 1e-3  # one channel, pA
 
 
-@pytest.fixture(scope="module")
-def two_state_run(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("two_state")
+def _two_state_problem(tmp: Path, seed: int) -> Path:
+    """A fitted two-state run of noisy data from kon = 5 /mM/ms, koff = 0.8 /ms."""
     (tmp / "model.toml").write_text(TWO_STATE)
     (tmp / "step.toml").write_text(PROTOCOL)
     t = np.arange(int(round(14 / DT)) + 1) * DT
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(seed)
     data = N_CH * _unit_current(t, 5.0, 0.8) + rng.normal(0.0, SIGMA, t.size)
     write_csv(Recording("step", [t], [data], ["a"], holding_mV=-70.0), tmp / "step.csv")
     (tmp / "fit.toml").write_text(
-        'model = "model.toml"\noutput = "run.h5"\nseed = 2\nbackend = "cpu"\npolish = true\n'
-        '[[protocols]]\nprotocol = "step.toml"\nrecording = "step.csv"\n'
+        f'model = "model.toml"\noutput = "run.h5"\nseed = {seed}\nbackend = "cpu"\n'
+        'polish = true\n[[protocols]]\nprotocol = "step.toml"\nrecording = "step.csv"\n'
         '[parameters]\nfree = ["kon", "koff"]\n[ga]\npopulation = 12\ngenerations = 4\n')
     fit(tmp / "fit.toml", progress=False)
     return tmp / "run.h5"
+
+
+@pytest.fixture(scope="module")
+def two_state_run(tmp_path_factory) -> Path:
+    return _two_state_problem(tmp_path_factory.mktemp("two_state"), 11)
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +230,19 @@ def test_plot_has_one_profile_panel_per_parameter(jonas_run, tmp_path):
     assert [ax.get_xlabel() for ax in panels] == ["k2o (ms^-1)", "ko2 (ms^-1)"]
     written, _ = plot_run_detailed(jonas_run, tmp_path / "figs", formats=("png",))
     assert written["profiles"][0].stat().st_size > 0
+
+
+def test_intervals_cover_the_truth_over_noise_replicates(tmp_path, two_state_run):
+    """A small version of benchmarks/profile_coverage.py: six noise replicates of the
+    two-state data; the 95 % intervals of kon and koff hold the truth in 10 of 12 or more
+    (the benchmark: 40 replicates of the Jonas scheme)."""
+    covered = []
+    for seed in range(100, 106):
+        folder = tmp_path / str(seed)
+        folder.mkdir()
+        result = profile_run(_two_state_problem(folder, seed), points=7, progress=False)
+        for row in result.rows:
+            truth = {"kon": 5.0, "koff": 0.8}[row["name"]]
+            covered.append(row["lower"] is not None and row["upper"] is not None
+                           and row["lower"] <= truth <= row["upper"])
+    assert len(covered) == 12 and sum(covered) >= 10
