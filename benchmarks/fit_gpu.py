@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kingen.fit import fit  # noqa: E402
 from kingen.fit_cli import demo_config  # noqa: E402
 from kingen.fit_config import load_config  # noqa: E402
+from kingen.search.run import fit  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,9 +27,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kingen.fit as kfit  # noqa: E402
+import kingen.search.operators as operators  # noqa: E402
 from kingen.fit_cli import demo_config  # noqa: E402
 from kingen.fit_config import load_config  # noqa: E402
+from kingen.objective import Evaluation  # noqa: E402
+from kingen.search.engine import Engine  # noqa: E402
+from kingen.search.result import Progress  # noqa: E402
 
 
 class _StandInObjective:
@@ -61,29 +64,28 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
     cfg = load_config(demo_config(), overrides={
         "population": population, "generations": generations, "backend": "cpu",
         "output": "unused.h5"})
-    engine = kfit._Engine(cfg, _StandInObjective(), _NullStore(),
-                          kfit.Progress(generations, enabled=False))
     rng = np.random.default_rng(seed)
     clock: dict[str, float] = {}
 
-    def evaluate(genes: np.ndarray):
+    def evaluate(params: np.ndarray):
         t = time.perf_counter()
-        engine._start_write()  # the previous generation's write: in a fit, during the solve
-        m = genes.shape[0]
-        ev = type("StandIn", (), {"fitness": rng.random(m), "errors": rng.random((m, 4)),
-                                  "fail": np.zeros(m, dtype=np.int64)})
+        m = params.shape[0]
+        ev = Evaluation(fitness=rng.random(m), errors=rng.random((m, 4)),
+                        fail=np.zeros(m, dtype=np.int64), amplitudes=np.ones((m, 4)))
         if solver_s:
             time.sleep(solver_s)
         clock["evaluate"] = clock.get("evaluate", 0.0) + time.perf_counter() - t
-        return ev
+        return ev, {}
 
-    engine.evaluate = evaluate
+    engine = Engine(cfg, _StandInObjective(), _NullStore(),
+                    Progress(generations, enabled=False), evaluate=evaluate)
     engine._update_hof = _timed(clock, "hall_of_fame", engine._update_hof)
-    saved = kfit.np_var_or, kfit.np_sel_tournament
-    kfit.np_var_or = _timed(clock, "variation", kfit.np_var_or)
-    kfit.np_sel_tournament = _timed(clock, "selection", kfit.np_sel_tournament)
+    saved = operators.np_var_or, operators.np_sel_tournament
+    operators.np_var_or = _timed(clock, "variation", operators.np_var_or)
+    operators.np_sel_tournament = _timed(clock, "selection",
+                                          operators.np_sel_tournament)
     try:
-        kfit.warm_up_operators(engine.n)
+        operators.warm_up_operators(engine.n)
         state = engine.initial()
         engine.record(state, time.perf_counter())
         rows = []
@@ -99,7 +101,7 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
             row["total"] = total
             rows.append(row)
     finally:
-        kfit.np_var_or, kfit.np_sel_tournament = saved
+        operators.np_var_or, operators.np_sel_tournament = saved
     summary = {}
     for key in rows[0]:
         v = np.array([r[key] for r in rows])
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solver-s", type=float, default=0.0,
                     help="seconds to idle in each evaluation, as while the GPU solves")
     ap.add_argument("--parallel-from", type=int, default=None,
-                    help="override kingen.fit.PARALLEL_FROM_GENES (0: always all threads)")
+                    help="override kingen.search.operators.PARALLEL_FROM_GENES "
+                         "(0: always all threads)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     args = ap.parse_args(argv)
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_gc:
         gc.disable()
     if args.parallel_from is not None:
-        kfit.PARALLEL_FROM_GENES = args.parallel_from
+        operators.PARALLEL_FROM_GENES = args.parallel_from
     results = []
     for n in (int(x) for x in args.populations.split(",")):
         r = run(n, args.generations, args.seed, args.solver_s)
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
            "command": "python benchmarks/ga_step.py " + " ".join(argv or sys.argv[1:]),
            "threads": numba.get_num_threads(), "threading_layer": numba.threading_layer(),
            "gc": not args.no_gc, "solver_s": args.solver_s,
-           "parallel_from_genes": kfit.PARALLEL_FROM_GENES, "platform": platform.platform(),
+           "parallel_from_genes": operators.PARALLEL_FROM_GENES, "platform": platform.platform(),
            "processor": platform.processor(), "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")

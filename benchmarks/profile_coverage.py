@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kingen.data import Recording, write_csv  # noqa: E402
-from kingen.fit import fit  # noqa: E402
 from kingen.identify.run import profile_run  # noqa: E402
 from kingen.protocol import standard_protocol  # noqa: E402
 from kingen.scheme import Scheme  # noqa: E402
+from kingen.search.run import fit  # noqa: E402
 from kingen.solve import simulate_exact  # noqa: E402
 
 TRUTH = ROOT / "data" / "jonas_1993_reversible.toml"

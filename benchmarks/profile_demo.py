@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from profile_coverage import environment  # noqa: E402
 
-from kingen.fit import fit  # noqa: E402
 from kingen.fit_config import demo_config  # noqa: E402
 from kingen.identify.run import profile_run  # noqa: E402
+from kingen.search.run import fit  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -157,13 +157,17 @@ def main(argv: list[str] | None = None) -> int:
                        "failed": int((res.fail != 0).any(1).sum()),
                        "share_of_bound": n / total / bound}
                 if args.backend == "cuda":
-                    ms = event_ms(sim.prepare_launch(params, config), args.repeats)
+                    call = sim.prepare_launch(params, config)
+                    ms = event_ms(call, args.repeats)
                     run["kernel_ms"] = ms
                     run["kernel_candidates_per_s"] = n / (ms * 1e-3)
+                    run["stage_ms"] = {name: event_ms(stage, args.repeats)
+                                       for name, stage in call.stages}
                 log(f"    N={n:6d} {total:7.3f} s/generation {n / total:10.0f} candidates/s "
                     f"({n * steps / total:.2e} model-steps/s, {100 * n / total / bound:.1f} % "
-                    f"of bound)" + (f"; kernels {run['kernel_ms']:.1f} ms" if 'kernel_ms' in run
-                                    else ""))
+                    f"of bound)" + (f"; kernels {run['kernel_ms']:.1f} ms (" + ", ".join(
+                        f"{k} {v:.1f}" for k, v in run["stage_ms"].items()) + ")"
+                        if 'kernel_ms' in run else ""))
                 row["runs"].append(run)
             result["rows"].append(row)
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -50,9 +50,9 @@ from make_example import (  # noqa: E402
 )
 
 from kingen.data import load_recording  # noqa: E402
-from kingen.fit import fit  # noqa: E402
 from kingen.fit_config import load_config  # noqa: E402
 from kingen.objective import Objective  # noqa: E402
+from kingen.search.run import fit  # noqa: E402
 from kingen.solve import simulate_exact  # noqa: E402
 
 # The classes of rates named by the must-show; k31 (recovery from the singly-bound

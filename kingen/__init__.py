@@ -25,8 +25,6 @@ output                  :func:`plot_run`            the figures of a run
 output                  :func:`write_report`        HTML and markdown summary of a run
 ======================  ==========================  ===========================================
 
-``kingen.fit`` is also the name of the search module; calling it runs :func:`kingen.fit.fit`.
-
 Examples
 --------
 >>> import kingen
@@ -46,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 from kingen._version import __version__
 from kingen.errors import KingenError
 
-# public name -> (module, attribute); attribute None: the module itself.
-_LAZY: dict[str, tuple[str, str | None]] = {
+# public name -> (module, attribute)
+_LAZY: dict[str, tuple[str, str]] = {
     "Scheme": ("kingen.scheme", "Scheme"),
     "standard_protocol": ("kingen.protocol", "standard_protocol"),
     "load_protocol": ("kingen.protocol", "load_protocol"),
@@ -63,12 +61,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "load_config": ("kingen.fit_config", "load_config"),
     "demo_config": ("kingen.fit_config", "demo_config"),
     "FitConfig": ("kingen.fit_config", "FitConfig"),
-    # The module kingen.fit is callable (it calls kingen.fit.fit): importing it anywhere
-    # binds kingen.fit to the module, so the lazy name is the module too, never a second
-    # object.
-    "fit": ("kingen.fit", None),
-    "resume": ("kingen.fit", "resume"),
-    "FitResult": ("kingen.fit", "FitResult"),
+    "fit": ("kingen.search.run", "fit"),
+    "resume": ("kingen.search.run", "resume"),
+    "FitResult": ("kingen.search.result", "FitResult"),
     "RunStore": ("kingen.store", "RunStore"),
     "plot_run": ("kingen.plot", "plot_run"),
     "write_report": ("kingen.report", "write_report"),
@@ -85,9 +80,7 @@ __all__ = [
 # (a test checks that __all__ is _LAZY plus the two eager names)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from kingen import fit
     from kingen.data import Recording, Targets, load_recording, load_targets
-    from kingen.fit import FitResult, resume
     from kingen.fit_config import FitConfig, demo_config, load_config
     from kingen.identify.run import ProfileResult
     from kingen.identify.run import profile_run as profile
@@ -96,6 +89,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from kingen.protocol import Protocol, load_protocol, standard_protocol
     from kingen.report import write_report
     from kingen.scheme import Scheme
+    from kingen.search.result import FitResult
+    from kingen.search.run import fit, resume
     from kingen.simulation import Simulation, simulate
     from kingen.solve.batch import simulate_batch
     from kingen.store import RunStore
@@ -107,7 +102,7 @@ def __getattr__(name: str) -> Any:
     except KeyError:
         raise AttributeError(f"module 'kingen' has no attribute {name!r}") from None
     module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
+    value = getattr(module, attribute)
     globals()[name] = value  # later look-ups skip __getattr__
     return value
 

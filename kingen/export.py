@@ -24,43 +24,14 @@ from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
 from kingen.files import atomic_write
-from kingen.params import file_factors
 from kingen.plot import safe_name
 from kingen.scheme import Scheme
-from kingen.store import RunStore, as_store
+from kingen.store import RunStore, RunView, as_store
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 # --------------------------------------------------------------------------- values
-
-def to_file_units(scheme: Scheme, values: np.ndarray) -> np.ndarray:
-    """Parameter values (internal units) in the units the scheme file writes them in."""
-    return np.asarray(values, dtype=float) / file_factors(scheme)
-
-
-def fitted_params(store: RunStore) -> tuple[np.ndarray, str]:
-    """The fitted parameters (internal units, derived ones recomputed) and where they came
-    from: the best candidate, else the hall of fame's first, else the last generation's best.
-
-    Raises
-    ------
-    KingenError
-        If the run holds no candidate yet.
-    """
-    scheme = store.scheme()
-    best = store.best()
-    if best is not None and np.all(np.isfinite(best["params"])):
-        return scheme.complete(best["params"]), "best candidate"
-    hof = store.hall_of_fame()
-    if hof is not None:
-        return scheme.complete(hof[0][0]), "hall of fame (no best candidate written)"
-    _, params, fit = store.best_per_generation()
-    if fit.size and np.isfinite(fit[-1]):
-        return scheme.complete(params[-1]), f"best of generation {fit.size - 1}"
-    raise KingenError("no fitted candidate in the run file yet (no generation completed)",
-                      file=str(store.path))
-
 
 # --------------------------------------------------------------------------- TOML
 
@@ -120,28 +91,28 @@ def _leading_comments(text: str) -> list[str]:
     return out
 
 
-def choose_amplitude(store: RunStore, protocol: str | None = None) -> tuple[float, str | None]:
+def choose_amplitude(run: RunView, protocol: str | None = None) -> tuple[float, str | None]:
     """(number of channels, protocol it was fitted for), or (scheme's channels, None).
 
     The fit's amplitude of a protocol is its number of channels: the fitted current is
     amplitude × the scheme's one-channel current. ``protocol`` picks one; by default the
     first protocol with an amplitude.
     """
-    best = store.best()
+    best = run.best
     amps = {} if best is None else best["amplitudes"]
     if protocol is not None:
-        if protocol not in store.protocol_names:
+        if protocol not in run.names:
             raise KingenError(f"unknown protocol (protocols are "
-                              f"{', '.join(store.protocol_names)})", file=str(store.path),
+                              f"{', '.join(run.names)})", file=run.path,
                               field="protocol", value=protocol)
         if protocol not in amps:
             raise KingenError("the run stores no amplitude for this protocol",
-                              file=str(store.path), field="protocol", value=protocol)
+                              file=run.path, field="protocol", value=protocol)
         return amps[protocol], protocol
-    for name in store.protocol_names:
+    for name in run.names:
         if name in amps:
             return amps[name], name
-    return store.scheme().channels, None
+    return run.scheme.channels, None
 
 
 def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
@@ -149,14 +120,14 @@ def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
     """The fitted model as scheme-file text (see :func:`export_model`)."""
     store, opened = as_store(run)
     try:
-        scheme = store.scheme()
-        params, origin = fitted_params(store)
-        amp, amp_from = choose_amplitude(store, protocol)
-        best = store.best()
+        view = RunView(store)
+        scheme = view.scheme
+        params, origin = view.fitted_params()
+        amp, amp_from = choose_amplitude(view, protocol)
+        best = view.best
         doc = loads_toml(scheme.text, scheme.path)
-        values = to_file_units(scheme, params)
-        lower = to_file_units(scheme, scheme.lower)
-        upper = to_file_units(scheme, scheme.upper)
+        values = view.in_file_units(params)
+        lower, upper = (view.in_file_units(b) for b in view.bounds)
         table = doc.setdefault("parameters", {})
         for k, p in enumerate(scheme.parameters):
             spec = table.get(p.name)
@@ -242,13 +213,13 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 # --------------------------------------------------------------------------- traces
 
-def fitted_recordings(store: RunStore) -> dict[str, Recording]:
+def fitted_recordings(run: RunView) -> dict[str, Recording]:
     """The best candidate's currents per protocol, as recordings (with the agonist)."""
-    best = store.best()
+    best = run.best
     if best is None or not best["traces"]:
         raise KingenError("no fitted traces in the run file (the fit wrote no best "
-                          "candidate yet)", file=str(store.path))
-    protocols = {p.name: p for p in store.protocols()}
+                          "candidate yet)", file=run.path)
+    protocols = {p.name: p for p in run.protocols}
     out = {}
     for name, tr in best["traces"].items():
         protocol = protocols[name]
@@ -260,9 +231,9 @@ def fitted_recordings(store: RunStore) -> dict[str, Recording]:
         holding = protocol.sweeps[0].holding if protocol.sweeps else None
         out[name] = Recording(
             name, times, [np.asarray(y) for y in tr["fit_pA"]], list(tr["labels"]),
-            concentration_mM=conc, holding_mV=holding, source=str(store.path),
+            concentration_mM=conc, holding_mV=holding, source=run.path,
             meta={"synthetic": "kingen fitted model current, not a recording",
-                  "kingen_run": str(store.path), "fitness": best["fitness"]})
+                  "kingen_run": run.path, "fitness": best["fitness"]})
     return out
 
 
@@ -272,7 +243,7 @@ def export_csv(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLik
     store, opened = as_store(run)
     try:
         paths = []
-        for name, rec in fitted_recordings(store).items():
+        for name, rec in fitted_recordings(RunView(store)).items():
             path = Path(out_dir) / f"{safe_name(name)}.csv"
             write_csv(rec, path)
             paths.append(path)
@@ -291,7 +262,7 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
     """
     store, opened = as_store(run)
     try:
-        recs = fitted_recordings(store)
+        recs = fitted_recordings(RunView(store))
         base = Path(out)
         if protocol is not None:
             if protocol not in recs:
@@ -311,5 +282,5 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
             store.close()
 
 
-__all__ = ["dumps_toml", "export_csv", "export_model", "export_nwb", "fitted_params",
-           "fitted_recordings", "fitted_scheme_text", "to_file_units"]
+__all__ = ["dumps_toml", "export_csv", "export_model", "export_nwb", "fitted_recordings",
+           "fitted_scheme_text"]

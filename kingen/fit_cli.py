@@ -1,5 +1,5 @@
-"""``kingen fit`` and ``kingen resume``: thin shells over :func:`kingen.fit.fit` and
-:func:`kingen.fit.resume`."""
+"""``kingen fit`` and ``kingen resume``: thin shells over :func:`kingen.search.run.fit` and
+:func:`kingen.search.run.resume`."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def _positive(value: int | None, flag: str, low: int = 1) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Run ``kingen fit``."""
-    from kingen.fit import fit
+    from kingen.search.run import fit
 
     if args.demo == (args.config is not None):
         raise KingenError("give a configuration file or --demo (one of them)",
@@ -83,7 +83,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Run ``kingen resume``."""
-    from kingen.fit import resume
+    from kingen.search.run import resume
 
     _positive(args.generations, "--generations")
     result = resume(args.run, progress=not args.quiet, generations=args.generations)

@@ -26,8 +26,7 @@ from matplotlib.figure import Figure
 
 from kingen.errors import KingenError
 from kingen.files import atomic_write
-from kingen.protocol import Protocol
-from kingen.store import RunStore, as_store
+from kingen.store import RunStore, RunView, as_store
 
 log = logging.getLogger("kingen.plot")
 
@@ -158,26 +157,8 @@ def _sweep_colors(n: int, base: str | None = None) -> list[Any]:
 
 # --------------------------------------------------------------------------- the run
 
-class _Run:
-    """What the figures need from a run file, read once."""
-
-    def __init__(self, store: RunStore) -> None:
-        self.store = store
-        self.names = store.protocol_names
-        self.protocols: list[Protocol] = store.protocols()
-        self.best = store.best()
-        self.targets = store.targets()
-        self.scheme = store.scheme()
-        self.free = store.free_mask
-        self.title = self.scheme.name
-
-    def color(self, name: str) -> str:
-        return protocol_color(self.names.index(name))
-
-    def features(self, name: str, which: str) -> dict[str, Any]:
-        if self.best is None:
-            return {}
-        return (self.best.get("features") or {}).get(name, {}).get(which) or {}
+def _color(r: RunView, name: str) -> str:
+    return protocol_color(r.names.index(name))
 
 
 def plot_run(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLike[str], *,
@@ -216,48 +197,53 @@ def plot_run(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLike[
     return [p for group in paths.values() for p in group]
 
 
-def plot_run_detailed(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLike[str],
-                      *, formats: Sequence[str] = FORMATS,
+def plot_run_detailed(run: str | os.PathLike[str] | RunStore | RunView,
+                      out_dir: str | os.PathLike[str], *, formats: Sequence[str] = FORMATS,
                       on_skip: Callable[[str], None] | None = None,
                       ) -> tuple[dict[str, list[Path]], dict[str, str]]:
-    """Like :func:`plot_run`, returning ``({figure: [files]}, {figure: why skipped})``."""
+    """Like :func:`plot_run`, returning ``({figure: [files]}, {figure: why skipped})``;
+    ``run`` may also be a :class:`~kingen.store.RunView` already open."""
+    if isinstance(run, RunView):
+        return _draw_all(run, Path(out_dir), formats, on_skip or log.info)
     store, opened = as_store(run)
-    out = Path(out_dir)
-    tell = on_skip or log.info
-    written: dict[str, list[Path]] = {}
-    skipped: dict[str, str] = {}
     try:
-        r = _Run(store)
-        figures: list[tuple[str, Callable[[], Figure | str]]] = []
-        for name in r.names:
-            figures.append((f"fit_{safe_name(name)}", lambda n=name: _fit_figure(r, n)))
-        figures += [("fits_overview", lambda: _overview_figure(r)),
-                    ("dose_response", lambda: _dose_figure(r)),
-                    ("recovery", lambda: _recovery_figure(r)),
-                    ("convergence", lambda: _convergence_figure(r)),
-                    ("parameters", lambda: _parameter_figure(r)),
-                    ("profiles", lambda: profile_figure(r.store, r.title))]
-        for stem, draw in figures:
-            with matplotlib.rc_context(STYLE):
-                result = draw()
-            if isinstance(result, str):
-                skipped[stem] = result
-                tell(f"skipped {stem}: {result}")
-                continue
-            written[stem] = _save_all(result, out, stem, formats)
+        return _draw_all(RunView(store), Path(out_dir), formats, on_skip or log.info)
     finally:
         if opened:
             store.close()
+
+
+def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str], None]
+              ) -> tuple[dict[str, list[Path]], dict[str, str]]:
+    written: dict[str, list[Path]] = {}
+    skipped: dict[str, str] = {}
+    figures: list[tuple[str, Callable[[], Figure | str]]] = []
+    for name in r.names:
+        figures.append((f"fit_{safe_name(name)}", lambda n=name: _fit_figure(r, n)))
+    figures += [("fits_overview", lambda: _overview_figure(r)),
+                ("dose_response", lambda: _dose_figure(r)),
+                ("recovery", lambda: _recovery_figure(r)),
+                ("convergence", lambda: _convergence_figure(r)),
+                ("parameters", lambda: _parameter_figure(r)),
+                ("profiles", lambda: profile_figure(r))]
+    for stem, draw in figures:
+        with matplotlib.rc_context(STYLE):
+            result = draw()
+        if isinstance(result, str):
+            skipped[stem] = result
+            tell(f"skipped {stem}: {result}")
+            continue
+        written[stem] = _save_all(result, out, stem, formats)
     return written, skipped
 
 
 # --------------------------------------------------------------------------- fits
 
-def _draw_fit(ax: Any, r: _Run, name: str, *, legend: bool = True) -> bool:
+def _draw_fit(ax: Any, r: RunView, name: str, *, legend: bool = True) -> bool:
     if r.best is None or name not in r.best["traces"]:
         return False
     tr = r.best["traces"][name]
-    color = r.color(name)
+    color = _color(r, name)
     n = len(tr["time_ms"])
     if tr["data_pA"] is not None:
         for k in range(n):
@@ -280,7 +266,7 @@ def _draw_fit(ax: Any, r: _Run, name: str, *, legend: bool = True) -> bool:
     return True
 
 
-def _fit_figure(r: _Run, name: str) -> Figure | str:
+def _fit_figure(r: RunView, name: str) -> Figure | str:
     if r.best is None:
         return "no best candidate in the run file yet"
     if name not in r.best["traces"]:
@@ -294,7 +280,7 @@ def _fit_figure(r: _Run, name: str) -> Figure | str:
     ax.set_title("")
     protocol = r.protocols[r.names.index(name)]
     tr = r.best["traces"][name]
-    shades = _sweep_colors(len(tr["time_ms"]), r.color(name))
+    shades = _sweep_colors(len(tr["time_ms"]), _color(r, name))
     for k, (sweep, t) in enumerate(zip(protocol.sweeps, tr["time_ms"], strict=False)):
         ax_c.plot(t, sweep.concentration(t), color=shades[k], lw=1.0)
     ax_c.set_ylabel("[agonist]\n(mM)")
@@ -303,7 +289,7 @@ def _fit_figure(r: _Run, name: str) -> Figure | str:
     return fig
 
 
-def _overview_figure(r: _Run) -> Figure | str:
+def _overview_figure(r: RunView) -> Figure | str:
     if r.best is None or not r.best["traces"]:
         return "no best candidate with traces in the run file yet"
     names = [n for n in r.names if n in r.best["traces"]]
@@ -321,11 +307,11 @@ def _overview_figure(r: _Run) -> Figure | str:
 
 # --------------------------------------------------------------------------- summary curves
 
-def _kind(r: _Run, kind: str) -> list[str]:
+def _kind(r: RunView, kind: str) -> list[str]:
     return [p.name for p in r.protocols if p.kind == kind]
 
 
-def _dose_figure(r: _Run) -> Figure | str:
+def _dose_figure(r: RunView) -> Figure | str:
     names = _kind(r, "dose_response")
     if not names:
         return "no dose-response protocol in this run"
@@ -333,7 +319,7 @@ def _dose_figure(r: _Run) -> Figure | str:
     ax = fig.add_subplot()
     drawn = False
     for name in names:
-        color = r.color(name)
+        color = _color(r, name)
         data = np.array(r.features(name, "data").get("dose_response") or [], dtype=float)
         tgt = r.targets.get(name)
         if data.size == 0 and tgt is not None and tgt.dose_response is not None:
@@ -370,7 +356,7 @@ def _dose_figure(r: _Run) -> Figure | str:
     return fig
 
 
-def _recovery_figure(r: _Run) -> Figure | str:
+def _recovery_figure(r: RunView) -> Figure | str:
     names = _kind(r, "recovery")
     if not names:
         return "no recovery (paired-pulse) protocol in this run"
@@ -378,7 +364,7 @@ def _recovery_figure(r: _Run) -> Figure | str:
     ax = fig.add_subplot()
     drawn = False
     for name in names:
-        color = r.color(name)
+        color = _color(r, name)
         data = np.array(r.features(name, "data").get("recovery") or [], dtype=float)
         tgt = r.targets.get(name)
         if data.size == 0 and tgt is not None and tgt.recovery is not None:
@@ -409,8 +395,8 @@ def _recovery_figure(r: _Run) -> Figure | str:
 
 # --------------------------------------------------------------------------- the search
 
-def _convergence_figure(r: _Run) -> Figure | str:
-    h = r.store.history(population=False)
+def _convergence_figure(r: RunView) -> Figure | str:
+    h = r.history(population=False)
     if h["generation"].size == 0:
         return "no completed generation yet"
     gens = h["generation"]
@@ -450,11 +436,11 @@ def _log_if_positive(ax: Any, values: np.ndarray) -> None:
         ax.set_yscale("log")
 
 
-def _parameter_figure(r: _Run) -> Figure | str:
+def _parameter_figure(r: RunView) -> Figure | str:
     gens, params, _ = r.store.best_per_generation()
     if gens.size == 0:
         return "no completed generation yet"
-    free = np.flatnonzero(r.free)
+    free = np.flatnonzero(r.free_mask)
     if free.size == 0:
         return "no free parameter"
     fig = _figure("parameters")
@@ -483,11 +469,12 @@ def _parameter_figure(r: _Run) -> Figure | str:
 
 # --------------------------------------------------------------------------- profiles
 
-def profile_figure(store: RunStore, title: str = "") -> Figure | str:
+def profile_figure(r: RunView) -> Figure | str:
     """One panel per profiled parameter (``kingen profile``): Δχ² against the rate (file
     units, log axis for log-scaled rates), the threshold of the confidence level, the
     interval, the best value and the model file's value; or why there is none."""
-    state = store.profiles()
+    state = r.profiles
+    title = r.title
     rows = (state or {}).get("table") or []
     if not rows:
         return ("no finished profiles in the run file (kingen profile RUN.h5 computes them)"

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.export import fitted_params, to_file_units, write_text_atomic
+from kingen.export import write_text_atomic
 from kingen.plot import plot_run_detailed
-from kingen.store import RunStore, as_store
+from kingen.store import RunStore, RunView, as_store
 
 FIGURE_CAPTIONS = {
     "fits_overview": "Fitted (colour) and recorded (grey) currents, every protocol.",
@@ -90,23 +90,24 @@ def _feature_cell(features: dict, key: str) -> str:
     return _g(features.get(key))
 
 
-def _collect(store: RunStore, out_dir: Path) -> _Content:
-    scheme = store.scheme()
-    best = store.best()
+def _collect(run: RunView, out_dir: Path) -> _Content:
+    store = run.store
+    scheme = run.scheme
+    best = run.best
     n_gen = store.n_generations
     finished = store.finished
     c = _Content(title=f"kingen fit: {scheme.name}", status=[])
-    hist = store.history(population=False)
+    hist = run.history(population=False)
     t_total = hist["timings"].get("total_s")
     status = [
-        ("Run file", str(store.path)),
+        ("Run file", run.path),
         ("Created", store.created or "—"),
         ("Generations completed", str(n_gen)),
         ("Finished", finished or "no: still running, or stopped without saying why "
                                  "(killed?); kingen resume continues it"),
         ("Scheme", f"{scheme.name} ({scheme.n_states} states, {scheme.n_params} rate "
-                   f"constants, {int(store.free_mask.sum())} free)"),
-        ("Protocols", ", ".join(store.protocol_names)),
+                   f"constants, {int(run.free_mask.sum())} free)"),
+        ("Protocols", ", ".join(run.names)),
         ("Population", str(store.population_size)),
     ]
     if best is not None:
@@ -123,17 +124,16 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
 
     # Parameters, in the scheme file's units.
     try:
-        params, origin = fitted_params(store)
+        params, origin = run.fitted_params()
     except KingenError:
         params, origin = None, "no candidate yet"
-    start = to_file_units(scheme, scheme.values)
-    lo = to_file_units(scheme, scheme.lower)
-    hi = to_file_units(scheme, scheme.upper)
-    fitted = None if params is None else to_file_units(scheme, params)
-    free = store.free_mask
+    start = run.in_file_units(scheme.values)
+    lo, hi = (run.in_file_units(b) for b in run.bounds)
+    fitted = None if params is None else run.in_file_units(params)
+    roles = run.roles()
     rows = []
     for k, p in enumerate(scheme.parameters):
-        role = "derived" if p.derived else ("free" if free[k] else "fixed")
+        role = roles[p.name]
         note = ""
         if fitted is not None and role == "free" and p.scale == "log":
             pos = (math.log(fitted[k]) - math.log(lo[k])) / (math.log(hi[k]) - math.log(lo[k]))
@@ -146,15 +146,14 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
 
     if best is not None:
         rows = [[name, _g(best["errors"].get(name), 4),
-                 _g(best["amplitudes"].get(name), 4)] for name in store.protocol_names]
+                 _g(best["amplitudes"].get(name), 4)] for name in run.names]
         c.tables.append(_Table("Error per protocol", ["protocol", "error", "amplitude"],
                                rows, "Amplitude: the number of channels fitted for that "
                                      "recording (fitted current = amplitude × the scheme's "
                                      "one-channel current)."))
         rows = []
-        for name in store.protocol_names:
-            feats = (best.get("features") or {}).get(name) or {}
-            fit, data = feats.get("fit") or {}, feats.get("data") or {}
+        for name in run.names:
+            fit, data = run.features(name, "fit"), run.features(name, "data")
             for key in [k for k in {**data, **fit} if not isinstance(
                     fit.get(k, data.get(k)), (list, dict))]:
                 d, f = data.get(key), fit.get(key)
@@ -176,7 +175,7 @@ def _collect(store: RunStore, out_dir: Path) -> _Content:
     env = store.environment
     c.tables.append(_Table("Environment", ["", "value"], [[k, v] for k, v in env.items()]))
 
-    written, skipped = plot_run_detailed(store, out_dir, on_skip=lambda _: None)
+    written, skipped = plot_run_detailed(run, out_dir, on_skip=lambda _: None)
     c.skipped = skipped
     order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters"]
     for stem in order:
@@ -305,7 +304,7 @@ def write_report(run: str | os.PathLike[str] | RunStore,
         out = Path(out_dir) if out_dir is not None else store.path.with_name(
             f"{store.path.stem}_report")
         out.mkdir(parents=True, exist_ok=True)
-        content = _collect(store, out)
+        content = _collect(RunView(store), out)
         html_path, md_path = out / "report.html", out / "report.md"
         write_text_atomic(html_path, _html(content))
         write_text_atomic(md_path, _markdown(content, out))

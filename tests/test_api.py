@@ -67,11 +67,10 @@ def test_public_names_resolve() -> None:
     assert set(kingen.__all__) <= set(dir(kingen))
     for name in kingen.__all__:
         assert getattr(kingen, name) is not None, name
-    # kingen.fit is the module (bound by any import of it) and calls kingen.fit.fit
-    import kingen.fit as fit_module
+    # kingen.fit is the function (no module of that name shadows it)
+    from kingen.search.run import fit
 
-    assert kingen.fit is fit_module and callable(kingen.fit)
-    assert kingen.fit.FitResult is kingen.FitResult
+    assert kingen.fit is fit
 
 
 def test_unknown_name_is_an_attribute_error() -> None:

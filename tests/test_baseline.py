@@ -17,11 +17,11 @@ from test_fit_helpers import standard_errors
 
 from kingen.data import Recording
 from kingen.features import edge_half_width
-from kingen.fit import polish
 from kingen.objective import Objective, ProtocolData
 from kingen.params import ParameterMap
 from kingen.protocol import Protocol, standard_protocol
 from kingen.scheme import Scheme
+from kingen.search.polish import polish
 from kingen.solve import simulate_exact
 
 FOUR_STATE = """

@@ -121,3 +121,32 @@ def test_cli_handlers(run: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
                               "png"])
     assert args.handler(args) == 0 and (tmp_path / "f" / "convergence.png").is_file()
     assert fitted_scheme_text(run[0]).count("[parameters]") == 1
+
+
+def test_exported_and_reported_bounds_are_the_runs_not_the_scheme_files(tmp_path: Path
+                                                                        ) -> None:
+    # A fit configuration may narrow a rate's bounds; the run file keeps the scheme file's
+    # text, so the box the run searched must come from the run's own parameter table.
+    from test_store import JONAS, small_protocols
+
+    from kingen.params import apply_overrides, to_file_units
+    from kingen.report import write_report
+
+    scheme = Scheme.load(JONAS)
+    name = scheme.param_names[0]
+    value = to_file_units(scheme, scheme.values)[name]
+    narrow = apply_overrides(scheme, {name: {"bounds": [value / 2, value * 2]}})
+    assert narrow.lower[0] != scheme.lower[0]
+    path = tmp_path / "run.h5"
+    store = RunStore.create(path, config_text="", config={}, scheme=narrow,
+                            protocols=small_protocols(("deactivation",)), recordings={},
+                            targets={}, free_mask=narrow.free_mask, population_size=1,
+                            environment={}, overwrite=False)
+    with store:
+        store.write_hall_of_fame(narrow.values[None, :], np.array([1.0]))
+    exported = Scheme.loads(fitted_scheme_text(path), path="<exported>")
+    np.testing.assert_allclose(exported.lower, narrow.lower, rtol=1e-14)
+    np.testing.assert_allclose(exported.upper, narrow.upper, rtol=1e-14)
+    md = write_report(path, tmp_path / "report")[-1].read_text(encoding="utf-8")
+    row = next(line for line in md.splitlines() if line.startswith(f"| {name} "))
+    assert f"| {value / 2:.4g} | {value * 2:.4g} |" in row

@@ -13,18 +13,13 @@ import pytest
 from deap import tools
 from test_fit_helpers import ROOT, TRUTH_MODEL, whole_and_half_run, write_problem
 
-import kingen.fit
+import kingen.search.operators
 import kingen.solve.batch as batch
-from kingen.fit import (
-    Progress,
-    fit,
-    np_poly_bounded,
-    np_sbx_bounded,
-    np_sel_tournament,
-    resume,
-)
 from kingen.fit_cli import demo_config
 from kingen.fit_config import load_config
+from kingen.search.operators import np_poly_bounded, np_sbx_bounded, np_sel_tournament
+from kingen.search.result import Progress
+from kingen.search.run import fit, resume
 
 
 @pytest.fixture
@@ -48,7 +43,9 @@ def test_one_batched_solver_call_per_generation(tmp_path, solver_calls):
     assert len(objective_calls) == 1 + 3 + 1
     assert objective_calls[0] == 8 and all(n <= 12 for n in objective_calls[1:4])
     assert sum(objective_calls[1:4]) > 12  # whole offspring batches, not single candidates
-    assert [m for m, _ in solver_calls].count("traces") == 1  # traces of the best only
+    # traces of the best, then the local uncertainty: the noise model at the best, and the
+    # best with its 2 forward-difference perturbations (the Jacobian) in one call
+    assert [n for m, n in solver_calls if m == "traces"] == [1, 1, 3]
     assert result.generations == 3 and np.isfinite(result.fitness)
     assert len(result.timings["solver_s"]) == 4
 
@@ -116,7 +113,7 @@ def _feed(monkeypatch, values):
 @pytest.mark.parametrize("parallel", [False, True], ids=["one-thread", "all-threads"])
 def test_numpy_operators_give_deaps_children_exactly(monkeypatch, parallel):
     # Small batches run on the calling thread alone; both paths must give DEAP's children.
-    monkeypatch.setattr(kingen.fit, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
+    monkeypatch.setattr(kingen.search.operators, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
     threads = numba.get_num_threads()
     rng = np.random.default_rng(3)
     n, m = 300, 6

@@ -113,7 +113,7 @@ def recovery_problem(tmp: Path, *, dt: float, free: list[str], population: int,
 def whole_and_half_run(tmp: Path, ga: str, half: int) -> tuple[object, Path]:
     """A fit run to its end in ``tmp/whole``, and the same fit stopped after ``half``
     generations in ``tmp/part``: the uninterrupted result and the stopped run's folder."""
-    from kingen.fit import fit
+    from kingen.search.run import fit
 
     whole, part = tmp / "whole", tmp / "part"
     whole.mkdir()

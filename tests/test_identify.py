@@ -16,10 +16,10 @@ from test_fit_helpers import write_problem
 from kingen.cli import main
 from kingen.data import Recording, write_csv
 from kingen.errors import KingenError
-from kingen.fit import fit
 from kingen.identify.noise import integrated_time
 from kingen.identify.run import profile_run
-from kingen.store import RunStore
+from kingen.search.run import fit
+from kingen.store import RunStore, RunView
 
 TWO_STATE = """
 [model]
@@ -224,8 +224,8 @@ def test_plot_has_one_profile_panel_per_parameter(jonas_run, tmp_path):
     _, skipped = plot_run_detailed(fresh, tmp_path / "none", formats=("png",))
     assert "kingen profile" in skipped["profiles"]
     profile_run(jonas_run, points=9, progress=False)
-    with RunStore.open(jonas_run) as store:
-        fig = profile_figure(store)
+    with RunView.open(jonas_run) as view:
+        fig = profile_figure(view)
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_xlabel() for ax in panels] == ["k2o (ms^-1)", "ko2 (ms^-1)"]
     written, _ = plot_run_detailed(jonas_run, tmp_path / "figs", formats=("png",))

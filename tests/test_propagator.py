@@ -10,6 +10,7 @@ import pytest
 from test_solver import _mini_protocols, _objective_case
 
 from kingen.codegen import generate_propagator
+from kingen.errors import KingenError
 from kingen.protocol import standard_protocol
 from kingen.scheme import Scheme
 from kingen.solve import Simulator, simulate_exact
@@ -87,8 +88,47 @@ def test_cuda_lanes_under_simulator_match_the_cpu_stage_form(lanes):
     assert np.abs(traces.traces - stage.traces).max() <= 1e-9 * np.abs(stage.traces).max()
 
 
-@pytest.mark.parametrize("backend,lanes", [("cpu", 1), ("cuda", 1), ("cuda", 4)])
-def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes):
+@pytest.mark.parametrize("lanes,span", [(2, 4), (8, 8)])
+def test_cuda_spans_under_simulator_match_the_cpu_stage_form(lanes, span):
+    scheme = _scheme("robert_howe_2003")
+    protocols = _mini_protocols()
+    obj = _objective_case(scheme, protocols, np.random.default_rng(span))
+    params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                     scheme.upper)
+    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    reps = gpu.schedule.rows_i[gpu.propagator_plan().row_key >= 0, 1]
+    # whole spans, a remainder after them, and rows shorter than one span all occur
+    assert (reps >= 2 * span).any() and (reps % span > 0).any() and (reps < span).any()
+    # and rows in stage form (the finite rise), walked by every lane alike
+    assert (gpu.propagator_plan().row_key < 0).any()
+    ref = cpu.run(params, "objective", launch_config=STAGE)
+    config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
+    got = gpu.run(params, "objective", launch_config=config)
+    assert not got.fail.any()
+    np.testing.assert_allclose(got.sgg, ref.sgg, rtol=1e-9)
+    np.testing.assert_allclose(got.sgd, ref.sgd, rtol=1e-9)
+    np.testing.assert_allclose(got.windows, ref.windows, rtol=1e-9, atol=1e-12)
+    # a trace needs every sample: the same launch falls back to one product per sample
+    traces = gpu.run(params, "traces", launch_config=config)
+    stage = cpu.run(params, "traces", launch_config=STAGE)
+    assert np.abs(traces.traces - stage.traces).max() <= 1e-9 * np.abs(stage.traces).max()
+
+
+def test_a_span_variant_names_itself_and_bad_spans_are_refused():
+    config = LaunchConfig.parse("prop-l8-s16-b128")
+    assert (config.lanes, config.span, config.block) == (8, 16, 128)
+    assert config.name == "prop-l8-s16-b128"
+    for bad in ("prop-l1-s16-b128", "prop-l8-s12-b128", "prop-l8-s4-b128"):
+        with pytest.raises(KingenError, match="unknown solver variant"):
+            LaunchConfig.parse(bad)
+    with pytest.raises(ValueError, match="objective mode only"):
+        generate_propagator(_scheme("jonas_1993"), "traces", lanes=2, span=4)
+
+
+@pytest.mark.parametrize("backend,lanes,span", [("cpu", 1, 1), ("cuda", 1, 1), ("cuda", 4, 1),
+                                                ("cuda", 4, 8)])
+def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes, span):
     scheme = _scheme("jonas_1993")
     protocols = [standard_protocol("deactivation")] if backend == "cpu" else \
         _mini_protocols()[1:2]
@@ -96,7 +136,16 @@ def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes):
     unstable = good.copy()
     unstable[2] *= 1e4  # far above its bound: R(hQ) has eigenvalues beyond 1 at 10 mM
     params = np.vstack([good, unstable, good * 1.1])
-    config = LaunchConfig(block=32, form="propagator", lanes=lanes)
+    config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
+    if span > 1:  # spans serve the objective mode
+        obj = _objective_case(scheme, protocols, np.random.default_rng(1))
+        sim = Simulator(scheme, protocols, backend=backend, objective=obj)
+        res = sim.run(params, "objective", launch_config=config)
+        assert (res.fail[[0, 2]] == 0).all() and (res.fail[1] != 0).all()
+        assert np.isinf(res.sgg[1]).all() and np.isfinite(res.sgg[[0, 2]]).all()
+        alone = sim.run(params[[0, 2]], "objective", launch_config=config)
+        np.testing.assert_array_equal(res.sgg[[0, 2]], alone.sgg)
+        return
     sim = Simulator(scheme, protocols, backend=backend)
     res = sim.run(params, "traces", launch_config=config)
     assert (res.fail[[0, 2]] == 0).all()
@@ -131,7 +180,8 @@ def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size(
             in source)
     assert default_config(scheme).lanes == 1
     assert default_config(_scheme("robert_howe_2003"), "float64").lanes == 4
-    assert default_config(_scheme("robert_howe_2003"), "float32").lanes == 2
+    assert default_config(_scheme("robert_howe_2003"), "float32").lanes == 4
+    assert default_config(_scheme("robert_howe_2003"), "float32").span == 8
     with pytest.raises(ValueError, match="power of two"):
         generate_propagator(scheme, "objective", lanes=3)
 

@@ -23,7 +23,7 @@ import pytest
 from test_fit_helpers import whole_and_half_run, write_problem
 
 from kingen.cli import main
-from kingen.fit import fit, resume
+from kingen.search.run import fit, resume
 from kingen.store import LAYOUT_VERSION, RunStore
 
 

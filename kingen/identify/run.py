@@ -216,8 +216,8 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
                 local = dict(results["fisher"])
                 local.update(best_log10=[float(v) for v in engine.x[0]],
                              chi2=float(engine.chi2[0]), noise=noise.to_dict(),
-                             log=[bool(v) for v in pmap.log])
-                local["table"] = local_rows(local, scheme, pmap)
+                             log=[bool(v) for v in pmap.log], level=float(level))
+                local["table"] = local_rows(local, scheme, pmap, float(level))
                 write_local(f, local)
         finally:
             f.close()

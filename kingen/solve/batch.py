@@ -208,7 +208,7 @@ class Simulator:
             occ = np.full(occ_shape, np.nan, dtype=np.float64)
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
-        config = self._config_for(launch_config, with_occupancy)
+        config = self._config_for(launch_config, with_occupancy, mode)
         if self.backend == "cpu":
             module = solver_module(self.scheme, mode, self.precision, "cpu",
                                    with_occupancy=with_occupancy, form=config.form,
@@ -317,13 +317,16 @@ class Simulator:
     def _tuned(self):
         return self.launch_config()
 
-    def _config_for(self, launch_config, with_occupancy: bool):
+    def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
         from kingen.solve.cuda import FORMS
 
         config = launch_config or self.launch_config()
         if config.form not in FORMS:
             raise KingenError("unknown solver form (use stage or propagator)", field="form",
                               value=config.form)
+        if config.span > 1 and mode != "objective":
+            # a trace needs every sample's current stored: one product per sample
+            config = replace(config, span=1)
         if with_occupancy and config.lanes != 1:
             # occupancies are written by the thread that holds the whole state
             config = replace(config, lanes=1)
@@ -335,7 +338,7 @@ class Simulator:
                              max_registers=config.max_registers, form=config.form,
                              lanes=config.lanes, block=config.block,
                              stage_rows=self.propagator_plan().stage_rows,
-                             n_windows=self._n_windows(mode))
+                             n_windows=self._n_windows(mode), span=config.span)
 
     def _n_windows(self, mode: str) -> int:
         """Feature windows the objective uses (the kernel carries only these)."""
@@ -352,6 +355,23 @@ class Simulator:
         if self.backend == "cpu":
             return (n, plan.n_keys, S, S)
         return (plan.n_keys, S, padded_states(S, lanes), n)
+
+    def _span_buffers(self, n: int, config) -> tuple:
+        """The span arrays GV (key, row, sample, candidate) and DV (D's layout) on the
+        device, one pair per shape, rebuilt by every call."""
+        from numba import cuda
+
+        plan = self.propagator_plan()
+        S = self.scheme.n_states
+        shapes = ((plan.n_keys, S, config.span, n),
+                  (plan.n_keys, S, padded_states(S, config.lanes), n))
+        key = ("span", shapes, np.dtype(self.precision).str)
+        d = self._device_arrays
+        if key not in d:
+            for old in [k for k in d if isinstance(k, tuple) and k[0] == "span"]:
+                del d[old]
+            d[key] = tuple(cuda.device_array(shape, dtype=self.precision) for shape in shapes)
+        return d[key]
 
     def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                   fail: np.ndarray) -> None:
@@ -461,29 +481,40 @@ class Simulator:
             # rather than paying a large allocation per generation
             d_key = ("D", self._d_shape(n, config.lanes), P.dtype.str)
             if d_key not in d:
-                for key in [k for k in d if isinstance(k, tuple)]:
+                for key in [k for k in d if isinstance(k, tuple) and k[0] == "D"]:
                     del d[key]
                 d[d_key] = cuda.device_array(d_key[1], dtype=P.dtype)
             dD = d[d_key]
+            span_arrays: tuple = ()
+            if config.span > 1:
+                span_arrays = self._span_buffers(n, config)
             total = n * self.n_sweeps * config.lanes
             common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "pulses",
                                           "pulse_start", "transients", "transient_start",
                                           "drive", "sample_start"))
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
-                dev_extra + (dfail,)
+                span_arrays + dev_extra + (dfail,)
             n_build = n * plan.n_keys * self.scheme.n_states
             build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], dD)
             build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
         blocks = (total + config.block - 1) // config.block
 
+        stages = []
+        if build:
+            stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
+            if span_arrays:
+                stages.append(("build_span", lambda: module.build_span[build, _BUILD_BLOCK](
+                    n, plan.n_keys, dD, *span_arrays)))
+        stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
+
         def call() -> None:
             with warnings.catch_warnings():
                 # small batches under-fill the GPU; that is expected, not the user's concern
                 warnings.simplefilter("ignore", NumbaPerformanceWarning)
-                if build:
-                    module.build[build, _BUILD_BLOCK](*build_args)
-                module.launch[blocks, config.block](*args)
+                for _, stage in stages:
+                    stage()
 
+        call.stages = stages  # each kernel alone, in order, for timing them apart
         return call, list(dev_extra) + [dfail]
 
 

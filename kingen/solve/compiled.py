@@ -164,6 +164,46 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse
 """
 
 
+_CUDA_SPAN_LAUNCH = """
+
+LANES = {lanes}
+
+@cuda.jit({options})
+def build(N, n_keys, P, keys_f, keys_i, D):
+    S = D.shape[1]
+    t = cuda.grid(1)
+    if t < N * n_keys * S:
+        r = t // N
+        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
+
+
+@cuda.jit({options})
+def build_span(N, n_keys, D, GV, DV):
+    S = GV.shape[1]
+    t = cuda.grid(1)
+    if t < N * n_keys * S:
+        r = t // N
+        span_thread(t % N, r // S, r % S, D, GV, DV)
+
+
+@cuda.jit({options})
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
+           transients, transient_start, drive, sample_start, tol, D, GV, DV, a0, a1, a2, a3,
+           fail):
+    sh = cuda.shared.array({shared}, dtype=F)
+    t = cuda.grid(1)
+    pair = t // {lanes}
+    lane = t % {lanes}
+    gmask = numba.uint32((({full}) << ((cuda.threadIdx.x % 32) // {lanes} * {lanes}))
+                         & 0xFFFFFFFF)
+    base = (cuda.threadIdx.x // {lanes}) * {stride}
+    if pair < N * n_sweeps:
+        run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
+                   row_start, row_key, pulses, pulse_start, transients, transient_start,
+                   drive, sample_start, tol, D, GV, DV, a0, a1, a2, a3, fail)
+"""
+
+
 def cache_dir() -> Path:
     """kingen's cache folder: ``$KINGEN_CACHE``, else ``~/.cache/kingen``."""
     root = os.environ.get("KINGEN_CACHE")
@@ -183,7 +223,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                   with_occupancy: bool = False, simulator: bool = False,
                   max_registers: int | None = None, form: str = "stage", lanes: int = 1,
                   block: int = 128, stage_rows: str = "all",
-                  n_windows: int = N_WINDOWS) -> ModuleType:
+                  n_windows: int = N_WINDOWS, span: int = 1) -> ModuleType:
     """The compiled solver module for a scheme, mode, precision, target (cpu or cuda) and form.
 
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
@@ -192,7 +232,9 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     every (candidate, key). ``block`` matters only to the CUDA propagator form with more
     than one lane, whose shared memory is sized per block; ``stage_rows`` says which rows
     the propagator form's code must also step in stage form (see
-    :func:`kingen.codegen.generate_propagator`).
+    :func:`kingen.codegen.generate_propagator`). With ``span`` > 1 (CUDA, objective mode)
+    the module also has ``build_span``, which fills the span arrays from D (see
+    :mod:`kingen.codegen.span`).
     """
     flush = CPU_FLUSH_BELOW[precision] if target == "cpu" else 0.0
     if form == "stage":
@@ -202,7 +244,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         code = generate_propagator(scheme, mode, lanes=lanes, with_occupancy=with_occupancy,
                                    compensated=precision == "float32", flush_below=flush,
                                    d_flush=D_FLUSH_BELOW[precision], stage_rows=stage_rows,
-                                   n_windows=n_windows, target=target)
+                                   n_windows=n_windows, target=target, span=span)
     else:
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
@@ -223,7 +265,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
             launch = _CUDA_LAUNCH.format(options=", ".join(options))
         else:
             stride = shared_stride(scheme.n_states, lanes)
-            launch = _CUDA_PROP_LAUNCH.format(
+            template = _CUDA_SPAN_LAUNCH if span > 1 else _CUDA_PROP_LAUNCH
+            launch = template.format(
                 options=", ".join(options), lanes=lanes, stride=stride,
                 full=(1 << lanes) - 1,
                 shared=max(1, (block // lanes) * stride) if lanes > 1 else 1)
@@ -238,7 +281,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         raise ValueError(target)
     regs = f"_r{max_registers}" if max_registers and target == "cuda" else ""
     variant = "" if form == "stage" else f"_prop{lanes}" + (
-        f"b{block}" if lanes > 1 and target == "cuda" else "")
+        f"b{block}" if lanes > 1 and target == "cuda" else "") + (f"s{span}" if span > 1 else "")
     name = (f"kingen_rk4_{target}_{precision}_{code.key}{variant}{regs}"
             f"{'_sim' if simulator else ''}")
     if name in _LOADED:

@@ -40,46 +40,60 @@ class LaunchConfig:
     ``form`` is ``"stage"`` (the four RK4 stages at every step) or ``"propagator"`` (on
     constant-concentration rows, one product with M = R(hQ)ⁿ per sample); ``lanes`` is how
     many GPU threads share one (candidate, sweep) pair in the propagator form (each holds
-    a slice of M's columns in registers). The CPU backend uses ``form`` only.
+    a slice of M's columns in registers); ``span`` is how many samples of a propagated row
+    one product yields in objective mode (:mod:`kingen.codegen.span`; 1: one product per
+    sample). The CPU backend uses ``form`` only.
     """
 
     block: int = DEFAULT_BLOCK
     max_registers: int | None = None
     form: str = "stage"
     lanes: int = 1
+    span: int = 1
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
         """The configuration a :attr:`name` stands for (``stage-`` may prefix a stage name).
 
         >>> LaunchConfig.parse("prop-l4-b64r128")
-        LaunchConfig(block=64, max_registers=128, form='propagator', lanes=4)
+        LaunchConfig(block=64, max_registers=128, form='propagator', lanes=4, span=1)
+        >>> LaunchConfig.parse("prop-l8-s16-b128").span
+        16
         >>> LaunchConfig.parse("stage-b128").name
         'b128'
         """
         from kingen.errors import KingenError
 
         parts = text.strip().split("-")
-        form, lanes = "stage", 1
+        form, lanes, span = "stage", 1, 1
         try:
             if parts[0] == "prop":
                 form, lanes = "propagator", int(parts[1].removeprefix("l"))
                 parts = parts[2:]
+                if parts and parts[0].startswith("s"):
+                    span = int(parts[0].removeprefix("s"))
+                    parts = parts[1:]
             elif parts[0] == "stage":
                 parts = parts[1:]
             launch = parts[0] if parts else f"b{DEFAULT_BLOCK}"
             block, _, regs = launch.removeprefix("b").partition("r")
-            return cls(int(block), int(regs) if regs else None, form, lanes)
+            config = cls(int(block), int(regs) if regs else None, form, lanes, span)
         except (ValueError, IndexError):
+            config = None
+        if config is None or (span > 1 and (lanes < 2 or span & (span - 1) or span % lanes)):
             raise KingenError("unknown solver variant (e.g. b128, stage-b128r96, "
-                              "prop-l4-b128)", field="variant", value=text) from None
+                              "prop-l4-b128, prop-l8-s16-b128)", field="variant",
+                              value=text) from None
+        return config
 
     @property
     def name(self) -> str:
-        """Short label, e.g. ``b128``, ``b128r96`` or ``prop-l4-b128``."""
+        """Short label, e.g. ``b128``, ``b128r96``, ``prop-l4-b128`` or
+        ``prop-l8-s16-b128``."""
         launch = f"b{self.block}" + (f"r{self.max_registers}" if self.max_registers else "")
         if self.form == "propagator":
-            return f"prop-l{self.lanes}-{launch}"
+            span = f"s{self.span}-" if self.span > 1 else ""
+            return f"prop-l{self.lanes}-{span}{launch}"
         return launch
 
 
@@ -108,14 +122,14 @@ def scheme_key(scheme) -> str:
 def default_config(scheme, precision: str = "float64") -> LaunchConfig:
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
-    Lanes per (candidate, sweep) pair as measured fastest on an H100 for Robert & Howe 2003
-    (16 states, benchmarks/results/h100/propagator/): four in float64, two in float32
-    (a float32 column of D takes half the registers). Schemes of up to 8 states hold the
-    whole of D in one thread.
+    Lanes per (candidate, sweep) pair and samples per span as measured fastest on an H100
+    for Robert & Howe 2003 (16 states, benchmarks/results/h100/propagator/session8_*):
+    four lanes and spans of 8 samples in both precisions. Schemes of up to 8 states hold
+    the whole of D in one thread.
     """
     if scheme.n_states <= 8:
         return LaunchConfig(form="propagator", lanes=1)
-    return LaunchConfig(form="propagator", lanes=4 if precision == "float64" else 2)
+    return LaunchConfig(form="propagator", lanes=4, span=8)
 
 
 def load_tuning() -> dict:
@@ -134,7 +148,8 @@ def tuned_config(device: str, scheme, precision: str) -> LaunchConfig:
     if not entry:
         return default_config(scheme, precision)
     return LaunchConfig(int(entry["block"]), entry.get("max_registers"),
-                        str(entry.get("form", "stage")), int(entry.get("lanes", 1)))
+                        str(entry.get("form", "stage")), int(entry.get("lanes", 1)),
+                        int(entry.get("span", 1)))
 
 
 def record_entry(key: str, entry: dict) -> Path:

@@ -4,13 +4,16 @@ One module per job: :mod:`~kingen.store.runstore` (:class:`RunStore`: create, ap
 read), :mod:`~kingen.store.encode` (the scheme, protocols, recordings and targets as HDF5
 groups and back), :mod:`~kingen.store.datasets` (checksummed datasets, tables, verified
 reads), :mod:`~kingen.store.integrity` (the writer lock, opening and repair of a file a
-killed writer left, consistency checks) and :mod:`~kingen.store.layout` (the layout as
-data, from which the README's section "The run file" is generated).
+killed writer left, consistency checks), :mod:`~kingen.store.layout` (the layout as
+data, from which the README's section "The run file" is generated) and
+:mod:`~kingen.store.view` (:class:`RunView`: the one read-only view of a run that plots,
+report, export and the fit's result read).
 """
 
 from kingen.store.integrity import WriterLock, is_run_file
 from kingen.store.layout import LAYOUT_DOC, LAYOUT_VERSION, MARKER, REQUIRED_GROUPS
 from kingen.store.runstore import RunStore, as_store
+from kingen.store.view import RunView
 
 __all__ = ["LAYOUT_DOC", "LAYOUT_VERSION", "MARKER", "REQUIRED_GROUPS", "RunStore",
-           "WriterLock", "as_store", "is_run_file"]
+           "RunView", "WriterLock", "as_store", "is_run_file"]

@@ -673,6 +673,16 @@ class RunStore:
             write_local(self._f, dict(obj))
 
     @property
+    @_reading
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The box the run searched: (lower, upper) per parameter, internal units, scheme
+        order. The fit configuration may narrow the scheme file's bounds; :meth:`scheme`
+        parses the file's text, so only this gives the run's."""
+        table = _load(self._f["scheme/parameters"])
+        return (np.asarray(_col(table, "lower"), dtype=np.float64),
+                np.asarray(_col(table, "upper"), dtype=np.float64))
+
+    @property
     def protocol_names(self) -> list[str]:
         """Protocol names, in the order of the error columns."""
         return list(self._protocol_names)

@@ -1,0 +1,228 @@
+"""Sample spans: B samples of a propagated row from one product.
+
+On a propagated row the state after j more products is p·Mʲ, and the only thing the objective
+needs of each sample is its current, p·Mʲ·g (g the conductances). So for a span of B samples
+that starts at state p, the currents are B dot products with the precomputed columns
+Gⱼ = Mʲ·g (j = 1 … B), and the state moves on by one product with M^B. A sample then costs
+2S + 2S²/B flops instead of the 2S² of one product per sample (S states): for a 16-state
+scheme and B = 16, 64 instead of 512. The arithmetic is the same map, regrouped: the
+results equal the one-product-per-sample form up to rounding.
+
+Two arrays per (key, candidate), built on the device from D = M − I after the build kernel:
+
+- ``GV[k, i, j, c]`` = (Mʲ⁺¹·g)ᵢ, the current of the sample j + 1 products on per unit of
+  occupancy of state i;
+- ``DV[k, i, :, c]`` = row i of M^B − I (D's layout, so that float32 keeps its small
+  entries).
+
+With L lanes per (candidate, sweep) pair each lane computes B/L of a span's currents (and
+adds them to its own sums and windows) and C = S/L columns of the next state: the per-sample
+bookkeeping is shared out instead of repeated on every lane. A row's last nrep mod B samples
+take their currents from GV too, and the state crosses them by single products with D, read
+from memory (a few samples per row).
+
+Only the objective mode uses spans: a trace needs every sample's current written anyway.
+"""
+
+from __future__ import annotations
+
+from kingen.codegen.emit import Emitter
+
+SPAN_ARGS = " GV, DV,"
+
+
+def span_check(n_states: int, lanes: int, span: int) -> None:
+    """Reject spans the generated code cannot lay out."""
+    if span < 2 or span & (span - 1):
+        raise ValueError(f"span must be a power of two ≥ 2, got {span}")
+    if lanes < 2 or span % lanes:
+        raise ValueError(f"a span needs lanes ≥ 2 that divide it (lanes {lanes}, span {span})")
+
+
+def emit_span_build(a: Emitter, span: int, d_flush: float) -> None:
+    """``span_thread(c, k, i, D, GV, DV)``: row i of Mʲ for j = 1 … B, in float64.
+
+    ``a`` must cast to ``F64``. Row i of M^{j} is e_i advanced by j products with
+    M = I + D; its dot product with g is ``GV[k, i, j − 1, c]``.
+    """
+    S = a.scheme.n_states
+    cond = a.scheme.conductance
+    a("@DEVICE")
+    a("def span_thread(c, k, i, D, GV, DV):")
+    ind = "    "
+    for j in range(S):
+        a(f"{ind}r{j} = F64(1.0) if i == {j} else F64(0.0)")
+    a(f"{ind}for jj in range({span}):")
+    ind2 = ind + "    "
+    for j in range(S):
+        terms = [f"r{i} * F64(D[k, {i}, {j}, c])" for i in range(S)]
+        a(f"{ind2}n{j} = r{j} + (" + " + ".join(terms) + ")")
+    for j in range(S):
+        a(f"{ind2}r{j} = n{j}")
+    g = " + ".join(f"{a.const(cond[j])} * r{j}" for j in range(S) if cond[j] != 0.0)
+    a(f"{ind2}GV[k, i, jj, c] = {g or '0.0'}")
+    for j in range(S):
+        a(f"{ind}x = r{j} - (F64(1.0) if i == {j} else F64(0.0))")
+        a(f"{ind}DV[k, i, {j}, c] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    a(f"{ind}for j in range({S}, DV.shape[2]):")
+    a(f"{ind}    DV[k, i, j, c] = 0.0")
+    a("")
+
+
+def emit_window_bounds(a: Emitter, ind: str) -> None:
+    """``wlo``/``whi``: the samples any used window covers, so that a sample outside them
+    costs two comparisons instead of one test per window; the span rows' own sums."""
+    a(f"{ind}wlo = 1 << 30")
+    a(f"{ind}whi = -1")
+    for q in range(a.n_windows):
+        a(f"{ind}if wo{q} >= 0:")
+        a(f"{ind}    wlo = min(wlo, wl{q})")
+        a(f"{ind}    whi = max(whi, wh{q})")
+        a(f"{ind}ws{q} = 0.0")
+    a(f"{ind}sgg_s = 0.0")
+    a(f"{ind}sgd_s = 0.0")
+
+
+def _span_sample(a: Emitter, ind: str, s: str) -> None:
+    """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows.
+
+    Peak windows go to the shared ``wv``/``wi`` (a maximum is the same however often a
+    sample is seen); sums go to ``ws``, because stage-form rows are walked by every lane
+    alike and their samples are already in ``wv``.
+    """
+    a(f"{ind}gs = sample0 + {s}")
+    a(f"{ind}d = data[U(gs)]")
+    a(f"{ind}wt = weight[U(gs)]")
+    a(f"{ind}sgg_s += wt * g * g")
+    a(f"{ind}sgd_s += wt * g * d")
+    a(f"{ind}if {s} >= wlo and {s} <= whi:")
+    for q in range(a.n_windows):
+        a(f"{ind}    if wo{q} >= 0 and {s} >= wl{q} and {s} <= wh{q}:")
+        a(f"{ind}        if wo{q} == 0:")
+        a(f"{ind}            if abs(g) > abs(wv{q}) or wi{q} < 0:")
+        a(f"{ind}                wv{q} = g")
+        a(f"{ind}                wi{q} = {s}")
+        a(f"{ind}        else:")
+        a(f"{ind}            ws{q} += g")
+
+
+def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> None:
+    """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads.
+
+    Entered with the full state in ``p{i}`` on every lane; left the same way, after the
+    row's checks. ``n_cols`` is C, the state columns each lane carries.
+    """
+    from kingen.codegen.propagator import _row_end_check, dot
+
+    S, F = a.scheme.n_states, a.cast
+    C, J = n_cols, span // lanes
+    SP = C * lanes
+    a(f"{ind}WARP_SYNC(gmask)")
+    a(f"{ind}half0 = sh[U(base):U(base + {SP})]")
+    a(f"{ind}half1 = sh[U(base + {SP}):U(base + {2 * SP})]")
+    a(f"{ind}col = lane * {C}")
+    a(f"{ind}first = lane * {J}")
+    a(f"{ind}own0 = sh[U(base + col):U(base + col + {C})]")
+    a(f"{ind}own1 = sh[U(base + {SP} + col):U(base + {SP} + col + {C})]")
+    for j in range(S):
+        a(f"{ind}half0[{j}] = p{j}")
+    a(f"{ind}WARP_SYNC(gmask)")
+    for k in range(C):
+        a(f"{ind}o{k} = own0[{k}]")
+        for i in range(S):
+            a(f"{ind}m{i}_{k} = {F}(DV[kk, {i}, U(col + {k}), c])")
+    for q in range(J):
+        for i in range(S):
+            a(f"{ind}u{i}_{q} = {F}(GV[kk, {i}, U(first + {q}), c])")
+    a(f"{ind}nb = nrep // {span}")
+    a(f"{ind}rem = nrep - nb * {span}")
+
+    def currents(ind2: str, src: str, partial: bool) -> None:
+        for i in range(S):
+            a(f"{ind2}v{i} = {src}[{i}]")
+        a(f"{ind2}if rec == 1:")
+        ind3 = ind2 + "    "
+        for q in range(J):
+            a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
+            if partial:
+                a(f"{ind3}if first + {q + 1} <= rem:")
+                _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}")
+            else:
+                _span_sample(a, ind3, f"smp + first + {q + 1}")
+
+    def advance(ind2: str, dst: str, matrix: str) -> None:
+        for k in range(C):
+            if matrix == "span":
+                terms = [f"v{i} * m{i}_{k}" for i in range(S)]
+            else:
+                terms = [f"v{i} * {F}(D[kk, {i}, U(col + {k}), c])" for i in range(S)]
+            a(f"{ind2}o{k} = {dot([f'o{k}'] + terms, 2)}")
+        for k in range(C):
+            a(f"{ind2}{dst}[{k}] = o{k}")
+        a(f"{ind2}WARP_SYNC(gmask)")
+
+    def full_span(ind2: str, src: str, dst: str) -> None:
+        currents(ind2, src, False)
+        advance(ind2, dst, "span")
+        a(f"{ind2}if rec == 1:")
+        a(f"{ind2}    smp += {span}")
+
+    # the two halves alternate span by span, unrolled by two so each is a fixed slice
+    a(f"{ind}for rep in range(nb // 2):")
+    full_span(ind + "    ", "half0", "own1")
+    full_span(ind + "    ", "half1", "own0")
+    a(f"{ind}if nb % 2 == 1:")
+    full_span(ind + "    ", "half0", "own1")
+    a(f"{ind}if rem > 0:")
+    ind2 = ind + "    "
+    a(f"{ind2}cur = half1 if nb % 2 == 1 else half0")
+    currents(ind2, "cur", True)
+    a(f"{ind2}for t in range(rem):")
+    ind3 = ind2 + "    "
+    a(f"{ind3}src = half1 if (nb + t) % 2 == 1 else half0")
+    a(f"{ind3}dst = own0 if (nb + t) % 2 == 1 else own1")
+    for i in range(S):
+        a(f"{ind3}v{i} = src[{i}]")
+    advance(ind3, "dst", "single")
+    a(f"{ind2}if rec == 1:")
+    a(f"{ind2}    smp += rem")
+    a(f"{ind}last = half1 if (nb + rem) % 2 == 1 else half0")
+    a(f"{ind}tq = " + " + ".join(f"o{k}" for k in range(C)))
+    bad = " or ".join(f"o{k} < -tol or o{k} > 1.0 + tol" for k in range(C))
+    a(f"{ind}bad = 1 if ({bad}) else 0")
+    off = 1
+    while off < lanes:
+        a(f"{ind}tq += SHFL_XOR(gmask, tq, {off})")
+        a(f"{ind}bad |= SHFL_XOR(gmask, bad, {off})")
+        off *= 2
+    _row_end_check(a, ind, "tq", "bad != 0", "objective", "lane == 0")
+    for j in range(S):
+        a(f"{ind}p{j} = last[{j}]")
+        if a.compensated:
+            a(f"{ind}e{j} = {F}(0.0)")
+
+
+def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
+    """Combine the lanes' sums and windows before lane 0 writes them.
+
+    Peak windows keep the larger magnitude, and on a tie the earlier sample, as one thread
+    walking the samples in order would.
+    """
+    off = 1
+    while off < lanes:
+        a(f"{ind}sgg_s += SHFL_XOR(gmask, sgg_s, {off})")
+        a(f"{ind}sgd_s += SHFL_XOR(gmask, sgd_s, {off})")
+        for q in range(a.n_windows):
+            a(f"{ind}ws{q} += SHFL_XOR(gmask, ws{q}, {off})")
+            a(f"{ind}ov = SHFL_XOR(gmask, wv{q}, {off})")
+            a(f"{ind}oi = SHFL_XOR(gmask, wi{q}, {off})")
+            a(f"{ind}if oi >= 0 and (wi{q} < 0 or abs(ov) > abs(wv{q}) or "
+              f"(abs(ov) == abs(wv{q}) and oi < wi{q})):")
+            a(f"{ind}    wv{q} = ov")
+            a(f"{ind}    wi{q} = oi")
+        off *= 2
+    a(f"{ind}sgg += sgg_s")
+    a(f"{ind}sgd += sgd_s")
+    for q in range(a.n_windows):
+        a(f"{ind}if wo{q} >= 1:")
+        a(f"{ind}    wv{q} += ws{q}")

@@ -1,0 +1,430 @@
+"""The search's controller: one generation at a time, written through a run store.
+
+:class:`Engine` holds one run's state and drives it: the initial population, then
+generation after generation of DEAP's (μ + λ) or CMA-ES until a stopping rule holds, each
+generation's population and resume state written through the store (on a background
+thread, during the next generation's solve).
+
+Every candidate a generation must score goes through ONE call of the engine's
+:data:`Evaluate` callable: rate constants in, scores out. The default,
+:func:`in_process`, is the objective's batched solve on this machine; a scale-out engine
+replaces it (for example one that shards the batch across GPUs) and nothing else changes.
+
+Examples
+--------
+An evaluator is any callable of this shape; this one scores each candidate by the sum of
+its rate constants:
+
+>>> import numpy as np
+>>> from kingen.objective import Evaluation
+>>> def by_sum(params):
+...     n = params.shape[0]
+...     ev = Evaluation(fitness=params.sum(axis=1), errors=np.zeros((n, 1)),
+...                     fail=np.zeros(n, dtype=np.int64), amplitudes=np.ones((n, 1)))
+...     return ev, {"total_s": 0.0, "solve_s": 0.0}
+>>> ev, timings = by_sum(np.array([[1.0, 2.0], [0.5, 0.5]]))
+>>> ev.fitness.tolist()
+[3.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from kingen.fit_config import NUMPY_OPERATORS_FROM, FitConfig, GASettings, StopSettings
+from kingen.objective import Evaluation, Objective
+from kingen.search import operators
+from kingen.search.result import Progress
+from kingen.search.state import STATE_VERSION, checked_state, cma_strategy, encode
+
+CMA_PENALTY = 1.0  # fitness added per unit of squared distance outside the [0, 1] box
+
+Evaluate = Callable[[np.ndarray], "tuple[Evaluation, Mapping[str, float]]"]
+"""Scores a batch: ``(N, n_params)`` rate constants (internal units, derived and tied
+rates already computed) -> ``(Evaluation, timings)``. ``timings`` may hold ``total_s``
+(the solver call) and ``solve_s`` (the kernel alone), in seconds; the engine adds them to
+the generation's timings. Called once per generation (twice at most: the initial
+population, or a polish)."""
+
+
+def in_process(objective: Objective) -> Evaluate:
+    """The default evaluator: the objective's batched solve, in this process.
+
+    Parameters
+    ----------
+    objective
+        The run's objective.
+    """
+
+    def evaluate(params: np.ndarray) -> tuple[Evaluation, Mapping[str, float]]:
+        ev, res = objective.evaluate(params, complete=False)
+        return ev, res.timings
+
+    return evaluate
+
+
+class Engine:
+    """One run of the search: state, one generation at a time, written through the store.
+
+    Parameters
+    ----------
+    cfg
+        The fit's configuration.
+    objective
+        The run's objective (the engine reads ``n_protocols``; it solves through
+        ``evaluate``).
+    store
+        Where generations go: anything with ``append_generation(**fields)`` (a
+        :class:`~kingen.store.RunStore` in a fit).
+    progress
+        The live progress line.
+    evaluate
+        Scores a generation's candidates in ONE call (see :data:`Evaluate`); by default
+        :func:`in_process` over ``objective``.
+    """
+
+    def __init__(self, cfg: FitConfig, objective: Objective, store: Any,
+                 progress: Progress, evaluate: Evaluate | None = None) -> None:
+        self.cfg = cfg
+        self._evaluate = evaluate if evaluate is not None else in_process(objective)
+        self.ga: GASettings = cfg.ga
+        self.stop: StopSettings = cfg.stop
+        self.obj = objective
+        self.store = store
+        self.progress = progress
+        self.pmap = cfg.pmap
+        self.low, self.up = self.pmap.lower, self.pmap.upper
+        self.n = self.pmap.n_genes
+        self.lambda_ = self.ga.lambda_
+        self.indpb = self.ga.indpb or 1.0 / self.n
+        self.numpy_ops = (self.ga.operators == "numpy" or (
+            self.ga.operators == "auto" and self.lambda_ >= NUMPY_OPERATORS_FROM))
+        self.rng = np.random.Generator(np.random.PCG64(cfg.seed))
+        self.timings: list[dict[str, float]] = []
+        self.evaluations = 0
+        self._eval_clock: dict[str, float] = {}
+        self._toolbox = None
+        self._writer = None
+        self._queued: Callable[[], None] | None = None
+        self._pending = None
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, genes: np.ndarray) -> Evaluation:
+        """Score rows of genes: ONE call of the evaluator."""
+        t0 = time.perf_counter()
+        params = self.pmap.to_params(genes, clip=True)
+        # The last generation's write runs during the solve, not during the array work here.
+        self._start_write()
+        # to_params has just computed the derived rates, from the objective's scheme
+        ev, timings = self._evaluate(params)
+        c = self._eval_clock
+        c["solver_s"] = c.get("solver_s", 0.0) + timings.get("total_s", 0.0)
+        c["kernel_s"] = c.get("kernel_s", 0.0) + timings.get("solve_s", 0.0)
+        c["evaluate_s"] = c.get("evaluate_s", 0.0) + time.perf_counter() - t0
+        self.evaluations += genes.shape[0]
+        return ev
+
+    # ------------------------------------------------------------------ state
+    def initial(self) -> dict[str, Any]:
+        random.seed(self.cfg.seed)
+        np.random.seed(self.cfg.seed % (2 ** 32))  # noqa: NPY002 - DEAP's CMA-ES draws from it
+        state: dict[str, Any] = {"version": STATE_VERSION, "generation": 0, "best": math.inf,
+                                 "since_improvement": 0, "elapsed": 0.0, "evaluations": 0,
+                                 "hof_genes": np.zeros((0, self.n)), "hof_fitness": np.zeros(0)}
+        if self.ga.algorithm == "cmaes":
+            from deap import cma
+
+            centroid = (self._to_unit(self.pmap.start_genes()) if self.ga.start_from_model
+                        else np.full(self.n, 0.5))
+            state["cma"] = cma.Strategy(centroid=list(centroid), sigma=self.ga.sigma,
+                                        lambda_=self.lambda_, mu=max(1, self.lambda_ // 2))
+            return self._cma_generation(state)
+        genes = self.rng.uniform(self.low, self.up, size=(self.ga.population, self.n))
+        if self.ga.start_from_model:
+            genes[0] = self.pmap.start_genes()
+        ev = self.evaluate(genes)
+        state.update(genes=genes, fitness=ev.fitness, errors=ev.errors, fail=ev.fail)
+        self._update_hof(state, genes, ev.fitness)
+        return state
+
+    def _update_hof(self, state: dict, genes: np.ndarray, fitness: np.ndarray) -> None:
+        k = self.ga.hall_of_fame
+        if fitness.size > k:
+            # Only the k best of a batch can enter: keeps the row-unique step small at large λ.
+            keep = np.argpartition(np.where(np.isfinite(fitness), fitness, np.inf), k)[:k]
+            keep.sort()
+            genes, fitness = genes[keep], fitness[keep]
+        g = np.vstack([state["hof_genes"], genes])
+        f = np.concatenate([state["hof_fitness"], fitness])
+        ok = np.isfinite(f)
+        g, f = g[ok], f[ok]
+        _, first = np.unique(g, axis=0, return_index=True)  # distinct candidates only
+        first = np.sort(first)
+        g, f = g[first], f[first]
+        order = np.argsort(f, kind="stable")[:k]
+        state["hof_genes"], state["hof_fitness"] = g[order], f[order]
+
+    # ------------------------------------------------------------------ (μ + λ)
+    def _toolbox_get(self):
+        if self._toolbox is None:
+            from deap import base, creator, tools
+
+            if not hasattr(creator, "KingenFitness"):
+                creator.create("KingenFitness", base.Fitness, weights=(-1.0,))
+            if not hasattr(creator, "KingenIndividual"):
+                creator.create("KingenIndividual", list, fitness=creator.KingenFitness)
+            tb = base.Toolbox()
+            low, up = list(self.low), list(self.up)
+            tb.register("mate", tools.cxSimulatedBinaryBounded, eta=self.ga.eta_cx, low=low,
+                        up=up)
+            tb.register("mutate", tools.mutPolynomialBounded, eta=self.ga.eta_mut, low=low,
+                        up=up, indpb=self.indpb)
+            tb.register("select", tools.selTournament, tournsize=self.ga.tournament)
+            tb.register("evaluate", _no_single_evaluation)
+            tb.register("map", self._batched_map)
+            self._toolbox = tb
+            self._creator = creator
+        return self._toolbox
+
+    def _batched_map(self, func, individuals: list) -> list[tuple[float]]:
+        """The toolbox's ``map``: every individual of the call in ONE solver call."""
+        if not individuals:
+            return []
+        ev = self.evaluate(np.array([list(ind) for ind in individuals], dtype=float))
+        for i, ind in enumerate(individuals):
+            ind.errors = ev.errors[i]
+            ind.fail = int(ev.fail[i])
+        return [(float(f),) for f in ev.fitness]
+
+    def _individuals(self, genes: np.ndarray, fitness: np.ndarray, errors: np.ndarray,
+                     fail: np.ndarray) -> list:
+        cls = self._creator.KingenIndividual
+        out = []
+        for g, f, e, fl in zip(genes, fitness, errors, fail, strict=True):
+            ind = cls(float(x) for x in g)
+            ind.fitness.values = (float(f),)
+            ind.errors = np.asarray(e)
+            ind.fail = int(fl)
+            out.append(ind)
+        return out
+
+    def mu_plus_lambda_generation(self, state: dict) -> dict:
+        """One generation of DEAP's (μ + λ)."""
+        if self.numpy_ops:
+            kids, source = operators.np_var_or(
+                state["genes"], self.lambda_, self.ga.cxpb, self.ga.mutpb, self.ga.eta_cx,
+                self.ga.eta_mut, self.indpb, self.low, self.up, self.rng)
+            fit = np.empty(self.lambda_)
+            err = np.empty((self.lambda_, self.obj.n_protocols))
+            fail = np.zeros(self.lambda_, dtype=np.int64)
+            copied = np.flatnonzero(source >= 0)
+            parent = source[copied]
+            fit[copied] = state["fitness"].take(parent)
+            err[copied] = state["errors"].take(parent, axis=0)
+            fail[copied] = state["fail"].take(parent)
+            new = np.flatnonzero(source < 0)
+            new_genes = kids.take(new, axis=0)
+            if new.size:
+                ev = self.evaluate(new_genes)
+                fit[new], err[new], fail[new] = ev.fitness, ev.errors, ev.fail
+            self._update_hof(state, new_genes, fit.take(new))
+            pool_f = np.concatenate([state["fitness"], fit])
+            t = time.perf_counter()
+            chosen = operators.np_sel_tournament(pool_f, self.ga.population,
+                                                 self.ga.tournament, self.rng)
+            self._eval_clock["select_s"] = time.perf_counter() - t
+            # take, not fancy indexing: several times faster for whole rows
+            state.update({key: np.concatenate([state[key], offspring]).take(chosen, axis=0)
+                          for key, offspring in (("genes", kids), ("errors", err),
+                                                 ("fail", fail))},
+                         fitness=pool_f.take(chosen))
+            return state
+        from deap import algorithms
+
+        tb = self._toolbox_get()
+        pop = self._individuals(state["genes"], state["fitness"], state["errors"],
+                                state["fail"])
+        offspring = algorithms.varOr(pop, tb, self.lambda_, self.ga.cxpb, self.ga.mutpb)
+        invalid = [ind for ind in offspring if not ind.fitness.valid]
+        for ind, fit in zip(invalid, tb.map(tb.evaluate, invalid), strict=True):
+            ind.fitness.values = fit
+        kids = np.array([list(ind) for ind in invalid]).reshape(-1, self.n)
+        self._update_hof(state, kids, np.array([ind.fitness.values[0] for ind in invalid]))
+        pop = tb.select(pop + offspring, self.ga.population)
+        state.update(genes=np.array([list(i) for i in pop], dtype=float),
+                     fitness=np.array([i.fitness.values[0] for i in pop]),
+                     errors=np.array([i.errors for i in pop]),
+                     fail=np.array([i.fail for i in pop], dtype=np.int64))
+        return state
+
+    # ------------------------------------------------------------------ CMA-ES
+    def _to_unit(self, genes: np.ndarray) -> np.ndarray:
+        return (genes - self.low) / (self.up - self.low)
+
+    def _cma_generation(self, state: dict) -> dict:
+        from deap import base, creator
+
+        if not hasattr(creator, "KingenFitness"):
+            creator.create("KingenFitness", base.Fitness, weights=(-1.0,))
+        if not hasattr(creator, "KingenIndividual"):
+            creator.create("KingenIndividual", list, fitness=creator.KingenFitness)
+        strategy = state["cma"]
+        inds = strategy.generate(creator.KingenIndividual)
+        u = np.array([list(i) for i in inds], dtype=float)
+        inside = np.clip(u, 0.0, 1.0)
+        genes = self.low + inside * (self.up - self.low)
+        ev = self.evaluate(genes)
+        penalty = CMA_PENALTY * ((u - inside) ** 2).sum(axis=1)
+        for ind, f, p in zip(inds, ev.fitness, penalty, strict=True):
+            # A failed candidate must still be rankable: worst, but finite for CMA's sort.
+            ind.fitness.values = (float(f + p) if math.isfinite(f) else 1e300,)
+        strategy.update(inds)
+        state.update(genes=genes, fitness=ev.fitness, errors=ev.errors, fail=ev.fail)
+        self._update_hof(state, genes, ev.fitness)
+        return state
+
+    # ------------------------------------------------------------------ the loop
+    def snapshot(self, state: dict) -> dict[str, np.ndarray]:
+        """The resume state as of now, as plain arrays (written later, on the writer's
+        thread; see :func:`kingen.search.state.encode`)."""
+        return encode(state, self.rng, self.evaluations)
+
+    def unpack(self, arrays: dict[str, np.ndarray], path: str) -> dict:
+        """The search state from a run file's resume arrays (checked by
+        :func:`checked_state`), with the random generators set to their stored states."""
+        s, python_state, np_state, pcg_state = checked_state(arrays, self.cfg,
+                                                             self.obj.n_protocols, path)
+        random.setstate(python_state)
+        np.random.set_state(np_state)  # noqa: NPY002
+        self.rng.bit_generator.state = pcg_state
+        if self.ga.algorithm == "cmaes":
+            s["cma"] = cma_strategy(arrays)
+        self.evaluations = s["evaluations"]
+        return s
+
+    def record(self, state: dict, t_start: float) -> dict[str, float]:
+        """Write the generation through the store; returns the generation's statistics.
+
+        The write (the population's parameters, the resume state's arrays, compression,
+        flush) runs on a background thread during the next generation's solver call; the
+        next generation's record waits for it to finish.
+        """
+        f = state["fitness"]
+        finite = f[np.isfinite(f)]
+        best = float(state["hof_fitness"][0]) if state["hof_fitness"].size else math.inf
+        ref = state.get("reference", math.inf)
+        if math.isfinite(best) and (not math.isfinite(ref)
+                                    or best < ref * (1.0 - self.stop.min_improvement)):
+            state["reference"] = best
+            state["since_improvement"] = 0
+        elif state["generation"] > 0:
+            state["since_improvement"] += 1
+        state["best"] = best
+        stats = {"best": best, "median": float(np.median(finite)) if finite.size else math.inf,
+                 "mean": float(finite.mean()) if finite.size else math.inf,
+                 "population_best": float(finite.min()) if finite.size else math.inf,
+                 "n_failed": float(int((state["fail"] != 0).sum())),
+                 "evaluations": float(self.evaluations)}
+        t_io = time.perf_counter()
+        state["elapsed"] += t_io - t_start
+        snapshot = self.snapshot(state)
+        self.flush()
+        now = time.perf_counter()
+        io = now - t_io
+        state["elapsed"] += io
+        c = self._eval_clock
+        timing = {"solver_s": c.get("solver_s", 0.0), "kernel_s": c.get("kernel_s", 0.0),
+                  "objective_s": c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0),
+                  "io_s": io, "total_s": now - t_start}
+        timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io, 0.0)
+        self.timings.append(dict(timing))
+        self._eval_clock = {}
+        index = len(self.timings) - 1
+
+        def write() -> None:
+            t = time.perf_counter()
+            self.store.append_generation(
+                generation=snapshot["generation"], population=self.pmap.to_params(
+                    snapshot["genes"]), errors=snapshot["errors"], fitness=snapshot["fitness"],
+                fail=snapshot["fail"], stats=stats, timings=timing, state=snapshot)
+            self.timings[index]["write_s"] = time.perf_counter() - t
+
+        self._queued = write
+        return stats
+
+    def _start_write(self) -> None:
+        if self._queued is not None:
+            job, self._queued = self._queued, None
+            if self._writer is None:
+                job()
+            else:
+                self._pending = self._writer.submit(job)
+
+    def flush(self) -> None:
+        """Finish the last generation's write (and raise its error, if any)."""
+        self._start_write()
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def stop_reason(self, state: dict) -> str | None:
+        s = self.stop
+        if s.target_error > 0 and state["best"] <= s.target_error:
+            return f"target error {s.target_error:g} reached"
+        if s.patience > 0 and state["since_improvement"] >= s.patience:
+            return f"no improvement for {s.patience} generations"
+        if s.wall_time > 0 and state["elapsed"] >= s.wall_time:
+            return f"wall-time limit {s.wall_time:g} s"
+        if state["generation"] >= self.ga.generations:
+            return f"maximum generations ({self.ga.generations})"
+        return None
+
+    def run(self, state: dict | None) -> tuple[dict, str]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-store") as pool:
+            self._writer = pool
+            try:
+                t0 = time.perf_counter()
+                if self.numpy_ops and self.ga.algorithm != "cmaes":
+                    operators.warm_up_operators(self.n)
+                if state is None:
+                    state = self.initial()
+                    self._show(state, self.record(state, t0))
+                while True:
+                    reason = self.stop_reason(state)
+                    if reason is not None:
+                        return state, reason
+                    t0 = time.perf_counter()
+                    state["generation"] += 1
+                    if self.ga.algorithm == "cmaes":
+                        state = self._cma_generation(state)
+                    else:
+                        state = self.mu_plus_lambda_generation(state)
+                    self._show(state, self.record(state, t0))
+            finally:
+                self.flush()
+                self._writer = None
+
+    def _show(self, state: dict, stats: dict[str, float]) -> None:
+        t = self.timings[-1]
+        n_eval = self.lambda_ if state["generation"] else len(state["fitness"])
+        rate = n_eval / max(t["total_s"], 1e-9)
+        recent = [x["total_s"] for x in self.timings[-5:]]
+        left = self.ga.generations - state["generation"]
+        eta = left * float(np.mean(recent))
+        if self.stop.wall_time > 0:
+            eta = min(eta, max(self.stop.wall_time - state["elapsed"], 0.0))
+        self.progress.update(state["generation"], stats["best"], stats["median"], rate, eta)
+
+
+def _no_single_evaluation(*_args: Any) -> None:
+    raise RuntimeError("individuals are evaluated in batches by the toolbox's map")
+
+

@@ -1,0 +1,321 @@
+"""Run a fit, or resume one: the drivers that open the run file and hand it to the engine.
+
+:func:`fit` runs a configuration (:mod:`kingen.fit_config`) to its end and returns a
+:class:`~kingen.search.result.FitResult`; :func:`resume` continues a run file from its last
+completed generation. Both create or open the run file (:class:`~kingen.store.RunStore`),
+so this module sits in the persistence layer, below the rest of :mod:`kingen.search`.
+The result is read back through the run file's :class:`~kingen.store.RunView`, the same
+view the plots, the report and the export read.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import numba
+import numpy as np
+
+from kingen.errors import KingenError
+from kingen.fit_config import FitConfig, GASettings, StopSettings, load_config, loads_config
+from kingen.objective import Objective
+from kingen.params import to_file_units
+from kingen.search.engine import Engine, Evaluate
+from kingen.search.polish import polish
+from kingen.search.result import FitResult, Progress
+from kingen.search.state import checked_state, state_fields
+from kingen.store import RunStore, RunView
+
+Evaluator = Callable[[Objective], Evaluate]
+"""Makes the engine's evaluator from the run's objective (see
+:data:`kingen.search.engine.Evaluate`); None: :func:`kingen.search.engine.in_process`."""
+
+
+def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
+        progress: bool = True, overrides: dict[str, Any] | None = None,
+        stream: TextIO | None = None, evaluator: Evaluator | None = None) -> FitResult:
+    """Run a fit to its end.
+
+    Parameters
+    ----------
+    config
+        A configuration file or a loaded :class:`~kingen.fit_config.FitConfig`.
+    overwrite
+        Replace an existing run file.
+    progress
+        Show the live progress line (on ``stream``, default stderr).
+    overrides
+        Command-line values replacing the file's (see :func:`load_config`).
+    evaluator
+        Makes the function that scores each generation's candidates, from the run's
+        objective (see :data:`Evaluator`); by default the objective's batched solve in this
+        process.
+
+    Raises
+    ------
+    KingenError
+        For any problem with the configuration, its files or the output, before any
+        simulation.
+
+    Examples
+    --------
+    The bundled demo, briefly (a few seconds on a laptop's CPU):
+
+    >>> import kingen
+    >>> result = kingen.fit(kingen.demo_config(), overwrite=True, progress=False,
+    ...                     overrides={"output": "demo.h5", "generations": 2,
+    ...                                "population": 8})  # doctest: +SKIP
+    >>> print(result.summary())  # doctest: +SKIP
+    kingen fit: 2 generations, ...
+    """
+    cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
+    objective = _objective(cfg)
+    _warn(_start_warnings(cfg, objective), stream)
+    mu = cfg.ga.lambda_ if cfg.ga.algorithm == "cmaes" else cfg.ga.population
+    store = RunStore.create(
+        cfg.output, config_text=cfg.text, config=cfg.settings, scheme=cfg.scheme,
+        protocols=objective.protocols, recordings=cfg.recordings, targets=cfg.targets,
+        free_mask=cfg.pmap.free_mask, population_size=mu,
+        environment=_environment(objective, cfg.precision),
+        state_fields=state_fields(cfg, objective.n_protocols), inputs=_inputs(cfg),
+        overwrite=overwrite)
+    with store:
+        return _search(cfg, objective, store, None, progress, stream, evaluator)
+
+
+def resume(path: str | os.PathLike[str], *, progress: bool = True,
+           generations: int | None = None, stream: TextIO | None = None,
+           evaluator: Evaluator | None = None) -> FitResult:
+    """Continue a run file from its last completed generation.
+
+    The configuration is rebuilt from the text stored in the run file, with the settings
+    the run started with, and with the scheme stored in the run file (not the model file
+    on disk, which may have been edited since: a line on ``stream`` says so when it
+    differs). The protocols' data files are read again from the original configuration's
+    folder.
+
+    The run file is checked whole first (every checksum, every counter) and locked against
+    a second writer; a damaged file is never written to.
+
+    Parameters
+    ----------
+    path
+        The run file.
+    generations
+        A new maximum number of generations (default: the run's own).
+    evaluator
+        As for :func:`fit`.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> result = kingen.resume("demo.h5", generations=4, progress=False)  # doctest: +SKIP
+    """
+    # Everything is read and checked (every checksum, the resume state) before the file is
+    # opened for writing: a damaged or malformed file is never written to. A second writer
+    # is refused by the lock taken then.
+    with RunStore.open(path, mode="r") as reader:
+        finished = reader.finished  # opening to append clears it: read it first
+        if finished and generations is None:
+            raise KingenError(f"the run has already finished ({finished}); give "
+                              "--generations to continue it further", file=str(path))
+        settings = reader.config
+        cfg_path = settings.get("config_path", "<config>")
+        base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
+        scheme = reader.scheme()
+        # the size limits were passed (or lifted) when the run started
+        cfg = loads_config(reader.config_text, path=cfg_path, base=base, scheme=scheme,
+                           overrides={"force": True})
+        _, arrays = reader.last_state()
+    cfg.ga = GASettings(**settings["ga"])
+    if generations is not None:
+        cfg.ga.generations = int(generations)
+    cfg.stop = StopSettings(**settings["stop"])
+    cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
+                                            settings["precision"])
+    cfg.output = str(path)
+    cfg.settings = settings
+    objective = _objective(cfg)
+    checked_state(arrays, cfg, objective.n_protocols, str(path))
+    _say_if_model_changed(scheme, cfg.model_path, stream)
+    _warn(_start_warnings(cfg, objective), stream)
+    store = RunStore.open(path, mode="a", verify=False)
+    with store:
+        _, arrays = store.last_state()  # the same, unless another run wrote in between
+        return _search(cfg, objective, store, arrays, progress, stream, evaluator)
+
+
+def _say_if_model_changed(scheme: Any, model_path: str, stream: TextIO | None) -> None:
+    """One line (also with ``progress=False``: it is not progress) when the model file on
+    disk is not the scheme the run stored."""
+    p = Path(model_path)
+    try:
+        same = p.read_text(encoding="utf-8") == scheme.text
+        what = "differs from"
+    except (OSError, UnicodeDecodeError):
+        same, what = False, "cannot be read; it is not needed:"
+    if not same:
+        out = stream if stream is not None else sys.stderr
+        out.write(f"kingen: note: the model file {model_path} {what} the scheme stored in the "
+                  "run file; resuming with the stored scheme\n")
+        out.flush()
+
+
+def _start_warnings(cfg: FitConfig, objective: Objective) -> list[str]:
+    """What a user must hear before a fit starts: cycles the fit can take out of
+    microscopic reversibility (see :meth:`~kingen.scheme.Scheme.reversibility_warnings`),
+    recordings with an offset the model cannot fit (:attr:`Objective.warnings`)."""
+    varied = set(cfg.pmap.gene_names) | set(cfg.ties)
+    return cfg.scheme.reversibility_warnings(varied) + objective.warnings
+
+
+def _warn(lines: list[str], stream: TextIO | None) -> None:
+    """``kingen: <line>`` on ``stream`` (default stderr), also with ``progress=False``."""
+    if not lines:
+        return
+    out = stream if stream is not None else sys.stderr
+    for line in lines:
+        out.write(f"kingen: {line}\n")
+    out.flush()
+
+
+def _inputs(cfg: FitConfig) -> dict[str, str]:
+    """The fit's input files (path -> what it is), which its output must never replace."""
+    out = {} if cfg.path[:1] == "<" else {cfg.path: "configuration"}
+    out[cfg.model_path] = "model file"
+    for item in cfg.protocols:
+        if Path(item.protocol.source).is_file():
+            out[item.protocol.source] = "protocol file"
+        if item.recording is not None:
+            for f in item.recording.meta.get("files", [item.recording.source]):
+                out[str(f)] = "recording"
+        if item.targets is not None:
+            for f in item.targets.sources:
+                out[str(f)] = "targets file"
+    return {k: v for k, v in out.items() if Path(k).exists()}
+
+
+def _objective(cfg: FitConfig) -> Objective:
+    return Objective(cfg.scheme, cfg.protocols, backend=cfg.backend, precision=cfg.precision,
+                     step=cfg.step, courant=cfg.courant)
+
+
+def _search(cfg: FitConfig, objective: Objective, store: Any,
+            blob: dict[str, np.ndarray] | None,
+            show: bool, stream: TextIO | None, evaluator: Evaluator | None) -> FitResult:
+    wall0 = time.perf_counter()
+    progress = Progress(cfg.ga.generations, stream=stream, enabled=show)
+    engine = Engine(cfg, objective, store, progress,
+                    evaluate=None if evaluator is None else evaluator(objective))
+    state = engine.unpack(blob, cfg.output) if blob is not None else None
+    state, reason = engine.run(state)
+    progress.close()
+    hof_g, hof_f = state["hof_genes"], state["hof_fitness"]
+    if hof_f.size == 0:
+        store.mark_finished(f"{reason}; every candidate failed")
+        raise KingenError("every candidate failed to simulate (see the failure codes in the "
+                          "run file); check the bounds and the step", file=cfg.output)
+    store.write_hall_of_fame(cfg.pmap.to_params(hof_g), hof_f)
+    best_genes, best_fit = hof_g[0], float(hof_f[0])
+    report = None
+    if cfg.polish:
+        progress.message(f"polishing the best (fitness {best_fit:.6g}) by least squares ...")
+        best_genes, report = polish(objective, cfg, best_genes, best_fit,
+                                    cfg.polish_evaluations)
+        if report["accepted"]:
+            best_fit = report["fitness_after"]
+    params = cfg.pmap.to_params(best_genes[None, :])[0]
+    ev, _ = objective.evaluate(params[None, :])
+    errors = {n: float(e) for n, e in zip(objective.names, ev.errors[0], strict=True)}
+    traces, amps = objective.traces(params)
+    features = _features(objective, traces)
+    store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
+                     amplitudes=amps, traces=traces, features=features, polish=report)
+    _local_uncertainty(objective, cfg, best_genes, store, stream)
+    store.mark_finished(reason)
+    timings = {k: [t[k] for t in engine.timings] for k in engine.timings[0]} if \
+        engine.timings else {}
+    timings["wall_s"] = time.perf_counter() - wall0
+    return _result(RunView(store), cfg, generations=int(state["generation"]), reason=reason,
+                   timings=timings, evaluations=engine.evaluations,
+                   backend=objective.simulator.backend, device=objective.simulator.device)
+
+
+def _local_uncertainty(objective: Objective, cfg: FitConfig, genes: np.ndarray, store: Any,
+                       stream: TextIO | None) -> None:
+    """Standard errors and correlations at the best (two small solver calls), into the
+    run file (``/profiles/local``). The fit is finished by then: a failure here is said in
+    one line and leaves the fit as it is."""
+    from kingen.identify.local import local_at_best
+
+    try:
+        local = local_at_best(objective, cfg.pmap, np.asarray(genes, dtype=float))
+    except (KingenError, ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        _warn([f"note: the local uncertainty was not computed ({exc})"], stream)
+        return
+    if hasattr(store, "write_local_uncertainty"):
+        store.write_local_uncertainty(local)
+
+
+def _result(run: RunView, cfg: FitConfig, **engine: Any) -> FitResult:
+    """The FitResult of a finished run, read back from its run file; ``engine`` holds
+    what only the engine knows (generations, reason, timings, evaluations, backend,
+    device)."""
+    best = run.best
+    scheme = run.scheme
+    params = best["params"]
+    lo, hi = (to_file_units(scheme, b) for b in run.bounds)
+    hist = run.history()
+    return FitResult(
+        path=cfg.output, params=params, values=to_file_units(scheme, params),
+        units={p.name: p.unit for p in scheme.parameters}, fitness=best["fitness"],
+        errors=best["errors"], amplitudes=run.amplitudes(),
+        history={"best": np.asarray(hist["best"]), "median": np.asarray(hist["median"])},
+        polish=best["polish"], features=best["features"], free=cfg.pmap.gene_names,
+        bounds={n: (lo[n], hi[n]) for n in lo}, status=run.roles(cfg.ties),
+        uncertainty=run.local_uncertainty, **engine)
+
+
+def _features(objective: Objective, traces: dict[str, dict]) -> dict[str, dict]:
+    from kingen.features import protocol_features
+
+    out: dict[str, dict] = {}
+    for item in objective.items:
+        name = item.protocol.name
+        tr = traces[name]
+        entry: dict[str, dict] = {}
+        try:
+            entry["fit"] = protocol_features(item.protocol, tr["time_ms"], tr["fit_pA"])
+            if tr["data_pA"] is not None:
+                entry["data"] = protocol_features(item.protocol, tr["time_ms"], tr["data_pA"])
+            elif item.targets is not None:
+                entry["data"] = item.targets.values()
+        except KingenError:
+            pass
+        out[name] = entry
+    return out
+
+
+def _environment(objective: Objective, precision: str) -> dict[str, str]:
+    import deap
+    import scipy
+
+    from kingen._version import __version__
+
+    env = {"kingen": __version__, "python": platform.python_version(),
+           "platform": platform.platform(), "numpy": np.__version__,
+           "scipy": scipy.__version__, "numba": numba.__version__, "deap": deap.__version__,
+           "backend": objective.simulator.backend, "device": objective.simulator.device,
+           "precision": precision, "cpu_count": str(os.cpu_count())}
+    try:
+        import h5py
+
+        env["h5py"] = h5py.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return env
