@@ -85,11 +85,15 @@ def two_state_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def jonas_run(tmp_path_factory) -> Path:
+def jonas_fit(tmp_path_factory):
     """Deactivation of the Jonas scheme with 2 % noise; k2o and ko2 free."""
     tmp = tmp_path_factory.mktemp("jonas")
-    fit(write_problem(tmp, ga="generations = 6", extra="polish = true"), progress=False)
-    return tmp / "run.h5"
+    return fit(write_problem(tmp, ga="generations = 6", extra="polish = true"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def jonas_run(jonas_fit) -> Path:
+    return Path(jonas_fit.path)
 
 
 def test_integrated_time_white_and_filtered():
@@ -246,3 +250,31 @@ def test_intervals_cover_the_truth_over_noise_replicates(tmp_path, two_state_run
             covered.append(row["lower"] is not None and row["upper"] is not None
                            and row["lower"] <= truth <= row["upper"])
     assert len(covered) == 12 and sum(covered) >= 10
+
+
+def test_a_fit_ends_with_its_local_uncertainty_and_the_outputs_show_it(jonas_fit, tmp_path):
+    from kingen.export import fitted_scheme_text
+    from kingen.report import write_report
+
+    local = jonas_fit.uncertainty
+    assert local["names"] == ["k2o", "ko2"]
+    assert all(0 < se < 0.05 for se in local["se_log10"])
+    assert local["noise"]["source"] == ["baseline"]
+    rows = {r["name"]: r for r in local["table"]}
+    assert rows["k2o"]["lower"] < 4.24 < rows["k2o"]["upper"]
+    summary = jonas_fit.summary()
+    assert "95 % local (Fisher) interval" in summary and "kingen profile" in summary
+    run = tmp_path / "run.h5"
+    shutil.copy(jonas_fit.path, run)
+    with h5py.File(run, "r+") as f:  # as if never profiled
+        f["profiles/commit"][...] = np.array([0, 0, 0])
+    _, md = write_report(run, tmp_path / "before")
+    assert "95 % local (Fisher) intervals" in md.read_text()
+    assert "local (Fisher) intervals" in fitted_scheme_text(run)
+    profile_run(run, points=7, progress=False)
+    _, md = write_report(run, tmp_path / "after")
+    text = md.read_text()
+    assert "95 % profile-likelihood intervals" in text and "profiles.png" in text
+    exported = fitted_scheme_text(run)
+    assert "profile-likelihood intervals" in exported
+    assert exported.count("identifiable: yes") == 2
