@@ -109,23 +109,35 @@ class Likelihood:
             self.candidates += g.shape[0]
             self.solver_s += time.perf_counter() - t0
         traces = res.traces
-        failed = np.any(res.fail != 0, axis=1) | ~np.all(np.isfinite(traces), axis=1)
-        traces = np.where(np.isfinite(traces), traces, 0.0)
-        parts = []
+        n = g.shape[0]
+        failed = np.any(res.fail != 0, axis=1)
+        # One (N, R) array filled block by block, in place: at thousands of candidates and
+        # tens of thousands of samples, temporaries cost more than the arithmetic.
+        r = np.empty((n, self.n_residuals))
         amps: dict[int, np.ndarray] = {}
+        col = 0
         for q, idx, d, w, fixed, c in self._rec:
-            gq = traces[:, idx]
+            span = (idx[0], idx[-1] + 1) if idx.size and idx[-1] - idx[0] + 1 == idx.size \
+                else None
+            gq = traces[:, span[0]:span[1]] if span else traces[:, idx]
             if fixed is not None:
-                amp = np.full(g.shape[0], fixed)
+                amp = np.full(n, fixed)
             else:
-                sgg = (gq * gq * w).sum(1)
-                sgd = (gq * w * d).sum(1)
-                amp = np.maximum(np.where(sgg > 0, sgd / np.where(sgg > 0, sgg, 1.0), 0.0),
-                                 0.0)
+                wd = w * d
+                sgd = gq @ wd
+                sgg = np.einsum("ij,ij,j->i", gq, gq, w)
+                with np.errstate(all="ignore"):
+                    amp = np.maximum(np.where(sgg > 0, sgd / np.where(sgg > 0, sgg, 1.0),
+                                              0.0), 0.0)
             amps[q] = amp
-            parts.append(np.sqrt(c * w) * (amp[:, None] * gq - d))
+            block = r[:, col: col + idx.size]
+            np.multiply(gq, amp[:, None], out=block)
+            block -= d
+            block *= np.sqrt(c * w)
+            col += idx.size
         if any(p.targets for p in obj.plans):
-            win = host_windows(traces, obj.sample_start, obj.windows)
+            win = host_windows(np.where(np.isfinite(traces), traces, 0.0), obj.sample_start,
+                               obj.windows)
             for q, plan in enumerate(obj.plans):
                 if not plan.targets:
                     continue
@@ -137,10 +149,11 @@ class Likelihood:
                 model = values.copy()
                 if amp_t is not None:
                     model[:, current] *= amp_t[:, None]
-                parts.append(math.sqrt(self._scale[q]) * np.sqrt(tw) * (model - tv) / sc)
-        r = np.concatenate(parts, axis=1) if parts else np.zeros((g.shape[0], 0))
-        bad = failed | ~np.all(np.isfinite(r), axis=1)
-        r[bad] = 0.0
+                r[:, col: col + tv.size] = (math.sqrt(self._scale[q]) * np.sqrt(tw)
+                                            * (model - tv) / sc)
+                col += tv.size
         chi2 = np.einsum("ij,ij->i", r, r)
+        bad = failed | ~np.isfinite(chi2)  # a non-finite current makes χ² non-finite
+        r[bad] = 0.0
         chi2[bad] = FAILED
         return r, chi2

@@ -56,9 +56,10 @@ MIN_WIDTH = 1e-3       # decades: the narrowest first grid
 RECENTRE_GAIN = 0.05   # χ² a profile point must gain over the optimum to move the optimum
 MAX_RECENTRE = 2       # times the optimum is moved (and the grids laid again)
 HOF_STARTS = 4         # hall-of-fame members tried as warm starts
-PAIR_CORRELATION = 0.9  # along a profile: |r| of another gene against the profiled one
+PAIR_CORRELATION = 0.95  # along a profile: |r| of another gene against the profiled one
 PAIR_SLOPE = 0.5       # ... and |slope| (decades per decade)
 PAIR_RANGE = 0.1       # ... and its range (decades) to call the pair "moving together"
+MAX_PAIRS = 3          # the strongest pairs reported per parameter
 
 WAIT, ACTIVE, DONE = 0, 1, 2
 
@@ -596,4 +597,5 @@ class ProfileEngine:
             r = float(v @ yc / math.sqrt((v @ v) * (yc @ yc)))
             if abs(r) >= PAIR_CORRELATION and abs(slope) >= PAIR_SLOPE:
                 out.append({"name": names[k], "slope": slope, "r": r})
-        return out
+        out.sort(key=lambda p: -abs(p["r"]))
+        return out[:MAX_PAIRS]
