@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -118,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     allc = [p["covered"] for r in reps for p in r["parameters"].values()]
     cov = float(np.mean(allc))
     se = math.sqrt(cov * (1 - cov) / len(allc)) if allc else math.nan
-    out = {"command": " ".join(["python", "benchmarks/profile_coverage.py"]
-                               + (argv if argv is not None else sys.argv[1:])),
+    out = {"command": shlex.join(["python", "benchmarks/profile_coverage.py"]
+                                 + (argv if argv is not None else sys.argv[1:])),
            **environment(), "replicates": args.replicates, "noise_fraction": args.noise,
            "points": args.points, "level": args.level, "free": list(FREE),
            "coverage": cov, "coverage_se": se, "coverage_per_parameter": per,

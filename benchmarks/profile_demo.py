@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import tempfile
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                              progress=True)
         wall = time.perf_counter() - t0
     solver_s = result.extra["solver_s"]
-    out = {"command": " ".join(["python", "benchmarks/profile_demo.py"]
-                               + (argv if argv is not None else sys.argv[1:])),
+    out = {"command": shlex.join(["python", "benchmarks/profile_demo.py"]
+                                 + (argv if argv is not None else sys.argv[1:])),
            **environment(), "backend": args.backend, "points": args.points,
            "parameters": len(result.rows), "wall_s": wall, "fit_s": fit_s,
            "steps": result.steps, "solver_calls": result.solver_calls,

@@ -38,6 +38,7 @@ FIGURE_SIZES: dict[str, tuple[float, float]] = {
     "recovery": (6.5, 4.8),
     "convergence": (11.0, 4.5),
     "parameters": (10.0, 5.5),
+    "correlations": (7.0, 6.0),
     "traces": (8.0, 5.0),
 }
 PROTOCOL_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
@@ -225,6 +226,7 @@ def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str
                 ("recovery", lambda: _recovery_figure(r)),
                 ("convergence", lambda: _convergence_figure(r)),
                 ("parameters", lambda: _parameter_figure(r)),
+                ("correlations", lambda: _correlation_figure(r)),
                 ("profiles", lambda: profile_figure(r))]
     for stem, draw in figures:
         with matplotlib.rc_context(STYLE):
@@ -464,6 +466,36 @@ def _parameter_figure(r: RunView) -> Figure | str:
     ax.set_title(f"{r.title}: best candidate's rate constants per generation")
     ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5),
               ncols=1 if free.size <= 16 else 2, fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------- uncertainty
+
+def _correlation_figure(r: RunView) -> Figure | str:
+    """The correlations of the free rates (log10) at the best, from the Fisher information
+    stored at the end of the fit (``/profiles/local``)."""
+    local = r.local_uncertainty
+    if not local or not local.get("names"):
+        return ("no local uncertainty in the run file (computed at the end of a fit; "
+                "kingen profile RUN.h5 adds it to older files)")
+    names = list(local["names"])
+    corr = np.array([[math.nan if v is None else v for v in row]
+                     for row in local["correlation"]], dtype=float)
+    fig = _figure("correlations")
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(corr), cmap="RdBu_r", vmin=-1, vmax=1)
+    n = len(names)
+    ax.set_xticks(range(n), names, rotation=90)
+    ax.set_yticks(range(n), names)
+    if n <= 16:
+        for i in range(n):
+            for k in range(n):
+                v = corr[i, k]
+                ax.text(k, i, "—" if not math.isfinite(v) else f"{v:.2f}", ha="center",
+                        va="center", fontsize=7,
+                        color="white" if math.isfinite(v) and abs(v) > 0.6 else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="correlation of log10 rates")
+    ax.set_title(f"{r.title}: correlations at the best (Fisher information)")
     return fig
 
 

@@ -33,6 +33,8 @@ FIGURE_CAPTIONS = {
                    "protocol.",
     "parameters": "Rate constants of each generation's best candidate, as positions "
                   "within their bounds (log scale).",
+    "correlations": "Correlations of the free rates (log10) at the best, from the Fisher "
+                    "information (—: not determined by the data).",
     "profiles": "Profile likelihoods (kingen profile): Δχ² of the best fit with the rate held "
                 "at each value, against the threshold of the confidence level; shaded: the "
                 "interval; solid: the best value; dotted: the model file's value.",
@@ -183,7 +185,7 @@ def _collect(run: RunView, out_dir: Path) -> _Content:
     written, skipped = plot_run_detailed(run, out_dir, on_skip=lambda _: None)
     c.skipped = skipped
     order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters",
-             "profiles"]
+             "correlations", "profiles"]
     for stem in order:
         pngs = [p for p in written.get(stem, []) if p.suffix == ".png"]
         if pngs:

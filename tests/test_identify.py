@@ -234,6 +234,7 @@ def test_plot_has_one_profile_panel_per_parameter(jonas_run, tmp_path):
     assert [ax.get_xlabel() for ax in panels] == ["k2o (ms^-1)", "ko2 (ms^-1)"]
     written, _ = plot_run_detailed(jonas_run, tmp_path / "figs", formats=("png",))
     assert written["profiles"][0].stat().st_size > 0
+    assert "correlations" in written  # the fit stored its Fisher matrix
 
 
 def test_intervals_cover_the_truth_over_noise_replicates(tmp_path, two_state_run):
