@@ -279,3 +279,37 @@ def test_a_fit_ends_with_its_local_uncertainty_and_the_outputs_show_it(jonas_fit
     exported = fitted_scheme_text(run)
     assert "profile-likelihood intervals" in exported
     assert exported.count("identifiable: yes") == 2
+
+
+def test_a_damaged_or_malformed_profile_state_is_one_line(jonas_run, tmp_path, capsys):
+    import json
+    import zlib
+
+    profile_run(jonas_run, points=9, progress=False)
+    damaged = tmp_path / "damaged.h5"
+    shutil.copy(jonas_run, damaged)
+    with h5py.File(damaged, "r+") as f:
+        slot = int(f["profiles/commit"][1])
+        ds = f[f"profiles/slot_{slot}"]
+        raw = ds[...]
+        raw[10] ^= 0x01  # a flipped bit in the text
+        ds[...] = raw
+    capsys.readouterr()
+    assert main(["profile", str(damaged), "--points", "9"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "fails its CRC-32" in err
+    malformed = tmp_path / "malformed.h5"
+    shutil.copy(jonas_run, malformed)
+    with h5py.File(malformed, "r+") as f:  # valid checksum, wrong contents
+        slot = int(f["profiles/commit"][1])
+        ds = f[f"profiles/slot_{slot}"]
+        state = json.loads(bytes(ds[...]).rstrip(b"\0"))
+        state["engine"]["x"] = [[1.0]]
+        raw = np.frombuffer(json.dumps(state).encode(), dtype=np.uint8)
+        ds.resize((max(raw.size, ds.shape[0]),))
+        ds[...] = np.concatenate([raw, np.zeros(ds.shape[0] - raw.size, np.uint8)])
+        f["profiles/commit"][2] = zlib.crc32(raw.tobytes())
+    with pytest.raises(KingenError, match="malformed profile state.*--restart"):
+        profile_run(malformed, points=9, progress=False)
+    result = profile_run(malformed, points=9, progress=False, restart=True)
+    assert result.extra["finished"]

@@ -162,14 +162,19 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
             state = previous
         pmap, objective = problem.pmap, problem.objective
         names = pmap.gene_names
-        if state is not None:
-            noise = NoiseModel.from_dict(state["noise"])
-        else:
-            noise = estimate_noise(objective, pmap.to_params(problem.best_genes[None, :]))
-        lik = Likelihood(objective, pmap, noise, problem.best_genes)
-        engine = ProfileEngine(lik, genes, points, float(level), problem.best_genes,
-                               problem.hof_genes,
-                               state=None if state is None else state["engine"])
+        try:
+            noise = (NoiseModel.from_dict(state["noise"]) if state is not None else
+                     estimate_noise(objective, pmap.to_params(problem.best_genes[None, :])))
+            lik = Likelihood(objective, pmap, noise, problem.best_genes)
+            engine = ProfileEngine(lik, genes, points, float(level), problem.best_genes,
+                                   problem.hof_genes,
+                                   state=None if state is None else state["engine"])
+        except (KeyError, ValueError, TypeError, IndexError) as exc:
+            if state is None:
+                raise
+            raise KingenError(f"malformed profile state ({type(exc).__name__}: {exc}); "
+                              "start again with kingen profile --restart", file=name,
+                              field="/profiles") from None
         if progress:
             what = ("continuing the profiles stored in the run file" if state is not None
                     else f"profiling {len(genes)} parameters at {points} points")
