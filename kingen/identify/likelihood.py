@@ -5,12 +5,14 @@ the amplitude A solved in closed form (least squares, clamped ≥ 0) for every c
 independent Gaussian noise of σ_p, and τ_p samples per independent one
 (:mod:`kingen.identify.noise`),
 
-    −2 log L(θ) = Σ_p Σ w (A g − d)² / (σ_p² τ_p) + Σ_p s_p Σ_t w_t ((m_t − y_t) / scale_t)²
+    −2 log L(θ) = Σ_p Σ w (A g − d)² / (σ_p² τ_p) + Σ_t s_t w_t ((m_t − y_t) / scale_t)²
                   + const,
 
 A profiled out as in the fit (it is re-solved for every θ). The second sum is over summary
-targets (:mod:`kingen.objective`): s_p = 1 where every target has an sd, else the scale
-that makes their χ² at the best equal their number. The protocols' fit weights do not enter:
+targets (:mod:`kingen.objective`): s_t = 1 for a target with an sd; a protocol's targets
+without one share the scale that makes their χ² at the best equal their number (or
+:data:`ASSUMED_RELATIVE_SD` of their value, when the best meets them exactly, and their
+scatter says nothing). The protocols' fit weights do not enter:
 they are a choice of the search, not a property of the data.
 
 :class:`Likelihood` gives, for a batch of genes, the residual vectors r whose Σ r² is
@@ -19,15 +21,19 @@ they are a choice of the search, not a property of the data.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
-from kingen.identify.noise import NoiseModel
+from kingen.identify.noise import NoiseModel, has_sd
 from kingen.objective import host_windows
 
 FAILED = np.inf  # χ² of a candidate that cannot be simulated
+# Targets without an sd that the best fit meets to within this (squared, relative) per
+# target carry no estimate of their scatter; they are then taken to scatter by
+# ASSUMED_RELATIVE_SD of their value.
+EXACT_TARGETS = 1e-8
+ASSUMED_RELATIVE_SD = 0.05
 
 
 class Likelihood:
@@ -65,13 +71,27 @@ class Likelihood:
             amp = None if item.amplitude is None else float(item.amplitude)
             self._rec.append((q, idx, objective.data[idx], objective.weight[idx], amp, c))
         self._scale = np.where(np.isfinite(noise.target_scale), noise.target_scale, 1.0)
+        # per target: 1 where it has its own sd, else its protocol's scale (set below)
+        self._sd = {q: np.array([has_sd(item, t) for t in plan.targets], dtype=bool)
+                    for q, (item, plan) in enumerate(zip(objective.items, objective.plans,
+                                                         strict=True)) if plan.targets}
         unknown = ~np.isfinite(noise.target_scale)
         if unknown.any():
-            r = self.residuals(np.atleast_2d(best_genes), _count=False)[0]
+            r = self.residuals(np.atleast_2d(best_genes), _count=False)[0][0]
             for q, (lo, hi) in self._target_blocks().items():
-                if unknown[q] and hi > lo:
-                    ss = float(r[lo:hi] @ r[lo:hi])
-                    self._scale[q] = (hi - lo) / ss if ss > 0 else 1.0
+                free = ~self._sd[q]
+                if unknown[q] and free.any():
+                    rq = r[lo:hi][free]
+                    ss, k = float(rq @ rq), int(free.sum())
+                    if ss > EXACT_TARGETS * k:
+                        self._scale[q] = k / ss
+                    else:
+                        # the best meets these targets exactly: their scatter says nothing
+                        self._scale[q] = 1.0 / ASSUMED_RELATIVE_SD ** 2
+                        noise.notes.append(
+                            f"{objective.names[q]}: the best fit meets its targets without "
+                            f"an sd exactly, so their noise cannot be estimated; taken as "
+                            f"{100 * ASSUMED_RELATIVE_SD:g} % of each target (give an sd)")
         self.noise.target_scale = self._scale.copy()
 
     def _target_blocks(self) -> dict[int, tuple[int, int]]:
@@ -149,8 +169,8 @@ class Likelihood:
                 model = values.copy()
                 if amp_t is not None:
                     model[:, current] *= amp_t[:, None]
-                r[:, col: col + tv.size] = (math.sqrt(self._scale[q]) * np.sqrt(tw)
-                                            * (model - tv) / sc)
+                factor = np.where(self._sd[q], 1.0, self._scale[q])
+                r[:, col: col + tv.size] = np.sqrt(factor * tw) * (model - tv) / sc
                 col += tv.size
         chi2 = np.einsum("ij,ij->i", r, r)
         bad = failed | ~np.isfinite(chi2)  # a non-finite current makes χ² non-finite

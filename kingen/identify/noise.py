@@ -10,8 +10,9 @@ where the autocorrelation ρ_k of the baseline (else of the residuals) is still 
 (above 2/√n); the effective number of independent samples is n / τ.
 
 Summary targets carry their own scale: a target with an ``sd`` is a Gaussian observation with
-that sd; the other targets (relative errors, tables) get a scale from the best fit's
-residuals, so that their χ² at the best is their number.
+that sd; a protocol's other targets (relative errors, tables) share a scale from the best
+fit's residuals, so that their χ² at the best is their number
+(:mod:`kingen.identify.likelihood`).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -85,7 +86,8 @@ class NoiseModel:
     residual_rms
         rms of the best fit's residuals, pA.
     target_scale
-        Factor on the targets' Σ w·r² (1 where every target has an sd).
+        Factor on the Σ w·r² of the protocol's targets without an sd (NaN until the
+        likelihood sets it from the best fit).
     notes
         Lines worth telling the user (correlated noise, misfit).
     """
@@ -196,11 +198,16 @@ def estimate_noise(objective, params: np.ndarray) -> NoiseModel:
                              f"{sigma[q]:.3g} pA): the model is not exact, and intervals "
                              "from this likelihood are too narrow")
         if plan.targets:
-            has_sd = [_has_sd(item, t) for t in plan.targets]
-            if not all(has_sd):
+            with_sd = [has_sd(item, t) for t in plan.targets]
+            if not all(with_sd):
                 tscale[q] = math.nan  # set from the best fit's residuals by the likelihood
     return NoiseModel(names=list(objective.names), sigma=sigma, source=source, tau=tau,
                       n=n, residual_rms=rms, target_scale=tscale, notes=notes)
+
+
+def has_sd(item, target) -> bool:
+    """True when a compiled target of ``item`` came with its own sd."""
+    return _has_sd(item, target)
 
 
 def _has_sd(item, target) -> bool:

@@ -236,8 +236,8 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     features = _features(objective, traces)
     store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
                      amplitudes=amps, traces=traces, features=features, polish=report)
-    _local_uncertainty(objective, cfg, best_genes, store, stream)
     store.mark_finished(reason)
+    _local_uncertainty(objective, cfg, best_genes, store, stream)
     timings = {k: [t[k] for t in engine.timings] for k in engine.timings[0]} if \
         engine.timings else {}
     timings["wall_s"] = time.perf_counter() - wall0
@@ -249,14 +249,15 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
 def _local_uncertainty(objective: Objective, cfg: FitConfig, genes: np.ndarray, store: Any,
                        stream: TextIO | None) -> None:
     """Standard errors and correlations at the best (two small solver calls), into the
-    run file (``/profiles/local``). The fit is finished by then: a failure here is said in
-    one line and leaves the fit as it is."""
+    run file (``/profiles/local``). The fit is finished and marked so by then: a failure
+    here, whatever it is, is said in one line and leaves the run file as it is."""
     from kingen.identify.local import local_at_best
 
     try:
         local = local_at_best(objective, cfg.pmap, np.asarray(genes, dtype=float))
-    except (KingenError, ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-        _warn([f"note: the local uncertainty was not computed ({exc})"], stream)
+    except Exception as exc:  # noqa: BLE001 - the fit is done and recorded: say it, go on
+        _warn([f"note: the local uncertainty was not computed ({type(exc).__name__}: "
+               f"{exc}); kingen profile RUN.h5 computes it"], stream)
         return
     if hasattr(store, "write_local_uncertainty"):
         store.write_local_uncertainty(local)
