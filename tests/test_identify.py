@@ -313,3 +313,28 @@ def test_a_damaged_or_malformed_profile_state_is_one_line(jonas_run, tmp_path, c
         profile_run(malformed, points=9, progress=False)
     result = profile_run(malformed, points=9, progress=False, restart=True)
     assert result.extra["finished"]
+
+
+def test_summary_targets_enter_the_likelihood(tmp_path):
+    """A fit to summary targets alone: those with an sd are Gaussian observations, the
+    others are scaled from the best fit (5 % of each when it meets them exactly)."""
+    from kingen.data import load_targets
+
+    (tmp_path / "model.toml").write_text(
+        (Path(__file__).resolve().parents[1] / "data" / "jonas_1993_reversible.toml")
+        .read_text())
+    (tmp_path / "deact.csv").write_text("feature,value,unit,weight,sd\n"
+                                        "peak,-45,pA,1,2\ntau_deact_ms,2.55,,,0.1\n")
+    (tmp_path / "des.csv").write_text("feature,value,unit,weight,sd\ntau_des,19.8,ms,1,\n")
+    (tmp_path / "fit.toml").write_text(
+        'model = "model.toml"\noutput = "run.h5"\nbackend = "cpu"\nseed = 1\n'
+        '[[protocols]]\nprotocol = "deactivation"\ntargets = "deact.csv"\n'
+        '[[protocols]]\nprotocol = "desensitization"\ntargets = "des.csv"\n'
+        '[parameters]\nfree = ["k2o", "ko2"]\nk2o = { bounds = [1, 20] }\n'
+        'ko2 = { bounds = [0.2, 4] }\n[ga]\npopulation = 12\ngenerations = 4\n')
+    assert load_targets(tmp_path / "des.csv").features["tau_des_ms"].sd is None
+    result = fit(tmp_path / "fit.toml", progress=False)
+    noise = result.uncertainty["noise"]
+    assert noise["source"] == ["", ""] and noise["target_scale"][0] == 1.0
+    prof = profile_run(tmp_path / "run.h5", points=5, progress=False)
+    assert prof.extra["finished"] and [r["name"] for r in prof.rows] == ["k2o", "ko2"]
