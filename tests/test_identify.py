@@ -245,7 +245,7 @@ def test_intervals_cover_the_truth_over_noise_replicates(tmp_path, two_state_run
     for seed in range(100, 106):
         folder = tmp_path / str(seed)
         folder.mkdir()
-        result = profile_run(_two_state_problem(folder, seed), points=7, progress=False)
+        result = profile_run(_two_state_problem(folder, seed), points=5, progress=False)
         for row in result.rows:
             truth = {"kon": 5.0, "koff": 0.8}[row["name"]]
             covered.append(row["lower"] is not None and row["upper"] is not None

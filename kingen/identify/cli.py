@@ -23,7 +23,7 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--level", type=float, default=0.95,
                    help="confidence level of the intervals (default 0.95)")
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default=None,
-                   help="solver backend (default: the fit's)")
+                   help="solver backend (default: auto, a GPU where there is one)")
     p.add_argument("--restart", action="store_true",
                    help="start again instead of continuing stored profiles")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")

@@ -68,7 +68,7 @@ def rebuild(store: Any, backend: str | None = None) -> Problem:
             amplitude=None if s.get("amplitude") is None else float(s["amplitude"]),
             mask=[(float(a), float(b)) for a, b in s.get("mask", [])],
             baseline=str(s.get("baseline", "none")), source=name))
-    objective = Objective(scheme, items, backend=backend or settings.get("backend", "auto"),
+    objective = Objective(scheme, items, backend=backend or "auto",
                           precision=settings.get("precision", "float64"),
                           step=settings.get("step"),
                           courant=float(settings.get("courant", DEFAULT_COURANT)))

@@ -118,7 +118,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
     level
         Confidence level of the intervals.
     backend
-        Solver backend (default: the fit's).
+        Solver backend (default: auto: a GPU where there is one, else the CPU cores).
     restart
         Discard an unfinished profile state with the same settings instead of continuing it.
     max_steps
