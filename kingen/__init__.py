@@ -8,6 +8,8 @@ so ``import kingen`` stays fast and loads neither Numba, h5py, SciPy nor Matplot
 layer                   name                        what it does
 ======================  ==========================  ===========================================
 model                   :class:`Scheme`             ``Scheme.load(path)``: read a scheme file
+model                   :func:`import_scheme`       a scheme from a NEURON .mod or Myokit .mmt
+model                   :func:`export_scheme`       a scheme as a NEURON .mod or Myokit .mmt
 experiment              :func:`standard_protocol`   a standard AMPA protocol by name
 experiment              :func:`load_protocol`       a protocol by name or from a TOML file
 experiment              :func:`load_recording`      a recording from CSV, NWB or ABF
@@ -47,6 +49,8 @@ from kingen.errors import KingenError
 # public name -> (module, attribute)
 _LAZY: dict[str, tuple[str, str]] = {
     "Scheme": ("kingen.scheme", "Scheme"),
+    "import_scheme": ("kingen.interop", "import_scheme"),
+    "export_scheme": ("kingen.interop", "export_scheme"),
     "standard_protocol": ("kingen.protocol", "standard_protocol"),
     "load_protocol": ("kingen.protocol", "load_protocol"),
     "Protocol": ("kingen.protocol", "Protocol"),
@@ -72,7 +76,8 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 __all__ = [
-    "KingenError", "__version__", "Scheme", "standard_protocol", "load_protocol", "Protocol",
+    "KingenError", "__version__", "Scheme", "import_scheme", "export_scheme",
+    "standard_protocol", "load_protocol", "Protocol",
     "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
     "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
     "FitResult", "RunStore", "plot_run", "write_report", "profile", "ProfileResult",
@@ -84,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from kingen.fit_config import FitConfig, demo_config, load_config
     from kingen.identify.run import ProfileResult
     from kingen.identify.run import profile_run as profile
+    from kingen.interop import export_scheme, import_scheme
     from kingen.objective import Objective
     from kingen.plot import plot_run
     from kingen.protocol import Protocol, load_protocol, standard_protocol

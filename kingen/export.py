@@ -301,5 +301,83 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
             store.close()
 
 
-__all__ = ["dumps_toml", "export_csv", "export_model", "export_nwb", "fitted_recordings",
-           "fitted_scheme_text"]
+# --------------------------------------------------------------------------- other simulators
+
+def profile_intervals(store: RunStore) -> dict[str, tuple[float, float]]:
+    """Profile-likelihood intervals per parameter (internal units), when the run file has a
+    ``/profiles`` group with them; {} otherwise.
+
+    Each parameter's entry is read from ``/profiles/<name>``: an ``interval`` attribute or
+    dataset of two numbers, or ``lower`` and ``upper`` attributes. Anything else is ignored:
+    the intervals are a courtesy of the export, never a reason for it to fail.
+    """
+    f = getattr(store, "_f", None)
+    group = None if f is None else f.get("profiles")
+    out: dict[str, tuple[float, float]] = {}
+    if group is None:
+        return out
+    for name in store.param_names:
+        item = group.get(name)
+        if item is None:
+            continue
+        try:
+            if "interval" in item.attrs:
+                lo, hi = (float(x) for x in np.asarray(item.attrs["interval"]).ravel()[:2])
+            elif hasattr(item, "keys") and "interval" in item:
+                lo, hi = (float(x) for x in np.asarray(item["interval"][()]).ravel()[:2])
+            elif "lower" in item.attrs and "upper" in item.attrs:
+                lo, hi = float(item.attrs["lower"]), float(item.attrs["upper"])
+            else:
+                continue
+        except (TypeError, ValueError, KeyError):
+            continue
+        if math.isfinite(lo) and math.isfinite(hi):
+            out[name] = (lo, hi)
+    return out
+
+
+def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLike[str], *,
+                   protocol: str | None = None) -> Path:
+    """Write a run's fitted scheme, or a scheme file, for NEURON (``to="neuron"``, .mod) or
+    Myokit (``to="myokit"``, .mmt), with the fit's provenance and profile intervals.
+
+    ``source`` is a run file (the fitted values, the amplitude of ``protocol`` as the
+    channel count) or a scheme TOML file (its own values).
+    """
+    from kingen.interop import export_scheme
+
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    path = Path(source)
+    if path.suffix.lower() == ".toml":
+        scheme = Scheme.load(path)
+        lines = [f"Exported by kingen {__version__} on {when} from scheme file {path} "
+                 f"(the file's values)."]
+        return export_scheme(scheme, to, out, provenance=lines)
+    store, opened = as_store(source)
+    try:
+        view = RunView(store)
+        scheme = view.scheme
+        params, origin = view.fitted_params()
+        amp, amp_from = choose_amplitude(view, protocol)
+        best = view.best
+        fitness = math.nan if best is None else best["fitness"]
+        lines = [f"Fitted by kingen; exported by kingen {__version__} on {when}.",
+                 f"Run file {store.path} (created {store.created or '?'}, "
+                 f"{store.n_generations} generations, finished: {store.finished or 'no'}).",
+                 f"Values: {origin}; error (fitness) {fitness:.6g}.",
+                 f"Original scheme: {scheme.path}."]
+        if amp_from is not None:
+            lines.append(f"nchan = {amp:.6g}: the amplitude (channels) fitted for protocol "
+                         f"{amp_from!r}.")
+        intervals = profile_intervals(store)
+        if intervals:
+            lines.append("Profile-likelihood intervals of the run are given beside each rate.")
+        return export_scheme(scheme, to, out, params=params, channels=amp, provenance=lines,
+                             intervals=intervals)
+    finally:
+        if opened:
+            store.close()
+
+
+__all__ = ["dumps_toml", "export_csv", "export_foreign", "export_model", "export_nwb",
+           "fitted_recordings", "fitted_scheme_text", "profile_intervals"]

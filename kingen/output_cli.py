@@ -38,9 +38,16 @@ def add_parsers(subparsers: Any) -> None:
     r.set_defaults(handler=run_report)
 
     e = subparsers.add_parser(
-        "export", help="fitted model as a scheme file; fitted traces as CSV or NWB",
-        description="Export the fit of a run file. At least one of --model, --csv, --nwb.")
-    e.add_argument("run", type=Path, help="the run file (.h5) written by kingen fit")
+        "export", help="fitted model as a scheme file, .mod or .mmt; fitted traces as CSV "
+                       "or NWB",
+        description="Export the fit of a run file. At least one of --model, --csv, --nwb, "
+                    "--to. With --to neuron|myokit -o FILE, the run's fitted scheme (or a "
+                    "scheme file's own) is written as a NEURON .mod or a Myokit .mmt.")
+    e.add_argument("run", type=Path, help="the run file (.h5) written by kingen fit; with "
+                                          "--to, a scheme file (.toml) too")
+    e.add_argument("--to", choices=("neuron", "myokit"),
+                   help="write the scheme for NEURON (.mod) or Myokit (.mmt) to -o FILE")
+    e.add_argument("-o", "--out", type=Path, metavar="FILE", help="the file --to writes")
     e.add_argument("--model", type=Path, metavar="OUT.toml",
                    help="write the fitted model as a scheme file")
     e.add_argument("--csv", type=Path, metavar="DIR",
@@ -52,6 +59,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="for --model: whose fitted amplitude sets model.channels; "
                         "for --nwb: the one protocol to write")
     e.set_defaults(handler=run_export)
+    add_import_parser(subparsers)
 
 
 def _say(paths: list[Path]) -> None:
@@ -86,9 +94,11 @@ def run_export(args: argparse.Namespace) -> int:
     from kingen.export import export_csv, export_model, export_nwb
     from kingen.store import RunStore
 
+    if args.to or args.out:
+        return _export_foreign(args)
     if not (args.model or args.csv or args.nwb):
-        raise KingenError("nothing to export: give --model OUT.toml, --csv DIR or "
-                          "--nwb OUT.nwb", field="export")
+        raise KingenError("nothing to export: give --model OUT.toml, --csv DIR, "
+                          "--nwb OUT.nwb or --to neuron|myokit -o FILE", field="export")
     with RunStore.open(args.run) as store:
         paths: list[Path] = []
         if args.model:
@@ -101,4 +111,49 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_parsers", "run_export", "run_plot", "run_report"]
+def _export_foreign(args: argparse.Namespace) -> int:
+    """``kingen export RUN.h5|scheme.toml --to neuron|myokit -o FILE``."""
+    from kingen.cli import output_path
+    from kingen.errors import KingenError
+    from kingen.export import export_foreign
+
+    if not (args.to and args.out):
+        raise KingenError("--to and -o go together: --to neuron|myokit -o FILE",
+                          field="--to" if not args.to else "-o")
+    if args.model or args.csv or args.nwb:
+        raise KingenError("--to writes one file: give --model, --csv or --nwb in a separate "
+                          "command", field="--to", value=args.to)
+    out = output_path(args.out, "-o")
+    _say([export_foreign(args.run, args.to, out, protocol=args.protocol)])
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """``kingen import FILE.mod|FILE.mmt -o scheme.toml``."""
+    from kingen.cli import output_path
+    from kingen.interop import import_scheme
+
+    out = output_path(args.out, "-o")
+    _say([import_scheme(args.file, out, agonist=args.agonist)])
+    return 0
+
+
+def add_import_parser(subparsers: Any) -> None:
+    """Add ``import`` to an ``argparse`` subparsers object."""
+    i = subparsers.add_parser(
+        "import", help="a scheme from a NEURON .mod or Myokit .mmt file",
+        description="Read the kinetic scheme of a NEURON .mod file (KINETIC block) or a "
+                    "Myokit .mmt model (myokit.lib.markov form) and write a kingen scheme "
+                    "file: units converted, bounds x/÷10 around the values, cycles checked. "
+                    "Rates the scheme format cannot hold are listed, line by line.")
+    i.add_argument("file", type=Path, help="the .mod or .mmt file")
+    i.add_argument("-o", "--out", type=Path, required=True, metavar="scheme.toml",
+                   help="the scheme file to write")
+    i.add_argument("--agonist", metavar="NAME",
+                   help="the agonist concentration variable, when the file's rates multiply "
+                        "more than one")
+    i.set_defaults(handler=run_import)
+
+
+__all__ = ["add_import_parser", "add_parsers", "run_export", "run_import", "run_plot",
+           "run_report"]

@@ -20,7 +20,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kingen"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("kingen._version", "kingen.errors", "kingen.files", "kingen.units",
                "kingen.fields", "kingen.limits",
-               "kingen.scheme", "kingen.shipped")),
+               "kingen.scheme", "kingen.shipped",
+               # scheme import/export (NEURON .mod, Myokit .mmt): the model layer (DESIGN.md)
+               "kingen.interop")),
     ("experiment", ("kingen.protocol", "kingen.data")),
     ("simulation", ("kingen.codegen", "kingen.solve")),
     ("objective", ("kingen.objective", "kingen.features")),

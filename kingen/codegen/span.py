@@ -39,23 +39,30 @@ def span_check(n_states: int, lanes: int, span: int) -> None:
         raise ValueError(f"a span needs lanes ≥ 2 that divide it (lanes {lanes}, span {span})")
 
 
-def emit_span_build(a: Emitter, span: int, d_flush: float) -> None:
-    """``span_thread(c, k, i, D, GV, DV)``: row i of Mʲ for j = 1 … B, in float64.
+def span_groups(n_states: int) -> int:
+    """(key, candidate) matrices one block of ``build_span`` holds in shared memory."""
+    return max(1, 128 // n_states)
 
-    ``a`` must cast to ``F64``. Row i of M^{j} is e_i advanced by j products with
-    M = I + D; its dot product with g is ``GV[k, i, j − 1, c]``.
+
+def emit_span_build(a: Emitter, span: int, d_flush: float) -> None:
+    """``span_thread(c, k, i, Ms, GV, DV)``: row i of Mʲ for j = 1 … B, in float64.
+
+    ``a`` must cast to ``F64``. ``Ms`` is D = M − I of (key k, candidate c) in shared
+    memory, loaded by the S threads of the group, so that the B products of every row read
+    it from there rather than from device memory. Row i of Mʲ is e_i advanced by j products
+    with M = I + D; its dot product with g is ``GV[k, i, j − 1, c]``.
     """
     S = a.scheme.n_states
     cond = a.scheme.conductance
     a("@DEVICE")
-    a("def span_thread(c, k, i, D, GV, DV):")
+    a("def span_thread(c, k, i, Ms, GV, DV):")
     ind = "    "
     for j in range(S):
         a(f"{ind}r{j} = F64(1.0) if i == {j} else F64(0.0)")
     a(f"{ind}for jj in range({span}):")
     ind2 = ind + "    "
     for j in range(S):
-        terms = [f"r{i} * F64(D[k, {i}, {j}, c])" for i in range(S)]
+        terms = [f"r{i} * Ms[{i}, {j}]" for i in range(S)]
         a(f"{ind2}n{j} = r{j} + (" + " + ".join(terms) + ")")
     for j in range(S):
         a(f"{ind2}r{j} = n{j}")

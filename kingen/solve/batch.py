@@ -503,8 +503,11 @@ class Simulator:
         if build:
             stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
             if span_arrays:
-                stages.append(("build_span", lambda: module.build_span[build, _BUILD_BLOCK](
-                    n, plan.n_keys, dD, *span_arrays)))
+                groups = module.SPAN_GROUPS
+                span_blocks = (n * plan.n_keys + groups - 1) // groups
+                stages.append(("build_span", lambda: module.build_span[
+                    span_blocks, groups * self.scheme.n_states](n, plan.n_keys, dD,
+                                                                *span_arrays)))
         stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
 
         def call() -> None:

@@ -16,6 +16,7 @@ from types import ModuleType
 
 from kingen.codegen import N_WINDOWS, generate, generate_propagator
 from kingen.codegen.propagator import shared_stride
+from kingen.codegen.span import span_groups
 from kingen.protocol import EDGE_HALF_WIDTH_SIGMAS
 from kingen.scheme import Scheme
 
@@ -177,13 +178,25 @@ def build(N, n_keys, P, keys_f, keys_i, D):
         build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
 
 
+SPAN_GROUPS = {groups}
+
+
 @cuda.jit({options})
 def build_span(N, n_keys, D, GV, DV):
-    S = GV.shape[1]
-    t = cuda.grid(1)
-    if t < N * n_keys * S:
-        r = t // N
-        span_thread(t % N, r // S, r % S, D, GV, DV)
+    # the S threads of one (key, candidate) are neighbours in a block and share its D
+    Ms = cuda.shared.array(({groups}, {states}, {states}), dtype=F64)
+    grp = cuda.threadIdx.x // {states}
+    i = cuda.threadIdx.x % {states}
+    m = cuda.blockIdx.x * {groups} + grp
+    active = grp < {groups} and m < N * n_keys
+    c = m % N
+    k = m // N
+    if active:
+        for j in range({states}):
+            Ms[grp, i, j] = F64(D[k, i, j, c])
+    cuda.syncthreads()
+    if active:
+        span_thread(c, k, i, Ms[grp], GV, DV)
 
 
 @cuda.jit({options})
@@ -268,6 +281,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
             template = _CUDA_SPAN_LAUNCH if span > 1 else _CUDA_PROP_LAUNCH
             launch = template.format(
                 options=", ".join(options), lanes=lanes, stride=stride,
+                groups=span_groups(scheme.n_states), states=scheme.n_states,
                 full=(1 << lanes) - 1,
                 shared=max(1, (block // lanes) * stride) if lanes > 1 else 1)
         source = code.source

@@ -123,13 +123,14 @@ def default_config(scheme, precision: str = "float64") -> LaunchConfig:
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
     Lanes per (candidate, sweep) pair and samples per span as measured fastest on an H100
-    for Robert & Howe 2003 (16 states, benchmarks/results/h100/propagator/session8_*):
-    four lanes and spans of 8 samples in both precisions. Schemes of up to 8 states hold
-    the whole of D in one thread.
+    for Robert & Howe 2003 at 16,384 candidates (16 states,
+    benchmarks/results/h100/propagator/session8_rh_float*_shared.json): eight lanes and
+    spans of 16 samples in both precisions. Schemes of up to 8 states hold the whole of D
+    in one thread.
     """
     if scheme.n_states <= 8:
         return LaunchConfig(form="propagator", lanes=1)
-    return LaunchConfig(form="propagator", lanes=4, span=8)
+    return LaunchConfig(form="propagator", lanes=8, span=16)
 
 
 def load_tuning() -> dict:
