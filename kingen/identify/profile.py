@@ -123,7 +123,9 @@ class ProfileEngine:
         self.steps = 0
         self.calls = 0
         self.candidates = 0
-        self.better: list[float] = []
+        # the neighbour candidates of a pass, waiting for the next step's call (not stored:
+        # an interrupted pass is taken again)
+        self._neighbour_jobs: list[tuple[int, list[np.ndarray]]] | None = None
         self._reset_memory()
         if state is not None:
             self._load(state)
@@ -163,7 +165,7 @@ class ProfileEngine:
                 "refined": {str(j): w for j, w in self.refined.items()},
                 "passes": self.passes, "recentred": self.recentred,
                 "fisher": self.fisher.tolist(), "steps": self.steps,
-                "calls": self.calls, "candidates": self.candidates, "better": self.better,
+                "calls": self.calls, "candidates": self.candidates,
                 # the Levenberg-Marquardt memory: a resumed run takes the same steps
                 "jtj": self.a.tolist(), "jtr": self.g.tolist(), "have": self.have.tolist(),
                 "trial": self.y.tolist(), "pred": self.pred.tolist(), "nu": self.nu.tolist()}
@@ -191,7 +193,6 @@ class ProfileEngine:
         self.fisher = np.array(s["fisher"], dtype=float).reshape(n, n)
         self.steps, self.calls = int(s["steps"]), int(s["calls"])
         self.candidates = int(s["candidates"])
-        self.better = [float(v) for v in s.get("better", [])]
         self.a = np.array(s["jtj"], dtype=float).reshape(b, n, n)
         self.g = np.array(s["jtr"], dtype=float).reshape(b, n)
         self.have = np.array(s["have"], dtype=bool).reshape(b)
@@ -275,8 +276,6 @@ class ProfileEngine:
         if self.phase == "center" and self.status[0] == DONE:
             self._start_grid()
         return True
-
-    _neighbour_jobs: list[tuple[int, list[np.ndarray]]] | None = None
 
     def _lm_update(self, b: int, r0: np.ndarray, c0: float, r_cols: np.ndarray,
                    steps: np.ndarray) -> None:

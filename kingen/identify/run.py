@@ -138,7 +138,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
     """
     from kingen.store import RunStore, WriterLock
     from kingen.store.integrity import _open_append
-    from kingen.store.profiles import add_group, commit_state, has_group, write_local
+    from kingen.store.profiles import add_group, commit_state, write_local
 
     t0 = time.perf_counter()
     path = Path(run)
@@ -155,7 +155,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
             genes = _chosen(problem.pmap, parameters, name)
             previous = store.profiles()
             scheme = store.scheme()
-            group = has_group(store._f)
+            group = store.has_profiles_group
         settings = {"genes": genes, "points": int(points), "level": float(level)}
         state = None
         if previous is not None and not restart and previous.get("settings") == settings:

@@ -664,6 +664,13 @@ class RunStore:
 
         return read_state(self._f, str(self.path))
 
+    @property
+    def has_profiles_group(self) -> bool:
+        """True when the file has the ``/profiles`` group (files from before it lack it)."""
+        from kingen.store.profiles import has_group
+
+        return has_group(self._f)
+
     def write_local_uncertainty(self, obj: Mapping[str, Any]) -> None:
         """Replace ``/profiles/local`` (a fit's writer; JSON-able numbers and text)."""
         from kingen.store.profiles import has_group, write_local
