@@ -338,3 +338,25 @@ def test_summary_targets_enter_the_likelihood(tmp_path):
     assert noise["source"] == ["", ""] and noise["target_scale"][0] == 1.0
     prof = profile_run(tmp_path / "run.h5", points=5, progress=False)
     assert prof.extra["finished"] and [r["name"] for r in prof.rows] == ["k2o", "ko2"]
+
+
+def test_one_batched_solver_call_per_step(jonas_run, tmp_path, monkeypatch):
+    import kingen.solve.batch as batch
+
+    run = tmp_path / "run.h5"
+    shutil.copy(jonas_run, run)
+    calls: list[tuple[str, int]] = []
+    original = batch.Simulator.run
+
+    def counting(self, params, mode="objective", **kw):
+        calls.append((mode, np.atleast_2d(params).shape[0]))
+        return original(self, params, mode, **kw)
+
+    monkeypatch.setattr(batch.Simulator, "run", counting)
+    result = profile_run(run, points=9, progress=False, restart=True)
+    # the noise model at the best, then one call per step, each holding every sub-problem
+    # still at work (the Jacobian columns of all grid points together)
+    assert len(calls) == 1 + result.steps == 1 + result.solver_calls
+    assert {mode for mode, _ in calls} == {"traces"}
+    assert sum(n for _, n in calls[1:]) == result.candidates
+    assert max(n for _, n in calls) >= 2 * 8 * 2  # 2 parameters x 8 points x (1 + 1 column)
