@@ -57,7 +57,7 @@ def main() -> int:
     for key, cases in ((f"stencil-{a.size}", stencil.cases(a.size)),
                        (f"sgemm-{a.size}", [c for c in sgemm.cases(a.size)
                                             if c.name != "sgemm_cublas"])):
-        tuned[key] = tune(cases, key=key, use_cache=False).to_json()
+        tuned[key] = tune(cases, key=key).to_json()
         print("tune:", json.dumps(tuned[key]))
         (out / "tune.json").write_text(json.dumps(tuned, indent=2))
     return 0

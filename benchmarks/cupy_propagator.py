@@ -8,16 +8,16 @@ on the GPU by a fused elementwise kernel. Same schedule, same initial state, sam
 kingen's objective mode; the script checks its sums against kingen's on the first
 ``--check`` candidates and reports candidates/s beside kingen's own figure.
 
-    python benchmarks/cupy_propagator.py --model robert_howe_2003 --population 16384 \\
-        --precision float64 --out benchmarks/results/h100/cupy_baseline.json
+    python -m benchmarks cupy_propagator --model robert_howe_2003 --population 16384 \\
+        --precision float64 --name rh03_f64
+
+(``benchmarks/results/<device>/cupy_propagator/rh03_f64.json``; ``--out FILE`` to choose).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,10 +26,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from solver import candidates, objective_inputs  # noqa: E402
-
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from benchmarks.solver import candidates, objective_inputs  # noqa: E402
 from kingen.protocol import standard_protocol  # noqa: E402
 from kingen.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
@@ -104,30 +103,25 @@ def run_baseline(cp, sim: Simulator, params: np.ndarray, dtype) -> tuple[np.ndar
 
 
 def main(argv: list[str] | None = None) -> int:
-    import cupy as cp
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="robert_howe_2003")
     ap.add_argument("--population", type=int, default=16384)
     ap.add_argument("--precision", default="float64", choices=["float64", "float32"])
     ap.add_argument("--check", type=int, default=64)
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "cupy_propagator")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    import cupy as cp  # only this suite needs CuPy
+
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     protocols = [standard_protocol(n) for n in STANDARD]
     obj = objective_inputs(scheme, protocols)
     sim = Simulator(scheme, protocols, backend="cuda", precision=args.precision,
                     objective=obj)
     dtype = np.dtype(args.precision)
-    result = {"command": " ".join(["cupy_propagator.py"] + (argv or sys.argv[1:])),
-              "model": args.model, "precision": args.precision, "device": sim.device,
-              "host": platform.node(), "cupy": cp.__version__,
+    result = {"provenance": provenance("cupy_propagator", argv), "model": args.model,
+              "precision": args.precision, "device": sim.device,
               "samples_per_candidate": int(sim.schedule.n_samples)}
-    try:
-        result["git"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                       text=True, cwd=ROOT).stdout.strip()
-    except OSError:
-        pass
     check = candidates(scheme, args.check, seed=7)
     ref = sim.run(check, "objective")
     got_gg, got_gd = run_baseline(cp, sim, check, dtype)
@@ -147,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   kingen_s=kingen_s, kingen_candidates_per_s=args.population / kingen_s,
                   kingen_launch=sim.launch_config().name,
                   kingen_over_baseline=baseline_s / kingen_s)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+    write(result, output_path(args, "cupy_propagator"))
     print(json.dumps(result, indent=1))
     return 0
 

@@ -4,7 +4,9 @@ Runs the bundled demo problem (Jonas 1993 scheme, four SYNTHETIC protocols) with
 ``--population`` for ``--generations`` generations (polish off) and writes JSON with the
 per-generation timings and the share of each generation spent outside the solver::
 
-    python benchmarks/fit_gpu.py --population 16384 --generations 5 --out $OUT/fit_gpu.json
+    python -m benchmarks fit_gpu --population 16384 --generations 5 --name 16384
+
+(``benchmarks/results/<device>/fit_gpu/16384.json``; ``--out FILE`` to choose).
 
 Per generation: ``solver_s`` is the whole ``Simulator.run`` call (host preparation of the
 parameters and initial occupancies, transfers, kernel), ``kernel_s`` the kernel alone;
@@ -19,8 +21,6 @@ background thread while the next generation solves; its duration is ``background
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import tempfile
 import time
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kingen.fit_cli import demo_config  # noqa: E402
-from kingen.fit_config import load_config  # noqa: E402
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from kingen.fit_config import demo_config, load_config  # noqa: E402
 from kingen.search.run import fit  # noqa: E402
 
 
@@ -42,8 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="float64", choices=("float64", "float32"))
     ap.add_argument("--config", type=Path, default=None,
                     help="fit configuration (default: the bundled demo)")
-    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    add_output_options(ap, "fit_gpu")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    path = output_path(args, "fit_gpu")
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(args.config or demo_config(), overrides={
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     steady = gens[1:] or gens  # generation 0 includes compiling the kernel
     out = {
         "benchmark": "fit_gpu",
-        "command": "python benchmarks/fit_gpu.py " + " ".join(argv or sys.argv[1:]),
+        "provenance": provenance("fit_gpu", argv),
         "problem": "bundled demo: Jonas 1993 scheme, 4 synthetic protocols, "
                    f"{cfg.pmap.n_genes} free rates, "
                    f"{sum(p.protocol.n_sweeps for p in cfg.protocols)} sweeps",
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "operators": "numpy" if cfg.ga.lambda_ >= 2048 else "deap",
         "generations": result.generations, "backend": result.backend,
         "device": result.device, "precision": args.precision,
-        "platform": platform.platform(), "wall_s": wall,
+        "wall_s": wall,
         "best_fitness": result.fitness,
         "steady_state": {
             "mean_solver_s": sum(g["solver_s"] for g in steady) / len(steady),
@@ -91,12 +93,11 @@ def main(argv: list[str] | None = None) -> int:
             / len(steady)},
         "per_generation": gens,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    write(out, path)
     s = out["steady_state"]
     print(f"{result.backend} ({result.device}): solver {s['mean_solver_s']:.3f} s/gen, outside "
           f"{s['mean_outside_s']:.3f} s/gen, outside/solver max "
-          f"{s['max_outside_over_solver']:.3f}; wrote {args.out}")
+          f"{s['max_outside_over_solver']:.3f}; wrote {path}")
     return 0
 
 

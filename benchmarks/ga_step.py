@@ -8,15 +8,16 @@ the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to 
 collections explain the outliers; ``--parallel-from`` moves the size from which the operators use
 all threads (0: always)::
 
-    python benchmarks/ga_step.py --populations 8192,65536 --generations 40 --out ga_step.json
+    python -m benchmarks ga_step --populations 8192,65536 --generations 40 --name idle \\
+        --solver-s 0.1
+
+(``benchmarks/results/<device>/ga_step/idle.json``; ``--out FILE`` to choose).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -28,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kingen.search.operators as operators  # noqa: E402
-from kingen.fit_cli import demo_config  # noqa: E402
-from kingen.fit_config import load_config  # noqa: E402
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from kingen.fit_config import demo_config, load_config  # noqa: E402
 from kingen.objective import Evaluation  # noqa: E402
 from kingen.search.engine import Engine  # noqa: E402
 from kingen.search.result import Progress  # noqa: E402
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="override kingen.search.operators.PARALLEL_FROM_GENES "
                          "(0: always all threads)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    add_output_options(ap, "ga_step")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     if args.threads:
         numba.set_num_threads(args.threads)
@@ -141,13 +143,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['rest']['median_s'] * 1e3:.1f})", flush=True)
         results.append(r)
     out = {"benchmark": "ga_step",
-           "command": "python benchmarks/ga_step.py " + " ".join(argv or sys.argv[1:]),
+           "provenance": provenance("ga_step", argv),
            "threads": numba.get_num_threads(), "threading_layer": numba.threading_layer(),
            "gc": not args.no_gc, "solver_s": args.solver_s,
-           "parallel_from_genes": operators.PARALLEL_FROM_GENES, "platform": platform.platform(),
-           "processor": platform.processor(), "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+           "parallel_from_genes": operators.PARALLEL_FROM_GENES, "results": results}
+    write(out, output_path(args, "ga_step"))
     return 0
 
 

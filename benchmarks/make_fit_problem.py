@@ -3,13 +3,13 @@
 For a shipped scheme, the four standard protocols (ideal steps, 50 kHz, 20 sweeps) are
 simulated at the file's rates with the batched solver, Gaussian noise of 2 % of the largest
 current is added (seeded), and one CSV per protocol is written with a fit configuration
-that names them. ``benchmarks/fit_gpu.py --config DIR/fit.toml`` then times the fit's
+that names them. The ``fit_gpu`` suite with ``--config DIR/fit.toml`` then times the fit's
 generations on this problem (the issue's "one fit generation of 16,384 R&H candidates on
-the standard set, GA included")::
+the standard set, GA included"). A helper, not a suite::
 
-    python benchmarks/make_fit_problem.py --model robert_howe_2003 --out /tmp/rh03
-    python benchmarks/fit_gpu.py --config /tmp/rh03/fit.toml --population 16384 \\
-        --generations 5 --out $OUT/fit_rh03_16384.json
+    python -m benchmarks.make_fit_problem --model robert_howe_2003 --out /tmp/rh03
+    python -m benchmarks fit_gpu --config /tmp/rh03/fit.toml --population 16384 \\
+        --generations 5 --name rh03_16384
 """
 
 from __future__ import annotations

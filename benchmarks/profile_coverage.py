@@ -6,8 +6,9 @@ replicate is fitted (k2o and ko2 free, the GA then the polish), then profiled; t
 intervals should contain the true rates in about 95 % of the replicates (85-100 % is the
 goal of issue #15 at 20+ replicates).
 
-    python benchmarks/profile_coverage.py --replicates 40 \\
-        --out benchmarks/results/cpu-2core/profile_coverage.json
+    python -m benchmarks profile_coverage --replicates 40
+
+(``benchmarks/results/<device>/profile_coverage.json``; ``--out FILE`` to choose).
 """
 
 from __future__ import annotations
@@ -15,10 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.data import Recording, write_csv  # noqa: E402
 from kingen.identify.run import profile_run  # noqa: E402
 from kingen.protocol import standard_protocol  # noqa: E402
@@ -38,24 +36,6 @@ from kingen.solve import simulate_exact  # noqa: E402
 
 TRUTH = ROOT / "data" / "jonas_1993_reversible.toml"
 FREE = ("k2o", "ko2")
-
-
-def environment() -> dict[str, str]:
-    """Commit, host and versions, for the JSON."""
-    import numba
-    import scipy
-
-    from kingen._version import __version__
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    return {"commit": commit, "host": platform.node(), "platform": platform.platform(),
-            "cpus": str(os.cpu_count()), "python": platform.python_version(),
-            "kingen": __version__, "numpy": np.__version__, "scipy": scipy.__version__,
-            "numba": numba.__version__}
 
 
 def replicate(folder: Path, seed: int, noise: float, points: int, level: float
@@ -102,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise", type=float, default=0.02, help="noise sd / peak current")
     ap.add_argument("--points", type=int, default=9)
     ap.add_argument("--level", type=float, default=0.95)
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "profile_coverage")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     reps = []
@@ -119,17 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     allc = [p["covered"] for r in reps for p in r["parameters"].values()]
     cov = float(np.mean(allc))
     se = math.sqrt(cov * (1 - cov) / len(allc)) if allc else math.nan
-    out = {"command": shlex.join(["python", "benchmarks/profile_coverage.py"]
-                                 + (argv if argv is not None else sys.argv[1:])),
-           **environment(), "replicates": args.replicates, "noise_fraction": args.noise,
+    out = {"provenance": provenance("profile_coverage", argv),
+           "replicates": args.replicates, "noise_fraction": args.noise,
            "points": args.points, "level": args.level, "free": list(FREE),
            "coverage": cov, "coverage_se": se, "coverage_per_parameter": per,
            "goal": "0.85 <= coverage <= 1.00 (issue #15)",
            "wall_s": time.perf_counter() - t0,
            "note": "CPU shared with other work while measured; wall time is indicative",
            "replicate_results": reps}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    write(out, output_path(args, "profile_coverage"))
     print(f"coverage of the {100 * args.level:g} % intervals: {100 * cov:.1f} % "
           f"(± {100 * se:.1f}) over {len(allc)} intervals; per parameter "
           + ", ".join(f"{k} {100 * v:.0f} %" for k, v in per.items())

@@ -4,15 +4,15 @@ Fits the bundled demo (``kingen fit --demo``) unless ``--run`` names its run fil
 profiles all ten free parameters at ``--points`` points each (the goal of issue #15: 25
 points in 2 minutes on an H100, in 15 minutes on 2 CPU cores).
 
-    python benchmarks/profile_demo.py --points 25 --backend cpu \\
-        --out benchmarks/results/cpu-2core/profile_demo.json
+    python -m benchmarks profile_demo --points 25 --backend cpu
+    python -m benchmarks profile_demo --points 25 --backend cuda     (on the GPU machine)
+
+(``benchmarks/results/<device>/profile_demo.json``; ``--out FILE`` to choose).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import shutil
 import sys
 import tempfile
@@ -21,10 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from profile_coverage import environment  # noqa: E402
-
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.fit_config import demo_config  # noqa: E402
 from kingen.identify.run import profile_run  # noqa: E402
 from kingen.search.run import fit  # noqa: E402
@@ -36,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", type=int, default=25)
     ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument("--note", default="", help="a remark for the JSON (e.g. a shared machine)")
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "profile_demo")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "demo.h5"
@@ -53,9 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                              progress=True)
         wall = time.perf_counter() - t0
     solver_s = result.extra["solver_s"]
-    out = {"command": shlex.join(["python", "benchmarks/profile_demo.py"]
-                                 + (argv if argv is not None else sys.argv[1:])),
-           **environment(), "backend": args.backend, "points": args.points,
+    out = {"provenance": provenance("profile_demo", argv), "backend": args.backend,
+           "points": args.points,
            "parameters": len(result.rows), "wall_s": wall, "fit_s": fit_s,
            "steps": result.steps, "solver_calls": result.solver_calls,
            "candidates": result.candidates,
@@ -64,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
            "solver_candidates_per_s": result.candidates / max(solver_s, 1e-9),
            "goal": "25 points: <= 120 s on an H100, <= 900 s on 2 CPU cores (issue #15)",
            "note": args.note, "table": result.summary(), "rows": result.rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    write(out, output_path(args, "profile_demo"))
     print(result.summary())
     print(f"{result.steps} steps, {result.solver_calls} solver calls, {result.candidates} "
           f"candidates in {wall:.0f} s ({out['candidates_per_s']:.0f} candidates/s; solver "

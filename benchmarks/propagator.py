@@ -14,16 +14,16 @@ model-steps/s (stage-form RK4 steps × candidates / s, for comparison with earli
 and the share of the FP64 (or FP32) arithmetic bound of the propagator form,
 (2S² + S) flops per sample at the device's measured peak.
 
-    python benchmarks/propagator.py --model robert_howe_2003 --variants stage-b128,prop-l4-b128 \\
-        --populations 16384,65536 --out benchmarks/results/<device>/propagator.json
+    python -m benchmarks propagator --model robert_howe_2003 \\
+        --variants stage-b128,prop-l4-b128 --populations 16384,65536 --name rh03
+
+writes ``benchmarks/results/<device>/propagator/rh03.json`` (``--out FILE`` to choose;
+``python benchmarks/propagator.py`` is the same command).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,10 +32,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from solver import candidates, objective_inputs  # noqa: E402
-
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from benchmarks.solver import candidates, objective_inputs  # noqa: E402
 from kingen.protocol import standard_protocol  # noqa: E402
 from kingen.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
@@ -93,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", type=int, default=64, help="candidates checked against CPU")
     ap.add_argument("--peak-fp64", type=float, default=30.3e12, help="flop/s (measured H100)")
     ap.add_argument("--peak-fp32", type=float, default=57.0e12)
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "propagator")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    out = output_path(args, "propagator")
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -102,14 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
     obj = objective_inputs(scheme, protocols)
-    result = {"command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
-              "model": args.model, "exchange_ms": args.exchange, "host": platform.node(),
-              "cpu": platform.processor(), "rows": []}
-    try:
-        result["git"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                       text=True, cwd=ROOT).stdout.strip()
-    except OSError:
-        pass
+    result = {"provenance": provenance("propagator", argv), "model": args.model,
+              "exchange_ms": args.exchange, "rows": []}
     S = scheme.n_states
     for prec in args.precisions.split(","):
         sim = Simulator(scheme, protocols, backend=args.backend, precision=prec, objective=obj)
@@ -170,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                         if 'kernel_ms' in run else ""))
                 row["runs"].append(run)
             result["rows"].append(row)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=1))
+            write(result, out)  # after every variant: a run cut short keeps what it measured
     return 0
 
 

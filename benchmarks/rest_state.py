@@ -1,13 +1,13 @@
 """Resting occupancies of a batch: kingen's parallel elimination against NumPy's solve.
 
-    python benchmarks/rest_state.py --model robert_howe_2003 --population 65536 \\
-        --out benchmarks/results/cpu-2core/rest_state.json
+    python -m benchmarks rest_state --model robert_howe_2003 --population 65536
+
+(``benchmarks/results/<device>/rest_state.json``; ``--out FILE`` to choose).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -17,10 +17,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from solver import candidates  # noqa: E402
-
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from benchmarks.solver import candidates  # noqa: E402
 from kingen.scheme import Scheme  # noqa: E402
 from kingen.solve.rest import rest_occupancy_batch  # noqa: E402
 
@@ -40,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="robert_howe_2003")
     ap.add_argument("--population", type=int, default=65536)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "rest_state")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     params = scheme.complete(candidates(scheme, args.population))
@@ -49,11 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     numpy = best_of(lambda: scheme.rest_occupancy(params), args.repeats)
     diff = float(np.nanmax(np.abs(rest_occupancy_batch(scheme, params)
                                   - scheme.rest_occupancy(params))))
-    out = {"command": " ".join(["python", "benchmarks/rest_state.py"] + (argv or sys.argv[1:])),
-           "model": args.model, "population": args.population, "cpus": os.cpu_count(),
-           "kingen_s": ours, "numpy_s": numpy, "max_abs_difference": diff}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    out = {"provenance": provenance("rest_state", argv), "model": args.model,
+           "population": args.population, "cpus": os.cpu_count(), "kingen_s": ours,
+           "numpy_s": numpy, "max_abs_difference": diff}
+    write(out, output_path(args, "rest_state"))
     print(f"{args.model}, {args.population} candidates: kingen {ours * 1e3:.0f} ms, NumPy "
           f"{numpy * 1e3:.0f} ms, largest difference {diff:.1e}")
     return 0

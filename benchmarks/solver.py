@@ -9,15 +9,14 @@ SciPy ``solve_ivp`` per candidate (LSODA, rtol 1e-6: what a user would write), t
 reference per candidate, and a vmapped JAX RK4 of the same scheme with the same steps and
 precision (on the GPU when JAX sees one) against kingen's kernel on the same protocol.
 
-    python benchmarks/solver.py --out benchmarks/results/solver_<device>.json
+    python -m benchmarks solver --models robert_howe_2003 --name rh03
+
+writes ``benchmarks/results/<device>/solver/rh03.json`` (``--out FILE`` to choose).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.codegen import N_WINDOWS  # noqa: E402
 from kingen.protocol import standard_protocol, standard_set  # noqa: E402
 from kingen.scheme import Scheme  # noqa: E402
@@ -259,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jax-precisions", default="float64,float32")
     ap.add_argument("--jax-max-steps", type=int, default=4000,
                     help="RK4 steps the JAX baselines run (throughput is compared)")
-    ap.add_argument("--out", type=Path, required=True)
+    add_output_options(ap, "solver")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
+    out = output_path(args, "solver")
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -278,10 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"numba {__import__('numba').__version__}: {__import__('numba').config.NUMBA_NUM_THREADS}"
         f" threads, threading layer {layer}; GPU: {status.device or status.reason}")
     result = {
-        "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+        "provenance": provenance("solver", argv),
         "device": status.device if status.usable else "none",
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_cores": os.cpu_count(),
         "numba_threads": __import__("numba").config.NUMBA_NUM_THREADS,
         "numba_threading_layer": layer,
         "protocols": [p.name for p in protocols], "dt_ms": args.dt,
@@ -295,8 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         result["schemes"][path.stem] = entry
 
         def save() -> None:  # after every configuration: a run cut short keeps what it did
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=1))
+            write(result, out)
 
         for backend in backends:
             for precision in args.precisions.split(","):
@@ -319,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                     entry["jax"][precision] = {"error": f"JAX baseline failed: {exc!r}"}
                     log(f"    JAX baseline failed: {exc!r}")
         save()
-    log(f"wrote {args.out}")
+    log(f"wrote {out}")
     return 0
 
 

@@ -245,7 +245,7 @@ if __name__ == "__main__":
 
 # --------------------------------------------------------------------------- richer data
 # The bundled data (one sweep per condition, 20 kHz) do not determine every rate well (see
-# data/README.md). The full-size recovery check (data/check_recovery.py) fits a richer
+# data/README.md). The full-size recovery check (benchmarks/fit_recovery.py) fits a richer
 # SYNTHETIC experiment from the same ground truth, written on demand into a folder (never
 # into data/ or kingen/bundled/).
 
@@ -256,7 +256,7 @@ RICH_DT_MS = 0.02      # 50 kHz
 RICH_REPEATS = {"deactivation": 20, "desensitization": 5, "recovery": 3, "dose_response": 3}
 
 RICH_FIT_TOML = """\
-# Full-size parameter-recovery check (data/check_recovery.py): the Jonas et al. (1993)
+# Full-size parameter-recovery check (benchmarks/fit_recovery.py): the Jonas et al. (1993)
 # scheme fitted to a richer SYNTHETIC experiment made by data/make_example.py
 # (write_recovery_experiment): the standard protocols sampled at {khz:g} kHz with exchange
 # {exchange:g} ms, each recorded several times with independent noise of SD {noise:g} % of

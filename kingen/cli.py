@@ -78,14 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(objective mode; the legend at its top names every variable)")
     info.set_defaults(handler=cmd_info)
 
-    for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.add_parsers(sub)
+    for name in _COMMAND_MODULES:  # they ship with kingen: a failing import is a bug
+        importlib.import_module(name).add_parsers(sub)
     from kingen.analysis.cli import add_analyze_parser, add_tune_parser
 
     add_analyze_parser(sub)

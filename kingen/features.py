@@ -233,23 +233,6 @@ def steady_state(
     return float(np.mean(y[inside]) - baseline_pA)
 
 
-def steady_state_ratio(
-    time_ms: np.ndarray,
-    current: np.ndarray,
-    pulse: Pulse,
-    *,
-    baseline_pA: float = 0.0,
-) -> float:
-    """Steady state over peak during ``pulse`` (positive for either current sign).
-
-    NaN when the peak is zero or the pulse window holds no sample.
-    """
-    p, _ = peak(time_ms, current, start_ms=pulse.start - edge_half_width(pulse.rise),
-                end_ms=pulse.end, baseline_pA=baseline_pA)
-    ss = steady_state(time_ms, current, pulse, baseline_pA=baseline_pA)
-    return _ratio(ss, p)
-
-
 def steady_state_drift(time_ms: np.ndarray, current: np.ndarray, pulse: Pulse, *,
                        baseline_pA: float = 0.0, fraction: float = STEADY_STATE_FRACTION
                        ) -> float | None:

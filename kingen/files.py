@@ -1,7 +1,17 @@
-"""Writing a file through a temporary one beside it: a crash never leaves half a file.
+"""Reading a user's text file, and writing a file through a temporary one beside it.
 
-The one helper every writer of user-visible files uses (recordings, exports, reports,
-figures).
+:func:`read_text` is the one reader of text input files (schemes, protocols,
+configurations, CSV recordings): a missing or unreadable file is a one-line
+:class:`~kingen.errors.KingenError` naming it. :func:`atomic_write` is the one helper every
+writer of user-visible files uses (recordings, exports, reports, figures): a crash never
+leaves half a file.
+
+Examples
+--------
+>>> read_text("no/such/scheme.toml", what="scheme file")
+Traceback (most recent call last):
+...
+kingen.errors.KingenError: no/such/scheme.toml: scheme file not found
 """
 
 from __future__ import annotations
@@ -10,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from kingen.errors import KingenError
 
 
 def _file_mode() -> int:
@@ -41,3 +53,22 @@ def atomic_write(path: Path, write: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_text(path: str | os.PathLike[str], *, what: str = "file",
+              encoding: str = "utf-8") -> str:
+    """The text of a user's input file.
+
+    Raises
+    ------
+    KingenError
+        ``<what> not found`` when there is no such file, ``cannot read: <reason>`` when it
+        cannot be read or decoded; both name the file as given.
+    """
+    name, p = str(path), Path(path)
+    if not p.is_file():
+        raise KingenError(f"{what} not found", file=name)
+    try:
+        return p.read_text(encoding=encoding)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KingenError(f"cannot read: {exc}", file=name) from None

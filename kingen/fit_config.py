@@ -18,6 +18,7 @@ from kingen import limits
 from kingen.data import Recording, Targets, load_recording, load_targets
 from kingen.errors import KingenError
 from kingen.fields import Fields, join, loads_toml
+from kingen.files import read_text
 from kingen.objective import BASELINES, ProtocolData
 from kingen.params import ParameterMap, apply_overrides, apply_ties
 from kingen.protocol import (
@@ -269,15 +270,8 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     KingenError
         On the first problem found, naming the file, the field and the value.
     """
-    p = Path(path)
-    name = str(path)
-    if not p.is_file():
-        raise KingenError("configuration file not found", file=name)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KingenError(f"cannot read: {exc}", file=name) from None
-    return loads_config(text, path=name, base=p.parent, overrides=overrides)
+    text = read_text(path, what="configuration file")
+    return loads_config(text, path=str(path), base=Path(path).parent, overrides=overrides)
 
 
 def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",

@@ -313,6 +313,32 @@ def _kind(r: RunView, kind: str) -> list[str]:
     return [p.name for p in r.protocols if p.kind == kind]
 
 
+def _curves(r: RunView, name: str, key: str, from_targets: Callable[[Any], np.ndarray | None]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(data, fit) rows of a summary curve (``dose_response``, ``recovery``) of protocol
+    ``name``: from the best candidate's features, the data's from the targets when the
+    protocol was fitted to summary targets."""
+    data = np.array(r.features(name, "data").get(key) or [], dtype=float)
+    tgt = r.targets.get(name)
+    if data.size == 0 and tgt is not None:
+        rows = from_targets(tgt)
+        data = data if rows is None else rows
+    return data, np.array(r.features(name, "fit").get(key) or [], dtype=float)
+
+
+def _dose_rows(t: Any) -> np.ndarray | None:
+    d = t.dose_response
+    if d is None:
+        return None
+    ss = d.ss_pA if d.ss_pA is not None else np.full(d.peak_pA.size, np.nan)
+    return np.column_stack([d.concentration_mM, d.peak_pA, ss])
+
+
+def _recovery_rows(t: Any) -> np.ndarray | None:
+    return None if t.recovery is None else np.column_stack([t.recovery.interval_ms,
+                                                            t.recovery.ratio])
+
+
 def _dose_figure(r: RunView) -> Figure | str:
     names = _kind(r, "dose_response")
     if not names:
@@ -322,13 +348,7 @@ def _dose_figure(r: RunView) -> Figure | str:
     drawn = False
     for name in names:
         color = _color(r, name)
-        data = np.array(r.features(name, "data").get("dose_response") or [], dtype=float)
-        tgt = r.targets.get(name)
-        if data.size == 0 and tgt is not None and tgt.dose_response is not None:
-            d = tgt.dose_response
-            ss = d.ss_pA if d.ss_pA is not None else np.full(d.peak_pA.size, np.nan)
-            data = np.column_stack([d.concentration_mM, d.peak_pA, ss])
-        fit = np.array(r.features(name, "fit").get("dose_response") or [], dtype=float)
+        data, fit = _curves(r, name, "dose_response", _dose_rows)
         if data.size == 0 and fit.size == 0:
             continue
         # Normalise both to the recorded peak at the highest response, so that the fit's
@@ -367,11 +387,7 @@ def _recovery_figure(r: RunView) -> Figure | str:
     drawn = False
     for name in names:
         color = _color(r, name)
-        data = np.array(r.features(name, "data").get("recovery") or [], dtype=float)
-        tgt = r.targets.get(name)
-        if data.size == 0 and tgt is not None and tgt.recovery is not None:
-            data = np.column_stack([tgt.recovery.interval_ms, tgt.recovery.ratio])
-        fit = np.array(r.features(name, "fit").get("recovery") or [], dtype=float)
+        data, fit = _curves(r, name, "recovery", _recovery_rows)
         if data.size:
             tau = r.features(name, "data").get("tau_rec_ms", math.nan)
             extra = f" (τ {tau:.3g} ms)" if tau == tau else ""

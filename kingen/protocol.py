@@ -23,6 +23,7 @@ from scipy.special import erf
 from kingen import limits, units
 from kingen.errors import KingenError
 from kingen.fields import MISSING, Fields, loads_toml
+from kingen.files import read_text
 
 # A Gaussian-CDF edge goes from 10 % to 90 % over 2 * 1.2815516 sigma.
 _TEN_NINETY_SIGMAS = 2.0 * 1.2815515655446004
@@ -418,12 +419,7 @@ def load_protocol(spec: str | Path, *, force: bool = False) -> Protocol:
         return standard_protocol(text_spec, force=force)
     if not path.suffix and not path.exists():
         return standard_protocol(text_spec, force=force)
-    if not path.is_file():
-        raise KingenError("protocol file not found", file=text_spec)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KingenError(f"cannot read: {exc}", file=text_spec) from None
+    text = read_text(text_spec, what="protocol file")
     return protocol_from_dict(loads_toml(text, text_spec), source=text_spec, force=force)
 
 

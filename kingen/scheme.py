@@ -25,6 +25,7 @@ import numpy as np
 from kingen import limits, units
 from kingen.errors import KingenError
 from kingen.fields import Fields, loads_toml
+from kingen.files import read_text
 
 DEFAULT_REVERSIBILITY_TOLERANCE = 0.02
 DEFAULT_BOUND_FACTOR = 10.0
@@ -163,15 +164,7 @@ class Scheme:
         >>> scheme.param_names[:4]
         ['k01', 'k10', 'k12', 'k21']
         """
-        name = str(path)
-        p = Path(path)
-        if not p.is_file():
-            raise KingenError("scheme file not found", file=name)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KingenError(f"cannot read: {exc}", file=name) from None
-        return cls.loads(text, path=name, force=force)
+        return cls.loads(read_text(path, what="scheme file"), path=str(path), force=force)
 
     @classmethod
     def loads(cls, text: str, path: str = "<scheme>", *, force: bool = False) -> Scheme:

@@ -172,21 +172,44 @@ def synthetic(times, fail=(), latency=()):
     return evaluate, calls
 
 
+SLOW_SPANS = {"prop-l4-s8-b128": 33.0, "prop-l8-s16-b128": 34.0, "prop-l4-s4-b128": 36.0}
+
+
+def test_spans_answer_a_latency_bound_propagator_and_are_kept_when_faster():
+    class Times(dict):
+        def __missing__(self, name):  # every other variant: slower
+            return 400.0
+
+    times = Times({"prop-l4-b128": 270.0, "prop-l4-s8-b128": 170.0,
+                   "prop-l8-s16-b128": 94.0, "prop-l4-s4-b128": 117.0})
+    evaluate, calls = synthetic(times, latency={"prop-l4-b128"})
+    best, log = optimize(evaluate, LaunchConfig(128, None, "propagator", 4), n_states=16,
+                         n_candidates=16384, propagator=True, echo=lambda *a: None)
+    assert calls[:4] == ["prop-l4-b128", "prop-l4-s8-b128", "prop-l8-s16-b128",
+                         "prop-l4-s4-b128"]
+    assert best.config == LaunchConfig(128, None, "propagator", 8, 16)
+    assert log.rows[1].variant == "prop-l8-s16-b128" and log.rows[1].rule == "sample-spans"
+    # a spilling propagator is answered by more lanes first, not by spans
+    spill = meas(LaunchConfig(128, None, "propagator", 2), intensity_dram=5.0,
+                 pct_fp64=30.0, registers_per_thread=255, local_bytes=1e8, waves=2.0)
+    assert "sample-spans" not in {r.name for _, r in proposals(ctx(spill), set())}
+
+
 def test_loop_keeps_gaining_steps_and_stops_under_five_percent():
     times = {"b128": 170.0, "prop-l1-b128": 40.0, "prop-l2-b128": 30.0,
              "prop-l4-b128": 35.0, "prop-l8-b128": 20.0,
-             "prop-l2-b128r168": 29.0, "prop-l2-b128r128": 31.0}
+             "prop-l2-b128r168": 29.0, "prop-l2-b128r128": 31.0, **SLOW_SPANS}
     evaluate, calls = synthetic(times, fail={"prop-l8-b128"},
                                 latency={"prop-l2-b128", "prop-l2-b128r168"})
     lines = []
     best, log = optimize(evaluate, LaunchConfig(), n_states=16, n_candidates=16384,
                          propagator=True, flops_ratio=0.2, echo=lines.append)
     # step 1: the propagator variants; the failing one (fastest!) is dropped
-    # step 2: prop-l2 is latency-bound at 200 registers: caps at 168 and 128 (more lanes,
-    # prop-l4, was already tried in step 1 and is not tried again)
+    # step 2: prop-l2 is latency-bound at 200 registers: spans, then caps at 168 and 128
+    # (more lanes, prop-l4, was already tried in step 1 and is not tried again)
     assert calls[:5] == ["b128", "prop-l1-b128", "prop-l2-b128", "prop-l4-b128",
                          "prop-l8-b128"]
-    assert calls[5:] == ["prop-l2-b128r168", "prop-l2-b128r128"]
+    assert calls[5:] == list(SLOW_SPANS) + ["prop-l2-b128r168", "prop-l2-b128r128"]
     assert best.config == LaunchConfig(128, None, "propagator", 2)
     assert [r.step for r in log.rows] == [0, 1, 2]
     assert [r.kept for r in log.rows] == [True, True, False]
@@ -222,7 +245,8 @@ def test_failing_baseline_is_an_error():
 
 def test_log_files_have_one_row_per_step(tmp_path):
     times = {"b128": 170.0, "prop-l1-b128": 60.0, "prop-l2-b128": 50.0,
-             "prop-l4-b128": 55.0, "prop-l8-b128": 58.0}
+             "prop-l4-b128": 55.0, "prop-l8-b128": 58.0,
+             **{k: 60.0 for k in SLOW_SPANS}}
     evaluate, _ = synthetic(times, fail={"prop-l8-b128"})
     refs = [RoofPoint("stencil_zreg", "stencil", 1.0, 2300.0, 4.0, MEMORY),
             RoofPoint("sgemm_cublas", "sgemm", 200.0, 51000.0, 90.0, COMPUTE)]
@@ -236,7 +260,8 @@ def test_log_files_have_one_row_per_step(tmp_path):
                          echo=lambda *a: None)
     j, md = write_log(log, tmp_path)
     data = json.loads(j.read_text())
-    assert [r["step"] for r in data["rows"]] == [0, 1]
+    assert [r["step"] for r in data["rows"]] == [0, 1, 2]  # step 2: spans, none faster
+    assert [r["kept"] for r in data["rows"]] == [True, True, False]
     row = data["rows"][1]
     for key in ("variant", "time_ms", "candidates_per_s", "flops", "intensity", "balance",
                 "pct_fp64", "pct_fp32", "pct_dram", "pct_l2", "verdict", "advice",
@@ -334,7 +359,7 @@ def test_solver_variant_checks_under_the_simulator():
     assert case.flops == 2 * flops_per_step(prob.scheme, "float64") * prob.total_steps
     assert case.worker_args[:4] == ["--target", "rk4", "--model", str(prob.path)]
     assert json.loads(case.worker_args[-1]) == {"block": 32, "max_registers": None,
-                                                "form": "stage", "lanes": 1}
+                                                "form": "stage", "lanes": 1, "span": 1}
     # a wrong answer fails the exact check: perturb the reference the check compares with
     prob._ref["exact"][0][0] = prob._ref["exact"][0][0] * (1 + 1e-4)
     assert exact_error(prob, cfg, candidates=2) > EXACT_TOLERANCE["float64"]
@@ -453,7 +478,7 @@ def test_merge_records_of_a_two_kernel_launch():
 
 def test_counters_only_for_the_baseline_and_each_steps_best():
     times = {"b128": 170.0, "prop-l1-b128": 40.0, "prop-l2-b128": 30.0,
-             "prop-l4-b128": 35.0, "prop-l8-b128": 31.0}
+             "prop-l4-b128": 35.0, "prop-l8-b128": 31.0, **SLOW_SPANS}
     evaluate, _ = synthetic(times)
     refined, saved = [], []
 
@@ -467,8 +492,9 @@ def test_counters_only_for_the_baseline_and_each_steps_best():
     best, log = optimize(evaluate, LaunchConfig(), n_states=16, n_candidates=10,
                          propagator=True, refine=refine,
                          on_step=lambda lg: saved.append(len(lg.rows)), echo=lambda *a: None)
-    assert refined == ["b128", "prop-l2-b128"]
-    assert all(r.path == "ncu" for r in log.rows) and saved == [1, 2]
+    # step 2 (spans, none faster) is refined too: its best is a row of the log
+    assert refined == ["b128", "prop-l2-b128", "prop-l4-s8-b128"]
+    assert all(r.path == "ncu" for r in log.rows) and saved == [1, 2, 3]
     entry = next(t for t in log.measurements if t["variant"] == "prop-l2-b128")
     assert entry["registers"] == 90 and entry["metrics"]["path"] == "ncu"
     # a time limit stops the loop before any new variant, and says so

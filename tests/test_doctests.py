@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = {
     "kingen": True,
     "kingen.scheme": True,
+    "kingen.files": True,
     "kingen.protocol": True,
     "kingen.data.registry": True,
     "kingen.data.targets": True,
@@ -29,6 +30,7 @@ PUBLIC_MODULES = {
     "kingen.codegen.propagator": True,
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
+    "kingen.solve.plan": True,
     "kingen.interop": True,
     "kingen.interop.exported": True,
     "kingen.interop.nmodl.lexer": True,

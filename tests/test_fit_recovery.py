@@ -2,7 +2,7 @@
 
 Reduced size for CI (six free rates, a small population, polish on): binding (k12),
 unbinding (k21), opening (k2o), closing (ko2) and entry into desensitization (k13, k24).
-The full-size run (ten free rates) is recorded in benchmarks/results/fit_recovery.json.
+The full-size run (ten free rates) is recorded in benchmarks/results/h200/fit_recovery/rich.json.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from test_fit_helpers import TRUTH_MODEL, synthetic_recording
 
 from kingen.data import Recording, Target, Targets
 from kingen.errors import KingenError
-from kingen.features import edge_half_width, protocol_features, steady_state_ratio
+from kingen.features import edge_half_width, peak, protocol_features, steady_state
 from kingen.objective import Objective, ProtocolData, fit_hill_batch, fit_recovery_batch
 from kingen.params import ParameterMap
 from kingen.protocol import standard_protocol
@@ -120,8 +120,10 @@ def test_window_targets_match_the_features_of_the_simulated_currents():
             # not a steady state after 100 ms (features say "not determined"), but the
             # window's mean is what the objective compares
             assert "ss_to_peak" in f["not_determined"]
-            f["ss_to_peak"] = steady_state_ratio(proto.sweeps[0].times(), tr.currents[0],
-                                                 proto.sweeps[0].pulses[0])
+            sweep, pulse = proto.sweeps[0], proto.sweeps[0].pulses[0]
+            p, _ = peak(sweep.times(), tr.currents[0],
+                        start_ms=pulse.start - edge_half_width(pulse.rise), end_ms=pulse.end)
+            f["ss_to_peak"] = steady_state(sweep.times(), tr.currents[0], pulse) / p
         keys = {"deactivation": ("peak_pA", "tau_deact_ms", "time_to_peak_ms"),
                 "desensitization": ("ss_to_peak", "tau_des_ms"),
                 "recovery": ("tau_rec_ms",)}[proto.kind]

@@ -119,15 +119,44 @@ def test_a_span_variant_names_itself_and_bad_spans_are_refused():
     config = LaunchConfig.parse("prop-l8-s16-b128")
     assert (config.lanes, config.span, config.block) == (8, 16, 128)
     assert config.name == "prop-l8-s16-b128"
-    for bad in ("prop-l1-s16-b128", "prop-l8-s12-b128", "prop-l8-s4-b128"):
+    assert LaunchConfig.parse("prop-l1-s16-b128").span == 16  # the CPU's shape
+    for bad in ("prop-l8-s12-b128", "prop-l8-s4-b128", "prop-l2-s6-b128"):
         with pytest.raises(KingenError, match="unknown solver variant"):
             LaunchConfig.parse(bad)
     with pytest.raises(ValueError, match="objective mode only"):
         generate_propagator(_scheme("jonas_1993"), "traces", lanes=2, span=4)
+    scheme = _scheme("jonas_1993")
+    protocols = _mini_protocols()[:1]
+    obj = _objective_case(scheme, protocols, np.random.default_rng(0))
+    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    with pytest.raises(KingenError, match="at least two lanes"):
+        gpu.run(scheme.values[None], "objective",
+                launch_config=LaunchConfig(form="propagator", span=16))
 
 
-@pytest.mark.parametrize("backend,lanes,span", [("cpu", 1, 1), ("cuda", 1, 1), ("cuda", 4, 1),
-                                                ("cuda", 4, 8)])
+def test_cpu_spans_equal_one_product_per_sample_with_stage_rows_between():
+    scheme = _scheme("robert_howe_2003")
+    protocols = [standard_protocol("deactivation"),
+                 standard_protocol("desensitization", exchange=0.2)]
+    probe = Simulator(scheme, protocols, backend="cpu")
+    obj = _objective_case(scheme, protocols, np.random.default_rng(5))
+    sim = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    assert sim.launch_config().span == 16  # the CPU default
+    plan = sim.propagator_plan()
+    reps = probe.schedule.rows_i[plan.row_key >= 0, 1]
+    assert (reps > 16).any() and (reps % 16 > 0).any() and (plan.row_key < 0).any()
+    params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                     scheme.upper)
+    one = sim.run(params, "objective", launch_config=PROP)
+    got = sim.run(params, "objective")
+    assert not got.fail.any()
+    np.testing.assert_allclose(got.sgg, one.sgg, rtol=1e-9)
+    np.testing.assert_allclose(got.sgd, one.sgd, rtol=1e-9)
+    np.testing.assert_allclose(got.windows, one.windows, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend,lanes,span", [("cpu", 1, 1), ("cpu", 1, 16), ("cuda", 1, 1),
+                                                ("cuda", 4, 1), ("cuda", 4, 8)])
 def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes, span):
     scheme = _scheme("jonas_1993")
     protocols = [standard_protocol("deactivation")] if backend == "cpu" else \

@@ -37,6 +37,7 @@ from kingen.solve.cuda import LaunchConfig
 
 GAIN = 1.05  # a step is kept when it is at least this much faster than the current variant
 LANES = (1, 2, 4, 8)
+SPANS = ((4, 8), (8, 16), (4, 4))  # (lanes, samples per product) tried first
 BLOCKS = (64, 128, 256)
 
 
@@ -219,7 +220,14 @@ def _lanes(c: Context, factor: float) -> list[LaunchConfig]:
     k = int(c.config.lanes * factor)
     if c.config.form != "propagator" or k not in LANES or k > c.n_states:
         return []
+    if c.config.span > 1 and (k < 2 or c.config.span % k):
+        return []  # a span is shared out evenly over at least two lanes
     return [replace(c.config, lanes=k)]
+
+
+def _span_variants(c: Context) -> list[LaunchConfig]:
+    return [replace(c.config, lanes=lanes, span=span) for lanes, span in SPANS
+            if lanes <= c.n_states]
 
 
 def _smaller_block(c: Context) -> list[LaunchConfig]:
@@ -241,6 +249,16 @@ RULES: tuple[Rule, ...] = (
          and c.config.form == "stage" and c.propagator
          and (c.flops_ratio is None or c.flops_ratio < 1.0),
          _propagator_variants),
+    Rule("sample-spans",
+         "propagator form with one product per sample, compute- or latency-bound, no spills "
+         "(each sample is a serial load-product-exchange step, and every lane repeats the "
+         "sample's bookkeeping)",
+         "near the roof or latency-bound: do fewer operations per result (regroup the "
+         "algebra: B currents from precomputed Mʲg, the state by one product with M^B)",
+         "span 8 with 4 lanes, span 16 with 8 lanes, span 4 with 4 lanes",
+         lambda c: c.config.form == "propagator" and c.config.span == 1
+         and c.kind in (COMPUTE, LATENCY) and not c.spills,
+         _span_variants),
     Rule("uncap-spills",
          "spills to local memory under a register cap",
          "spills / local memory: shrink per-thread state or give it registers",
@@ -621,6 +639,15 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
         echo(f"  {m.config.name}: profiling with ncu to re-classify it")
         return refine(m)
 
+    def add_row(row: StepRow) -> None:  # and hand the log to on_step (kingen tune writes it)
+        log.rows.append(row)
+        if on_step:
+            on_step(log)
+
+    def stop(step: int, reason: str, then: str = "stopping") -> None:
+        log.stop_reason = reason
+        echo(f"step {step}: {reason}; {then}")
+
     echo(f"step 0: {start.name} (the solver kernel as it stands): check, time, classify")
     base = evaluate(start)
     if not base.ok:
@@ -631,10 +658,8 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
     record(base, 0, None)
     echo(f"step 0: {start.name}: {base.time_ms:.3f} ms, {base.verdict.kind} "
          f"({base.verdict.unit})")
-    log.rows.append(make_row(0, base, n_candidates, base.time_ms, base.time_ms, None, True,
-                             like(base)))
-    if on_step:
-        on_step(log)
+    add_row(make_row(0, base, n_candidates, base.time_ms, base.time_ms, None, True,
+                     like(base)))
     current = base
     tried = {start.name}
     log.stop_reason = f"reached the step limit ({max_steps})"
@@ -642,9 +667,8 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
         ctx = Context(current, n_states, propagator, flops_ratio, limits, thresholds)
         todo = proposals(ctx, tried, rules, max_variants)
         if not todo:
-            log.stop_reason = (f"no transformation answers the verdict of {current.config.name}"
-                               f" ({current.verdict.kind}, {current.verdict.unit})")
-            echo(f"step {step}: {log.stop_reason}; stopping")
+            stop(step, f"no transformation answers the verdict of {current.config.name} "
+                       f"({current.verdict.kind}, {current.verdict.unit})")
             break
         echo(f"step {step}: {current.config.name} is {current.verdict.kind}; trying "
              + ", ".join(f"{c.name} ({r.name})" for c, r in todo))
@@ -665,9 +689,8 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
             else:
                 echo(f"step {step}: {cfg.name}: FAILED its check ({m.note}); dropped")
         if not results:
-            log.stop_reason = (f"time limit ({time_limit_s:.0f} s) reached" if out_of_time()
-                               else f"no variant of step {step} passed its check")
-            echo(f"step {step}: {log.stop_reason}; stopping")
+            stop(step, f"time limit ({time_limit_s:.0f} s) reached" if out_of_time()
+                 else f"no variant of step {step} passed its check")
             break
         best, rule = min(results, key=lambda mr: mr[0].time_ms)
         speedup = current.time_ms / best.time_ms
@@ -683,20 +706,17 @@ def optimize(evaluate: Callable[[LaunchConfig], Measurement], start: LaunchConfi
                        like(best))
         row.tried = [{"variant": m.config.name, "rule": r.name, "time_ms": m.time_ms}
                      for m, r in results]
-        log.rows.append(row)
-        if on_step:
-            on_step(log)
+        add_row(row)
         if not kept:
-            log.stop_reason = (f"step {step}'s best, {best.config.name}, gains "
-                               f"{100 * (speedup - 1):+.1f} % (< {100 * (gain - 1):.0f} %)")
-            echo(f"step {step}: {log.stop_reason}; stopping with {current.config.name}")
+            stop(step, f"step {step}'s best, {best.config.name}, gains "
+                       f"{100 * (speedup - 1):+.1f} % (< {100 * (gain - 1):.0f} %)",
+                 f"stopping with {current.config.name}")
             break
         echo(f"step {step}: kept {best.config.name} ({speedup:.2f}x over "
              f"{current.config.name}, {base.time_ms / best.time_ms:.2f}x over the baseline)")
         current = best
         if out_of_time():
-            log.stop_reason = f"time limit ({time_limit_s:.0f} s) reached"
-            echo(f"step {step}: {log.stop_reason}; stopping")
+            stop(step, f"time limit ({time_limit_s:.0f} s) reached")
             break
     log.chosen = {"variant": current.config.name, "config": asdict(current.config),
                   "time_ms": current.time_ms,
@@ -837,13 +857,10 @@ def roofline_plot(dev: Any, log: OptimizationLog, out_dir: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from kingen.analysis.report import flop_roofline_axes, save_figure
+
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    x = np.logspace(-2, 5, 200)
-    bw = dev.peak("dram_gbs")
-    for key, style in (("fp32_gflops", "-"), ("fp64_gflops", ":")):
-        pk = dev.peak(key)
-        ax.plot(x, np.minimum(pk, x * bw), "k" + style, lw=1,
-                label=f"{key[:4].upper()} {pk / 1e3:.1f} TFLOP/s, DRAM {bw:.0f} GB/s")
+    flop_roofline_axes(ax, dev, np.logspace(-2, 5, 200))
     for i, p in enumerate(log.references):
         ax.plot(p["flop_intensity"], p["gflops"], "s", mfc="none", color=f"C{i % 10}",
                 label=f"{p['name']} ({p['kind']})")
@@ -854,17 +871,9 @@ def roofline_plot(dev: Any, log: OptimizationLog, out_dir: Path) -> Path:
         ax.plot(roof["flop_intensity"], roof["gflops"], "o", color="k", ms=4)
         ax.annotate(f"{t['step']}:{t['variant']}", (roof["flop_intensity"], roof["gflops"]),
                     fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("flop / DRAM byte (measured bytes where ncu ran, else declared)")
-    ax.set_ylabel("GFLOP/s")
     ax.set_title(f"kingen tune: {log.model} {log.precision} on {dev.name}")
     ax.legend(fontsize=6, loc="lower right")
-    fig.tight_layout()
-    p = Path(out_dir) / "roofline.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return save_figure(fig, Path(out_dir) / "roofline.png")
 
 
 def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
@@ -938,7 +947,7 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
                                      echo=echo)
     # by default the loop starts from the kernel the solver would launch now; ``start``
     # names another (``b128``: the stage form, as kingen shipped before the propagator)
-    start_config = sim._tuned() if start is None else LaunchConfig.parse(start)
+    start_config = sim.launch_config() if start is None else LaunchConfig.parse(start)
 
     def save(partial: OptimizationLog) -> None:
         partial.seconds = time.perf_counter() - t0

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from kingen.analysis._gpu import require_gpu
+from kingen.analysis import _gpu, hardware
 from kingen.analysis.classify import Thresholds, Verdict, classify
-from kingen.analysis.hardware import SECTOR, DeviceInfo, ceilings, time_within
+from kingen.analysis.hardware import SECTOR, DeviceInfo, time_within
 from kingen.analysis.kernels.base import KernelCase, cases_for, rk4_cases
 from kingen.analysis.metrics import INSTR_UNIT, MetricSet, compute
 from kingen.analysis.profile import (
@@ -98,6 +98,30 @@ def table(rows: list[tuple[KernelCase, MetricSet, Verdict]]) -> str:
     return "\n".join(lines)
 
 
+def flop_roofline_axes(ax: Any, dev: DeviceInfo, x: np.ndarray) -> None:
+    """A flop roofline's frame: the FP32 and FP64 ceilings over the DRAM bandwidth at
+    intensities ``x``, log axes and their labels."""
+    bw = dev.peak("dram_gbs")
+    for key, style in (("fp32_gflops", "-"), ("fp64_gflops", ":")):
+        pk = dev.peak(key)
+        ax.plot(x, np.minimum(pk, x * bw), "k" + style, lw=1,
+                label=f"{key[:4].upper()} {pk / 1e3:.1f} TFLOP/s, DRAM {bw:.0f} GB/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("flop / DRAM byte (measured bytes where ncu ran, else declared)")
+    ax.set_ylabel("GFLOP/s")
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay out, write as a 120-dpi PNG and close."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def roofline_plots(dev: DeviceInfo, rows: list[tuple[KernelCase, MetricSet, Verdict]],
                    out_dir: Path) -> list[Path]:
     """Write ``roofline.png`` (instruction roofline, ncu kernels) and ``roofline_flops.png``."""
@@ -132,33 +156,16 @@ def roofline_plots(dev: DeviceInfo, rows: list[tuple[KernelCase, MetricSet, Verd
         ax.set_ylabel("warp GIPS")
         ax.set_title(f"Instruction roofline, {dev.name}")
         ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        p = out_dir / "roofline.png"
-        fig.savefig(p, dpi=120)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(save_figure(fig, out_dir / "roofline.png"))
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    x = np.logspace(-2, 4, 200)
-    bw = dev.peak("dram_gbs")
-    for key, style in (("fp32_gflops", "-"), ("fp64_gflops", ":")):
-        pk = dev.peak(key)
-        ax.plot(x, np.minimum(pk, x * bw), "k" + style, lw=1,
-                label=f"{key[:4].upper()} {pk / 1e3:.1f} TFLOP/s, DRAM {bw:.0f} GB/s")
+    flop_roofline_axes(ax, dev, np.logspace(-2, 4, 200))
     for i, (case, m, _v) in enumerate(rows):
         nbytes = m.dram_bytes or case.bytes
         if m.gflops:
             ax.plot(case.flops / nbytes, m.gflops, "o", color=f"C{i % 10}", label=case.name)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("flop / DRAM byte (measured bytes where ncu ran, else declared)")
-    ax.set_ylabel("GFLOP/s")
     ax.set_title(f"Roofline, {dev.name}")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    p = out_dir / "roofline_flops.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    paths.append(p)
+    paths.append(save_figure(fig, out_dir / "roofline_flops.png"))
     return paths
 
 
@@ -206,11 +213,13 @@ def run_analyze(target: str, out_dir: Path, use_ncu: bool = True, size: str = "d
     import time
 
     t0 = time.perf_counter()
-    require_gpu()
+    # through the modules, not names bound at import: a stand-in GPU (tests) reaches here
+    # only while it stands in
+    _gpu.require_gpu()
     th = thresholds or Thresholds()
     echo("measuring the device ceilings (about a minute)" if remeasure else
          "device ceilings: from the cache, or measured now (about a minute, once per device)")
-    dev = ceilings(remeasure=remeasure)
+    dev = hardware.ceilings(remeasure=remeasure)
     echo(f"device: {dev.name} (cc {dev.compute_capability[0]}.{dev.compute_capability[1]}, "
          f"{dev.sms} SMs, {dev.clock_mhz:.0f} MHz); measured DRAM {dev.peak('dram_gbs'):.0f} "
          f"GB/s, L2 {dev.peak('l2_gbs'):.0f} GB/s, FP32 {dev.peak('fp32_gflops'):.0f}, FP64 "

@@ -21,7 +21,12 @@ import numpy as np
 
 from kingen.analysis.kernels.base import KernelCase
 from kingen.errors import KingenError
-from kingen.solve.plan import flops_per_product, flops_per_step
+from kingen.solve.plan import (
+    flops_per_product,
+    flops_per_span_build,
+    flops_per_span_sample,
+    flops_per_step,
+)
 
 PROTOCOL_SETS = {
     "desensitization": ("desensitization",),
@@ -44,13 +49,15 @@ def propagator_available(sim: Any = None) -> bool:
 
 
 def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "stage",
-                        plan: Any = None) -> float:
+                        plan: Any = None, span: int = 1) -> float:
     """Declared flops of one candidate's solve (all sweeps) in ``form``.
 
     Stage form: ``total_steps`` RK4 steps. Propagator form (needs ``plan``, the object of
     ``Simulator.propagator_plan()``): building each M = R(hQ)ⁿ advances the S unit rows n
     steps, each propagator sample is one S×S vector-matrix product plus the add of p + p·D,
-    and the rows left in stage form cost their RK4 steps.
+    and the rows left in stage form cost their RK4 steps. With ``span`` > 1 a sample costs
+    :func:`~kingen.solve.plan.flops_per_span_sample` and every key also builds its span
+    arrays.
     """
     fps = flops_per_step(scheme, precision)
     if form != "propagator":
@@ -59,7 +66,11 @@ def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "s
         raise KingenError("the propagator form needs the solver's propagator plan",
                           field="form", value=form)
     build = sum(scheme.n_states * int(n) * fps for n in plan.key_steps)
-    samples = int(plan.prop_samples) * flops_per_product(scheme)
+    if span > 1:
+        build += int(plan.n_keys) * flops_per_span_build(scheme, span)
+        samples = int(plan.prop_samples) * flops_per_span_sample(scheme, span)
+    else:
+        samples = int(plan.prop_samples) * flops_per_product(scheme)
     return float(build + samples + int(plan.stage_steps) * fps)
 
 
@@ -121,7 +132,7 @@ class SolverProblem:
         """Declared flops of one launch of the whole batch with ``config``."""
         plan = self.plan() if config.form == "propagator" else None
         return self.n_candidates * flops_per_candidate(
-            self.scheme, self.precision, self.total_steps, config.form, plan)
+            self.scheme, self.precision, self.total_steps, config.form, plan, config.span)
 
     def bytes(self, config) -> float:
         """Fewest DRAM bytes of one launch: parameters and initial state in, results out;
@@ -135,6 +146,8 @@ class SolverProblem:
             plan = self.plan()
             if plan is not None:
                 per += 2 * int(plan.n_keys) * s * s * item
+                if config.span > 1:  # the span arrays, written once and read back
+                    per += 2 * int(plan.n_keys) * s * (config.span + s) * item
         return float(self.n_candidates * per)
 
     def worker_args(self, config) -> list[str]:
@@ -274,6 +287,6 @@ def analysis_cases(model: str | Path | None = None, n_candidates: int = 16384,
     cases = []
     for prec in ((precision,) if precision else ("float64", "float32")):
         problem = solver_problem(model, n_candidates, prec, protocol)
-        for variant in variants or (problem.simulator("cuda")._tuned(),):
+        for variant in variants or (problem.simulator("cuda").launch_config(),):
             cases.append(variant_case(problem, variant))
     return cases

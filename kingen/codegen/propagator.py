@@ -31,8 +31,10 @@ from kingen.codegen.emit import N_OUT, N_WINDOWS, Emitter
 from kingen.codegen.span import (
     SPAN_ARGS,
     emit_span_build,
+    emit_span_build_cpu,
     emit_span_reduce,
     emit_span_row,
+    emit_span_row_cpu,
     emit_window_bounds,
     span_check,
 )
@@ -307,8 +309,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         coalesce, and held in registers) or ``cpu`` (D laid out (candidate, key, row,
         column), read from the cache at each product).
     span
-        Samples per product on propagated rows (objective mode, GPU, lanes ≥ 2; see
-        :mod:`kingen.codegen.span`): 1 is one product per sample.
+        Samples per product on propagated rows (objective mode; on the GPU with lanes ≥ 2;
+        see :mod:`kingen.codegen.span`): 1 is one product per sample.
 
     Examples
     --------
@@ -328,7 +330,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     if lanes > 1 and target == "cpu":
         raise ValueError("lanes > 1 runs on the GPU only")
     if span != 1:
-        span_check(scheme.n_states, lanes, span)
+        span_check(scheme.n_states, lanes, span, target)
         if mode != "objective":
             raise ValueError("spans serve the objective mode only")
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
@@ -336,7 +338,9 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     a.conc_at()
     builder = Emitter(scheme, cast="F64")
     _build(builder, d_flush, "gpu" if target == "cuda" else "cpu")
-    if span > 1:
+    if span > 1 and target == "cpu":
+        emit_span_build_cpu(builder, span, d_flush)
+    elif span > 1:
         emit_span_build(builder, span, d_flush)
     a.lines.extend(builder.lines)
     a("@DEVICE")
@@ -353,7 +357,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
             a(f"{ind}gc{k} = {a.cast}(GCOND[lane * {C} + {k}])")
         a(f"{ind}for j in range({scheme.n_states}, {2 * padded_states(scheme.n_states, lanes)}):")
         a(f"{ind}    sh[base + j] = {a.cast}(0.0)")
-    if span > 1:
+    if span > 1 and target == "cuda":
         emit_window_bounds(a, ind)
     a.record(ind, mode, with_occupancy=with_occupancy)
     a(f"{ind}for r in range(row_start[w], row_start[w + 1]):")
@@ -361,15 +365,18 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     a.step_sizes(ind2)
     a(f"{ind2}kk = row_key[r]")
     a(f"{ind2}if kk >= 0:")
-    if span > 1:
-        emit_span_row(a, ind2 + "    ", lanes, span, padded_states(scheme.n_states, lanes) // lanes)
+    if span > 1 and target == "cpu":
+        emit_span_row_cpu(a, ind2 + "    ", span)
+    elif span > 1:
+        emit_span_row(a, ind2 + "    ", lanes, span,
+                      padded_states(scheme.n_states, lanes) // lanes)
     elif lanes == 1:
         _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target)
     else:
         _lanes_row(a, ind2 + "    ", mode, lanes)
     a(f"{ind2}else:")
     a.stage_rows(ind2 + "    ", mode, with_occupancy, stage_rows)
-    if span > 1:
+    if span > 1 and target == "cuda":
         emit_span_reduce(a, ind, lanes)
     a.finish(ind, mode, writer="lane == 0" if lanes > 1 else None)
     return finished(a)

@@ -31,11 +31,11 @@ from kingen.codegen.emit import Emitter
 SPAN_ARGS = " GV, DV,"
 
 
-def span_check(n_states: int, lanes: int, span: int) -> None:
+def span_check(n_states: int, lanes: int, span: int, target: str = "cuda") -> None:
     """Reject spans the generated code cannot lay out."""
     if span < 2 or span & (span - 1):
         raise ValueError(f"span must be a power of two ≥ 2, got {span}")
-    if lanes < 2 or span % lanes:
+    if target == "cuda" and (lanes < 2 or span % lanes):
         raise ValueError(f"a span needs lanes ≥ 2 that divide it (lanes {lanes}, span {span})")
 
 
@@ -233,3 +233,81 @@ def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
     for q in range(a.n_windows):
         a(f"{ind}if wo{q} >= 1:")
         a(f"{ind}    wv{q} += ws{q}")
+
+
+# ------------------------------------------------------------------------------ CPU
+# One thread per (candidate, sweep) holds the whole state; the span arrays are read from the
+# cache like D: ``GV[c, k, j, i]`` (a current's S coefficients contiguous) and
+# ``DV[c, k, i, j]``.
+
+
+def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
+    """``span_thread(c, k, D, GV, DV)``: the span arrays of one (candidate, key), all S
+    rows, from ``D[c, k]`` (``a`` must cast to ``F64``)."""
+    S = a.scheme.n_states
+    cond = a.scheme.conductance
+    a("@DEVICE")
+    a("def span_thread(c, k, D, GV, DV):")
+    ind = "    "
+    a(f"{ind}Dk = D[c, k]")
+    a(f"{ind}for i in range({S}):")
+    ind2 = ind + "    "
+    for j in range(S):
+        a(f"{ind2}r{j} = F64(1.0) if i == {j} else F64(0.0)")
+    a(f"{ind2}for jj in range({span}):")
+    ind3 = ind2 + "    "
+    for j in range(S):
+        terms = [f"r{i} * F64(Dk[{i}, {j}])" for i in range(S)]
+        a(f"{ind3}n{j} = r{j} + (" + " + ".join(terms) + ")")
+    for j in range(S):
+        a(f"{ind3}r{j} = n{j}")
+    g = " + ".join(f"{a.const(cond[j])} * r{j}" for j in range(S) if cond[j] != 0.0)
+    a(f"{ind3}GV[c, k, jj, i] = {g or '0.0'}")
+    for j in range(S):
+        a(f"{ind2}x = r{j} - (F64(1.0) if i == {j} else F64(0.0))")
+        a(f"{ind2}DV[c, k, i, {j}] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    a("")
+
+
+def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
+    """A propagated row in spans of ``span`` samples, one thread holding the whole state
+    ``p{i}`` (objective mode); the row's checks follow as for one product per sample."""
+    from kingen.codegen.propagator import _row_end_check, dot
+
+    S, F = a.scheme.n_states, a.cast
+    p = [f"p{i}" for i in range(S)]
+    a(f"{ind}Gk = GV[c, kk]")
+    a(f"{ind}Mk = DV[c, kk]")
+    a(f"{ind}Dk = D[c, kk]")
+    a(f"{ind}nb = nrep // {span}")
+    a(f"{ind}rem = nrep - nb * {span}")
+
+    def currents(ind2: str, count: str) -> None:
+        a(f"{ind2}if rec == 1:")
+        a(f"{ind2}    for q in range({count}):")
+        ind3 = ind2 + "        "
+        a(f"{ind3}g = float({dot([f'{x} * Gk[q, {i}]' for i, x in enumerate(p)])}) * drv")
+        a(f"{ind3}smp += 1")
+        a(f"{ind3}code = 0")
+        a.store_sample(ind3, "objective", [])
+
+    def advance(ind2: str, matrix: str) -> None:
+        for j in range(S):
+            terms = [f"p{i} * {matrix}[{i}, {j}]" for i in range(S)]
+            a(f"{ind2}n{j} = {dot([f'p{j}'] + terms, 2)}")
+        for j in range(S):
+            a(f"{ind2}p{j} = n{j}")
+            a.flush(ind2, f"p{j}")
+
+    a(f"{ind}for b in range(nb):")
+    currents(ind + "    ", str(span))
+    advance(ind + "    ", "Mk")
+    a(f"{ind}if rem > 0:")
+    currents(ind + "    ", "rem")
+    a(f"{ind}    for t in range(rem):")
+    advance(ind + "        ", "Dk")
+    _row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
+                                                      for x in p), "objective", None)
+    if a.compensated:
+        for j in range(S):
+            a(f"{ind}e{j} = {F}(0.0)")

@@ -8,20 +8,13 @@ from typing import Any
 import numpy as np
 
 from kingen import units
-from kingen.data.types import Recording, check_sweep
+from kingen.data.types import Recording, check_sweep, install_hint, optional_module
 from kingen.errors import KingenError
 
-ABF_INSTALL = "pyabf is not installed: pip install 'kingen[abf]'"
+ABF_INSTALL = install_hint("pyabf", "abf")
 
 
 # --------------------------------------------------------------------------- ABF
-
-def _import_pyabf(path: str) -> Any:
-    try:
-        import pyabf
-    except ImportError:
-        raise KingenError(ABF_INSTALL, file=path, field="format", value="abf") from None
-    return pyabf
 
 
 def read_abf(path: str | os.PathLike[str], *, channel: int = 0) -> Recording:
@@ -33,7 +26,7 @@ def read_abf(path: str | os.PathLike[str], *, channel: int = 0) -> Recording:
     sample rate, version and date are kept in ``meta``.
     """
     name = str(path)
-    pyabf = _import_pyabf(name)
+    pyabf = optional_module("pyabf", "abf", name)
     try:
         abf = pyabf.ABF(name)
     except Exception as exc:  # noqa: BLE001 -- pyabf raises many types on a bad file

@@ -17,7 +17,7 @@ import numpy as np
 from kingen import units
 from kingen.data.types import Recording
 from kingen.errors import KingenError
-from kingen.files import atomic_write
+from kingen.files import atomic_write, read_text
 
 # --------------------------------------------------------------------------- CSV reading
 
@@ -33,12 +33,7 @@ class _Table:
 def _read_table(path: Path) -> _Table:
     """Comments, header and columns of a CSV file (cells as text, trailing blanks kept)."""
     name = str(path)
-    if not path.is_file():
-        raise KingenError("file not found", file=name)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KingenError(f"cannot read: {exc}", file=name) from None
+    text = read_text(path, encoding="utf-8-sig")
     lines = text.splitlines()
     comments: list[str] = []
     i = 0

@@ -15,21 +15,14 @@ from typing import Any
 import numpy as np
 
 from kingen import units
-from kingen.data.types import Recording, check_sweep
+from kingen.data.types import Recording, check_sweep, install_hint, optional_module
 from kingen.errors import KingenError
 from kingen.files import atomic_write
 
-NWB_INSTALL = "pynwb is not installed: pip install 'kingen[nwb]'"
+NWB_INSTALL = install_hint("pynwb", "nwb")
 
 
 # --------------------------------------------------------------------------- NWB
-
-def _import_pynwb(path: str) -> Any:
-    try:
-        import pynwb
-    except ImportError:
-        raise KingenError(NWB_INSTALL, file=path, field="format", value="nwb") from None
-    return pynwb
 
 
 _AMPERE_NAMES = ("amperes", "ampere", "amps", "amp", "a")
@@ -109,7 +102,7 @@ def read_nwb(path: str | os.PathLike[str]) -> Recording:
     current's sample times.
     """
     name = str(path)
-    pynwb = _import_pynwb(name)
+    pynwb = optional_module("pynwb", "nwb", name)
     try:
         io_ = pynwb.NWBHDF5IO(name, "r")
         nwb = io_.read()
@@ -274,7 +267,7 @@ def write_nwb(
     into place.
     """
     name = str(path)
-    pynwb = _import_pynwb(name)
+    pynwb = optional_module("pynwb", "nwb", name)
     from pynwb.icephys import VoltageClampSeries, VoltageClampStimulusSeries
 
     meta = {k: v for k, v in recording.meta.items() if _jsonable(v)}

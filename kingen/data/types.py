@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,3 +200,18 @@ def check_sweep(time_ms: np.ndarray, current_pA: np.ndarray, file: str, where: s
         k = int(np.argmax(steps <= 0)) + 1
         raise KingenError("time does not increase", file=file, field=f"{where} sample {k}",
                           value=float(time_ms[k]))
+
+
+def install_hint(module: str, extra: str) -> str:
+    """What to tell a user who lacks the optional ``module`` of a file format."""
+    return f"{module} is not installed: pip install 'kingen[{extra}]'"
+
+
+def optional_module(module: str, extra: str, file: str) -> Any:
+    """``import module`` for a reader of the ``extra`` file format (abf, nwb), or a
+    KingenError naming ``file`` and saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise KingenError(install_hint(module, extra), file=file, field="format",
+                          value=extra) from None

@@ -47,8 +47,8 @@ _KERNEL = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy
 
 # Below this many genes to write, the operators run on the calling thread alone. In a fit
 # the CPU idles while the GPU solves, numba's OpenMP workers fall asleep, and waking them
-# costs more (about 10 ms on the H100 machine's 16-core host: benchmarks/h100/session6.sh)
-# than the whole serial loop at these sizes.
+# costs more (about 10 ms on the H100 machine's 16-core host; the ga_step suite,
+# benchmarks/results/h100/ga_step/) than the whole serial loop at these sizes.
 PARALLEL_FROM_GENES = 1 << 18
 
 

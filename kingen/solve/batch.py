@@ -213,7 +213,7 @@ class Simulator:
             module = solver_module(self.scheme, mode, self.precision, "cpu",
                                    with_occupancy=with_occupancy, form=config.form,
                                    stage_rows=self.propagator_plan().stage_rows,
-                                   n_windows=self._n_windows(mode))
+                                   n_windows=self._n_windows(mode), span=config.span)
             t_compile = time.perf_counter()
             self._cpu_call(module, config, P, S0, extra, fail)
             results = list(extra) + [fail]
@@ -279,12 +279,13 @@ class Simulator:
     def launch_config(self):
         """The launch this simulator uses when none is given: on the GPU the one
         ``kingen tune`` recorded for this device, scheme and precision, else the default
-        for the scheme's size; on the CPU the propagator form."""
-        from kingen.solve.cuda import LaunchConfig, tuned_config
+        for the scheme's size; on the CPU the propagator form with spans of 16 samples
+        (objective mode; a trace takes one product per sample)."""
+        from kingen.solve.cuda import CPU_DEFAULT, tuned_config
 
         if self._config is None:
             self._config = (tuned_config(self.device, self.scheme, self.precision)
-                            if self.backend == "cuda" else LaunchConfig(form="propagator"))
+                            if self.backend == "cuda" else CPU_DEFAULT)
         return self._config
 
     # ------------------------------------------------------------------ internals
@@ -314,9 +315,6 @@ class Simulator:
         return (P, S0, s.rows_f, s.rows_i, s.row_start, self.pulses, self.pulse_start,
                 self.transients, self.transient_start, self.drive, s.sample_start)
 
-    def _tuned(self):
-        return self.launch_config()
-
     def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
         from kingen.solve.cuda import FORMS
 
@@ -324,6 +322,9 @@ class Simulator:
         if config.form not in FORMS:
             raise KingenError("unknown solver form (use stage or propagator)", field="form",
                               value=config.form)
+        if config.span > 1 and config.lanes < 2 and self.backend == "cuda":
+            raise KingenError("spans on the GPU need at least two lanes (e.g. "
+                              "prop-l8-s16-b128)", field="variant", value=config.name)
         if config.span > 1 and mode != "objective":
             # a trace needs every sample's current stored: one product per sample
             config = replace(config, span=1)
@@ -385,26 +386,37 @@ class Simulator:
                 module.launch(P.shape[1], self.n_sweeps, *self._common_args(P, S0),
                               TOLERANCE[self.precision], *extra, fail)
             else:
-                self._cpu_propagate(module, P, S0, extra, fail)
+                self._cpu_propagate(module, config, P, S0, extra, fail)
         finally:
             numba.set_parallel_chunksize(previous)
 
-    def _cpu_propagate(self, module, P: np.ndarray, S0: np.ndarray, extra: tuple,
+    def _cpu_propagate(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                        fail: np.ndarray) -> None:
         """The propagator form on the CPU, in chunks of candidates whose matrices stay
         within a few tens of MB (they are rebuilt every call; memory, not time, bounds
         them)."""
         plan = self.propagator_plan()
         n = P.shape[1]
-        per_candidate = max(1, int(np.prod(self._d_shape(1, 1))) * P.itemsize)
+        S = self.scheme.n_states
+        span = config.span
+        per_candidate = int(np.prod(self._d_shape(1, 1)))
+        if span > 1:
+            per_candidate += plan.n_keys * S * (span + S)
+        per_candidate = max(1, per_candidate * P.itemsize)
         chunk = max(1, min(n, _CPU_D_BYTES // per_candidate))
         s = self.schedule
         for a in range(0, n, chunk):
             b = min(n, a + chunk)
             Pc, Sc = np.ascontiguousarray(P[:, a:b]), np.ascontiguousarray(S0[:, a:b])
             D = np.empty(self._d_shape(b - a, 1), dtype=P.dtype)
+            spans: tuple = ()
+            if span > 1:
+                spans = (np.empty((b - a, plan.n_keys, span, S), dtype=P.dtype),
+                         np.empty((b - a, plan.n_keys, S, S), dtype=P.dtype))
             if plan.n_keys:
                 module.build(b - a, plan.n_keys, Pc, plan.keys_f, plan.keys_i, D)
+                if spans:
+                    module.build_span(b - a, plan.n_keys, D, *spans)
             if b - a == n:
                 out_extra, out_fail = extra, fail
             else:
@@ -412,7 +424,7 @@ class Simulator:
             module.launch(b - a, self.n_sweeps, Pc, Sc, s.rows_f, s.rows_i, s.row_start,
                           plan.row_key, self.pulses, self.pulse_start, self.transients,
                           self.transient_start, self.drive, s.sample_start,
-                          TOLERANCE[self.precision], D, *out_extra, out_fail)
+                          TOLERANCE[self.precision], D, *spans, *out_extra, out_fail)
             if b - a != n:
                 self._chunk_write_back(extra, fail, out_extra, out_fail, a, b)
 

@@ -135,6 +135,33 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse
                    D, a0, a1, a2, a3, fail)
 """
 
+_CPU_SPAN_LAUNCH = """
+
+@njit(parallel=True, cache=True)
+def build(N, n_keys, P, keys_f, keys_i, D):
+    S = D.shape[2]
+    for t in prange(N * n_keys * S):
+        r = t // N
+        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
+
+
+@njit(parallel=True, cache=True)
+def build_span(N, n_keys, D, GV, DV):
+    for t in prange(N * n_keys):
+        span_thread(t // n_keys, t % n_keys, D, GV, DV)
+
+
+@njit(parallel=True, cache=True)
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
+           transients, transient_start, drive, sample_start, tol, D, GV, DV, a0, a1, a2, a3,
+           fail):
+    sh = np.zeros(1, dtype=F)
+    for i in prange(N * n_sweeps):
+        run_thread(i % N, i // N, 0, 0, sh, 0, P, S0, rows_f, rows_i, row_start, row_key,
+                   pulses, pulse_start, transients, transient_start, drive, sample_start, tol,
+                   D, GV, DV, a0, a1, a2, a3, fail)
+"""
+
 _CUDA_PROP_LAUNCH = """
 
 LANES = {lanes}
@@ -262,7 +289,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
         text = _CPU_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
-        launch = _CPU_LAUNCH if form == "stage" else _CPU_PROP_LAUNCH
+        launch = (_CPU_LAUNCH if form == "stage" else
+                  _CPU_SPAN_LAUNCH if span > 1 else _CPU_PROP_LAUNCH)
         if form != "stage":
             # let the compiler fuse the product's multiply-adds (no reassociation: the
             # compensated float32 sums must stay as written)

@@ -7,9 +7,8 @@ form (stage or propagator), threads per block, a cap on registers per thread, an
 pair. ``kingen tune`` (:mod:`kingen.analysis.optimize`) searches these and records its choice
 here, per device, scheme and precision; the solver then launches with it.
 
-This module is kingen's one tuning cache (``$KINGEN_CACHE/solver_tuning.json``): the
-analysis' generic kernel tuner (:mod:`kingen.analysis.tune`) stores its entries in the same
-file through :func:`load_tuning` and :func:`record_entry`. Nothing here imports the analysis
+This module is kingen's one tuning cache (``$KINGEN_CACHE/solver_tuning.json``, read by
+:func:`load_tuning`, written by :func:`record_entry`). Nothing here imports the analysis
 package: it sits below the solver in kingen's layers.
 """
 
@@ -42,7 +41,8 @@ class LaunchConfig:
     many GPU threads share one (candidate, sweep) pair in the propagator form (each holds
     a slice of M's columns in registers); ``span`` is how many samples of a propagated row
     one product yields in objective mode (:mod:`kingen.codegen.span`; 1: one product per
-    sample). The CPU backend uses ``form`` only.
+    sample; on the GPU with at least two lanes). The CPU backend uses ``form`` and
+    ``span``.
     """
 
     block: int = DEFAULT_BLOCK
@@ -80,7 +80,7 @@ class LaunchConfig:
             config = cls(int(block), int(regs) if regs else None, form, lanes, span)
         except (ValueError, IndexError):
             config = None
-        if config is None or (span > 1 and (lanes < 2 or span & (span - 1) or span % lanes)):
+        if config is None or (span > 1 and (span & (span - 1) or span % lanes)):
             raise KingenError("unknown solver variant (e.g. b128, stage-b128r96, "
                               "prop-l4-b128, prop-l8-s16-b128)", field="variant",
                               value=text) from None
@@ -96,6 +96,10 @@ class LaunchConfig:
             return f"prop-l{self.lanes}-{span}{launch}"
         return launch
 
+
+# The CPU backend's launch: spans of 16 samples cut R&H's objective solve 5x on 2 cores
+# (benchmarks/results/cpu-2core/propagator_spans.json).
+CPU_DEFAULT = LaunchConfig(form="propagator", span=16)
 
 VARIANTS = (
     LaunchConfig(64), LaunchConfig(128), LaunchConfig(256),

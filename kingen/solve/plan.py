@@ -66,6 +66,28 @@ def flops_per_product(scheme: Scheme) -> int:
     return 2 * s * s + s
 
 
+def flops_per_span_sample(scheme: Scheme, span: int) -> float:
+    """Floating-point operations per sample with spans of ``span`` samples (FMA = 2).
+
+    Each span costs ``span`` currents (a dot product over S states each) and one product
+    with M^B − I for the state (see :mod:`kingen.codegen.span`).
+
+    >>> from kingen.scheme import Scheme
+    >>> s = Scheme.load("models/robert_howe_2003.toml")
+    >>> flops_per_product(s), flops_per_span_sample(s, 16)
+    (528, 65.0)
+    """
+    s = scheme.n_states
+    return (span * 2 * s + 2 * s * s + s) / span
+
+
+def flops_per_span_build(scheme: Scheme, span: int) -> int:
+    """Floating-point operations of building one key's span arrays (S rows advanced
+    ``span`` products, each followed by its current)."""
+    s = scheme.n_states
+    return s * span * (2 * s * s + s + 2 * s)
+
+
 def plan_propagator(scheme: Scheme, schedule: Schedule, *,
                     every_constant_row: bool = False) -> PropagatorPlan:
     """Assign keys to the constant-concentration rows where a matrix pays for itself.

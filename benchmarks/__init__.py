@@ -1,0 +1,1 @@
+"""kingen's benchmark suites; run them with ``python -m benchmarks SUITE`` (see README.md)."""

@@ -1,0 +1,77 @@
+"""The benchmark suites: one driver, one results tree, a provenance block in every new result.
+
+Speed itself is never asserted here; these tests keep the suites runnable and their results
+findable and attributable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # benchmarks/ is not installed: it runs from the repository
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.__main__ import SUITES, main  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PROVENANCE = {"suite", "command", "git_commit", "git_dirty", "device", "host", "versions"}
+
+
+def test_the_driver_lists_every_suite_and_refuses_an_unknown_one(capsys) -> None:
+    assert main([]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in SUITES)
+    assert main(["no_such_suite"]) == 2
+    assert "unknown suite 'no_such_suite'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_every_suite_is_a_module_with_main_and_an_out_option(suite: str, capsys) -> None:
+    module = importlib.import_module(f"benchmarks.{suite}")
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--help"])
+    assert stop.value.code == 0
+    usage = capsys.readouterr().out
+    assert "--out" in usage and "--name" in usage
+
+
+def _results() -> list[Path]:
+    return sorted(p for p in RESULTS.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("path", _results(), ids=lambda p: str(p.relative_to(RESULTS)))
+def test_every_result_sits_in_the_tree_and_says_where_it_came_from(path: Path) -> None:
+    parts = path.relative_to(RESULTS).parts
+    if parts[1] == "sessions":  # console logs of whole GPU sessions
+        assert len(parts) == 3 and path.suffix == ".log"
+        return
+    assert path.suffix == ".json", "only JSON results (analysis reports go to analysis/)"
+    suite = parts[1][: -len(".json")] if len(parts) == 2 else parts[1]
+    assert suite in SUITES and len(parts) in (2, 3), "benchmarks/results/<device>/<suite>..."
+    result = json.loads(path.read_text(encoding="utf-8"))
+    if "provenance" in result:
+        assert PROVENANCE <= set(result["provenance"])
+        assert result["provenance"]["suite"] == suite
+    else:  # recorded before the driver: its own command, and a note on what it lacks
+        assert result.get("command") and result.get("note")
+
+
+def test_a_suite_run_records_its_provenance_in_the_tree_layout(tmp_path: Path) -> None:
+    from benchmarks import provenance, rest_state
+
+    out = tmp_path / "rest.json"
+    assert rest_state.main(["--population", "64", "--repeats", "1", "--out", str(out)]) == 0
+    block = json.loads(out.read_text(encoding="utf-8"))["provenance"]
+    assert block["command"] == ("python -m benchmarks rest_state --population 64 --repeats 1 "
+                                f"--out {out}")
+    assert len(block["git_commit"]) == 40 and block["versions"]["numpy"]
+    default = provenance.results_path("rest_state")
+    assert default == RESULTS / block["device_folder"] / "rest_state.json"
+    assert provenance.results_path("solver", "rh03", "h100") == RESULTS / "h100/solver/rh03.json"
+    assert provenance.device_folder("NVIDIA H100 80GB HBM3") == "h100"
