@@ -21,6 +21,7 @@ search                  :func:`load_config`         read a fit configuration
 search                  :func:`demo_config`         the bundled demo configuration
 search                  :func:`fit`                 run a fit to its end
 search                  :func:`resume`              continue a fit from its run file
+search                  :func:`profile`             profile likelihoods of a finished fit
 persistence             :class:`RunStore`           ``RunStore.open(path)``: read a run file
 output                  :func:`plot_run`            the figures of a run
 output                  :func:`write_report`        HTML and markdown summary of a run
@@ -76,6 +77,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "run_batch": ("kingen.distributed.batch", "run_batch"),
     "fit_on_cluster": ("kingen.distributed.fitting", "fit_on_cluster"),
     "ClusterSettings": ("kingen.distributed.cluster", "ClusterSettings"),
+    "profile": ("kingen.identify.run", "profile_run"),
+    "ProfileResult": ("kingen.identify.run", "ProfileResult"),
 }
 
 __all__ = [
@@ -83,7 +86,7 @@ __all__ = [
     "standard_protocol", "load_protocol", "Protocol",
     "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
     "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
-    "FitResult", "RunStore", "plot_run", "write_report",
+    "FitResult", "RunStore", "plot_run", "write_report", "profile", "ProfileResult",
     "run_batch", "fit_on_cluster", "ClusterSettings",
 ]
 # (a test checks that __all__ is _LAZY plus the two eager names)
@@ -94,6 +97,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from kingen.distributed.cluster import ClusterSettings
     from kingen.distributed.fitting import fit_on_cluster
     from kingen.fit_config import FitConfig, demo_config, load_config
+    from kingen.identify.run import ProfileResult
+    from kingen.identify.run import profile_run as profile
     from kingen.interop import export_scheme, import_scheme
     from kingen.objective import Objective
     from kingen.plot import plot_run

@@ -24,7 +24,8 @@ from kingen._version import __version__
 from kingen.errors import KingenError
 
 # Modules that add their own subcommands with ``add_parsers(subparsers)``.
-_COMMAND_MODULES = ("kingen.fit_cli", "kingen.output_cli", "kingen.batch_cli")
+_COMMAND_MODULES = ("kingen.fit_cli", "kingen.output_cli", "kingen.batch_cli",
+                    "kingen.identify.cli")
 FORCE_HELP = ("lift the size limits (states, samples, RK4 steps, memory) that refuse work "
               "too large for this machine; see the README's 'Limits and bad input'")
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")

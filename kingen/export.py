@@ -155,6 +155,7 @@ def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
             head.append(f"# model.channels = {amp:.6g}: the amplitude (channels) fitted for "
                         f"protocol {amp_from!r} (all: {amps})")
         head.append("# Bounds are the run's; values and bounds in this file's units.")
+        head += _interval_lines(view)
         original = _leading_comments(scheme.text)
         if original:
             head += ["#", "# The original file's header:"] + original
@@ -176,6 +177,24 @@ def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
     finally:
         if opened:
             store.close()
+
+
+def _interval_lines(view: RunView) -> list[str]:
+    """Comment lines with each free rate's confidence interval and identifiability (from
+    ``kingen profile``, else the local approximation at the end of the fit)."""
+    from kingen.identify.table import identifiable_text
+
+    found = view.uncertainty()
+    if found is None:
+        return []
+    rows, what, level = found
+    out = ["#", f"# {100 * level:g} % {what} intervals (this file's units):"]
+    for r in rows:
+        lo = "open" if r["lower"] is None else f"{r['lower']:.4g}"
+        hi = "open" if r["upper"] is None else f"{r['upper']:.4g}"
+        out.append(f"#   {r['name']:<10} {r['best']:<11.4g} [{lo}, {hi}] {r['unit']}  "
+                   f"identifiable: {identifiable_text(r)}")
+    return out
 
 
 _FIELD_ORDER = {"value": 0, "unit": 1, "bounds": 2, "scale": 3, "fixed": 4, "description": 5}

@@ -38,6 +38,7 @@ FIGURE_SIZES: dict[str, tuple[float, float]] = {
     "recovery": (6.5, 4.8),
     "convergence": (11.0, 4.5),
     "parameters": (10.0, 5.5),
+    "correlations": (7.0, 6.0),
     "traces": (8.0, 5.0),
 }
 PROTOCOL_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
@@ -224,7 +225,9 @@ def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str
                 ("dose_response", lambda: _dose_figure(r)),
                 ("recovery", lambda: _recovery_figure(r)),
                 ("convergence", lambda: _convergence_figure(r)),
-                ("parameters", lambda: _parameter_figure(r))]
+                ("parameters", lambda: _parameter_figure(r)),
+                ("correlations", lambda: _correlation_figure(r)),
+                ("profiles", lambda: profile_figure(r))]
     for stem, draw in figures:
         with matplotlib.rc_context(STYLE):
             result = draw()
@@ -482,5 +485,89 @@ def _parameter_figure(r: RunView) -> Figure | str:
     return fig
 
 
+# --------------------------------------------------------------------------- uncertainty
+
+def _correlation_figure(r: RunView) -> Figure | str:
+    """The correlations of the free rates (log10) at the best, from the Fisher information
+    stored at the end of the fit (``/profiles/local``)."""
+    local = r.local_uncertainty
+    if not local or not local.get("names"):
+        return ("no local uncertainty in the run file (computed at the end of a fit; "
+                "kingen profile RUN.h5 adds it to older files)")
+    names = list(local["names"])
+    corr = np.array([[math.nan if v is None else v for v in row]
+                     for row in local["correlation"]], dtype=float)
+    fig = _figure("correlations")
+    ax = fig.add_subplot()
+    im = ax.imshow(np.ma.masked_invalid(corr), cmap="RdBu_r", vmin=-1, vmax=1)
+    n = len(names)
+    ax.set_xticks(range(n), names, rotation=90)
+    ax.set_yticks(range(n), names)
+    if n <= 16:
+        for i in range(n):
+            for k in range(n):
+                v = corr[i, k]
+                ax.text(k, i, "—" if not math.isfinite(v) else f"{v:.2f}", ha="center",
+                        va="center", fontsize=7,
+                        color="white" if math.isfinite(v) and abs(v) > 0.6 else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="correlation of log10 rates")
+    ax.set_title(f"{r.title}: correlations at the best (Fisher information)")
+    return fig
+
+
+# --------------------------------------------------------------------------- profiles
+
+def profile_figure(r: RunView) -> Figure | str:
+    """One panel per profiled parameter (``kingen profile``): Δχ² against the rate (file
+    units, log axis for log-scaled rates), the threshold of the confidence level, the
+    interval, the best value and the model file's value; or why there is none."""
+    state = r.profiles
+    title = r.title
+    rows = (state or {}).get("table") or []
+    if not rows:
+        return ("no finished profiles in the run file (kingen profile RUN.h5 computes them)"
+                if state is None or not state.get("results") else "no profiled parameter")
+    n = len(rows)
+    cols = min(4, n)
+    nrows = math.ceil(n / cols)
+    fig = Figure(figsize=(3.3 * cols, 2.7 * nrows + 0.5), dpi=DPI, layout="constrained")
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, row in zip(axes.flat, rows, strict=False):
+        x = np.array([math.nan if v is None else v for v in row["grid"]], dtype=float)
+        y = np.array([math.nan if v is None else v for v in row["delta_chi2"]], dtype=float)
+        order = np.argsort(x)
+        ok = np.isfinite(x[order]) & np.isfinite(y[order])
+        ax.plot(x[order][ok], y[order][ok], "o-", color=PROTOCOL_COLORS[0], ms=3, lw=1.2)
+        thr = float(row["threshold"])
+        ax.axhline(thr, color="0.35", ls="--", lw=1,
+                   label=f"{100 * float(row['level']):g} % threshold")
+        lo, hi = row["lower"], row["upper"]
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            ax.axvspan(lo if lo is not None else finite.min(),
+                       hi if hi is not None else finite.max(), color="0.9", zorder=0,
+                       label="interval")
+        ax.axvline(row["best"], color="black", lw=1.2, label="best")
+        ax.axvline(row["file_value"], color=PROTOCOL_COLORS[3 % len(PROTOCOL_COLORS)],
+                   ls=":", lw=1.5, label="model file")
+        # a log axis only where the profile spans a factor 3 or more: its labels would
+        # crowd a narrow range
+        if row.get("log", True) and finite.size and finite.min() > 0 and (
+                finite.max() / finite.min() >= 3.0):
+            ax.set_xscale("log")
+        top = np.nanmax(y) if np.isfinite(y).any() else thr
+        ax.set_ylim(-0.05 * max(top, thr), min(max(top, 1.3 * thr), 6.0 * thr))
+        ax.set_xlabel(f"{row['name']} ({row['unit']})")
+        ax.set_ylabel("Δχ² (−2 Δlog L)")
+        verdict = "identifiable" if row["identifiable"] else "not identifiable"
+        ax.set_title(f"{row['name']}: {verdict}", fontsize=9)
+    axes.flat[0].legend(frameon=False, fontsize=7)
+    fig.suptitle(f"{title}: profile likelihoods" if title else "Profile likelihoods")
+    return fig
+
+
 __all__ = ["DPI", "FIGURE_SIZES", "PROTOCOL_COLORS", "plot_run", "plot_run_detailed",
+           "profile_figure",
            "plot_traces", "protocol_color"]

@@ -33,6 +33,11 @@ FIGURE_CAPTIONS = {
                    "protocol.",
     "parameters": "Rate constants of each generation's best candidate, as positions "
                   "within their bounds (log scale).",
+    "correlations": "Correlations of the free rates (log10) at the best, from the Fisher "
+                    "information (—: not determined by the data).",
+    "profiles": "Profile likelihoods (kingen profile): Δχ² of the best fit with the rate held "
+                "at each value, against the threshold of the confidence level; shaded: the "
+                "interval; solid: the best value; dotted: the model file's value.",
 }
 
 
@@ -172,12 +177,15 @@ def _collect(run: RunView, out_dir: Path) -> _Content:
             c.tables.append(_Table("Local polish", ["", "value"], rows,
                                    "Least-squares polish of the best candidate in log space."))
 
+    c.tables.extend(_uncertainty_tables(run))
+
     env = store.environment
     c.tables.append(_Table("Environment", ["", "value"], [[k, v] for k, v in env.items()]))
 
     written, skipped = plot_run_detailed(run, out_dir, on_skip=lambda _: None)
     c.skipped = skipped
-    order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters"]
+    order = ["fits_overview", "dose_response", "recovery", "convergence", "parameters",
+             "correlations", "profiles"]
     for stem in order:
         pngs = [p for p in written.get(stem, []) if p.suffix == ".png"]
         if pngs:
@@ -185,6 +193,46 @@ def _collect(run: RunView, out_dir: Path) -> _Content:
     c.config_text = store.config_text
     c.settings = json.dumps(store.config, indent=2, default=str)
     return c
+
+
+def _uncertainty_tables(run: RunView) -> list[_Table]:
+    """The identifiability table (profiles once ``kingen profile`` has run, else the local
+    approximation from the end of the fit), and the noise model it rests on."""
+    from kingen.identify.table import identifiable_text, strong_correlations
+
+    found = run.uncertainty()
+    if found is None:
+        return []
+    rows_in, what, level = found
+    rows = []
+    for r in rows_in:
+        moves = ", ".join(f"{p['name']} ({p['slope']:+.2g})" for p in r.get("pairs") or [])
+        rows.append([r["name"], _g(r["best"]), "open" if r["lower"] is None else _g(r["lower"]),
+                     "open" if r["upper"] is None else _g(r["upper"]), r["unit"],
+                     identifiable_text(r), moves])
+    note = (f"{100 * level:g} % {what} intervals, in the scheme file's units. "
+            + ("Identifiable: the profile crosses the threshold on both sides; 'moves "
+               "with': rates that change along the profile (slope in decades per decade)."
+               if what.startswith("profile") else
+               "From the standard errors at the best (a quadratic approximation); run "
+               f"`kingen profile {run.path}` for profile-likelihood intervals."))
+    local = run.local_uncertainty or {}
+    strong = strong_correlations(local) if local.get("correlation") else []
+    if strong:
+        note += " Strongly correlated at the best: " + "; ".join(strong) + "."
+    out = [_Table("Identifiability", ["parameter", "best", "lower", "upper", "unit",
+                                      "identifiable", "moves with"], rows, note)]
+    noise = local.get("noise") or (run.profiles or {}).get("noise")
+    if noise:
+        nrows = [[name, _g(s), src or "—", _g(tau, 3), _g(neff, 5), _g(rms)]
+                 for name, s, src, tau, neff, rms in zip(
+                     noise["names"], noise["sigma_pA"], noise["source"], noise["tau_samples"],
+                     noise["n_eff"], noise["residual_rms_pA"], strict=True)]
+        out.append(_Table("Noise model", ["protocol", "σ (pA)", "from", "τ (samples)",
+                                          "independent samples", "residual rms (pA)"], nrows,
+                          " ".join(noise.get("notes") or [])
+                          or "σ: the noise of the likelihood; τ: its correlation time."))
+    return out
 
 
 # --------------------------------------------------------------------------- HTML

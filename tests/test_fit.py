@@ -43,7 +43,9 @@ def test_one_batched_solver_call_per_generation(tmp_path, solver_calls):
     assert len(objective_calls) == 1 + 3 + 1
     assert objective_calls[0] == 8 and all(n <= 12 for n in objective_calls[1:4])
     assert sum(objective_calls[1:4]) > 12  # whole offspring batches, not single candidates
-    assert [m for m, _ in solver_calls].count("traces") == 1  # traces of the best only
+    # traces of the best, then the local uncertainty: the noise model at the best, and the
+    # best with its 2 forward-difference perturbations (the Jacobian) in one call
+    assert [n for m, n in solver_calls if m == "traces"] == [1, 1, 3]
     assert result.generations == 3 and np.isfinite(result.fitness)
     assert len(result.timings["solver_s"]) == 4
 

@@ -26,17 +26,19 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("experiment", ("kingen.protocol", "kingen.data")),
     ("simulation", ("kingen.codegen", "kingen.solve")),
     ("objective", ("kingen.objective", "kingen.features")),
-    ("search", ("kingen.params", "kingen.search", "kingen.fit_config")),
+    ("search", ("kingen.params", "kingen.search", "kingen.fit_config",
+                "kingen.identify")),
     # kingen.simulation is the one-call simulate() of the public API: it reaches down to
     # the solvers and up to the features, the CSV writer and the plots. The run drivers
     # fit()/resume() (kingen.search.run) create and open the run file, so they sit here,
-    # below the engine they drive.
+    # below the engine they drive; so does kingen profile's driver (kingen.identify.run).
     ("persistence & output", ("kingen.store", "kingen.plot", "kingen.report", "kingen.export",
-                              "kingen.simulation", "kingen.search.run")),
+                              "kingen.simulation", "kingen.search.run",
+                              "kingen.identify.run")),
     ("scale-out", ("kingen.distributed",)),
     ("analysis", ("kingen.analysis",)),
     ("interface", ("kingen", "kingen.__main__", "kingen.cli", "kingen.fit_cli",
-                   "kingen.output_cli", "kingen.batch_cli")),
+                   "kingen.output_cli", "kingen.batch_cli", "kingen.identify.cli")),
 ]
 
 # Known imports against the order, each with its reason: (importer, imported).

@@ -49,6 +49,9 @@ class FitResult:
     timings
         Per-generation timings (lists of seconds: ``solver_s``, ``kernel_s``,
         ``objective_s``, ``ga_s``, ``io_s``, ``total_s``) and ``wall_s``.
+    uncertainty
+        Local uncertainty at the best (standard errors, correlations, noise model and its
+        ``table`` of intervals; see :func:`kingen.identify.local.local_at_best`), or None.
     """
 
     path: str
@@ -70,6 +73,7 @@ class FitResult:
     evaluations: int = 0
     backend: str = ""
     device: str = ""
+    uncertainty: dict[str, Any] | None = None
 
     def summary(self) -> str:
         """A plain-text summary: parameters with units, error per protocol, features."""
@@ -115,7 +119,21 @@ class FitResult:
             lines.append(f"{'protocol':<20}{'feature':<18}{'fit':>12}{'data':>12}")
             lines.extend(rows)
             lines.extend(f"n.d. = {n}" for n in notes)
+        lines.extend(self._uncertainty_lines())
         return "\n".join(lines)
+
+    def _uncertainty_lines(self) -> list[str]:
+        u = self.uncertainty
+        if not u or not u.get("table"):
+            return []
+        from kingen.identify.table import strong_correlations, table
+
+        out = ["", table(u["table"], float(u.get("level", 0.95)), what="local (Fisher)"),
+               "(standard errors at the best, a quadratic approximation: `kingen profile "
+               f"{self.path}` gives profile-likelihood intervals)"]
+        out += [f"strongly correlated: {p}" for p in strong_correlations(u)]
+        out += [f"note: {n}" for n in (u.get("noise") or {}).get("notes", [])]
+        return out
 
 
 # ---------------------------------------------------------------------- progress

@@ -237,12 +237,30 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
                      amplitudes=amps, traces=traces, features=features, polish=report)
     store.mark_finished(reason)
+    _local_uncertainty(objective, cfg, best_genes, store, stream)
     timings = {k: [t[k] for t in engine.timings] for k in engine.timings[0]} if \
         engine.timings else {}
     timings["wall_s"] = time.perf_counter() - wall0
     return _result(RunView(store), cfg, generations=int(state["generation"]), reason=reason,
                    timings=timings, evaluations=engine.evaluations,
                    backend=objective.simulator.backend, device=objective.simulator.device)
+
+
+def _local_uncertainty(objective: Objective, cfg: FitConfig, genes: np.ndarray, store: Any,
+                       stream: TextIO | None) -> None:
+    """Standard errors and correlations at the best (two small solver calls), into the
+    run file (``/profiles/local``). The fit is finished and marked so by then: a failure
+    here, whatever it is, is said in one line and leaves the run file as it is."""
+    from kingen.identify.local import local_at_best
+
+    try:
+        local = local_at_best(objective, cfg.pmap, np.asarray(genes, dtype=float))
+    except Exception as exc:  # noqa: BLE001 - the fit is done and recorded: say it, go on
+        _warn([f"note: the local uncertainty was not computed ({type(exc).__name__}: "
+               f"{exc}); kingen profile RUN.h5 computes it"], stream)
+        return
+    if hasattr(store, "write_local_uncertainty"):
+        store.write_local_uncertainty(local)
 
 
 def _result(run: RunView, cfg: FitConfig, **engine: Any) -> FitResult:
@@ -260,7 +278,8 @@ def _result(run: RunView, cfg: FitConfig, **engine: Any) -> FitResult:
         errors=best["errors"], amplitudes=run.amplitudes(),
         history={"best": np.asarray(hist["best"]), "median": np.asarray(hist["median"])},
         polish=best["polish"], features=best["features"], free=cfg.pmap.gene_names,
-        bounds={n: (lo[n], hi[n]) for n in lo}, status=run.roles(cfg.ties), **engine)
+        bounds={n: (lo[n], hi[n]) for n in lo}, status=run.roles(cfg.ties),
+        uncertainty=run.local_uncertainty, **engine)
 
 
 def _features(objective: Objective, traces: dict[str, dict]) -> dict[str, dict]:

@@ -183,6 +183,20 @@ ENTRIES: tuple[Entry, ...] = (
           'JSON list: one entry per shard of a generation that a lost Dask worker held and '
           'that ran again on another worker (`generation`, `shard`, `rows`, `worker`, '
           '`time`); empty for a fit in one process (see "Scale-out (Dask)")'),
+    Entry('`/profiles/local`',
+          'local uncertainty at the optimum (JSON; written at the end of a fit and by '
+          '`kingen profile`): `names` (free parameters), `best_log10`, `se_log10` (standard '
+          'errors in decades; null: not determined), `correlation`, `fisher` (JᵀJ), `chi2`, '
+          '`noise` (per protocol: `sigma_pA`, `source` (`baseline` or `residuals`), '
+          '`tau_samples`, `n_samples`, `n_eff`, `residual_rms_pA`, `target_scale`, `notes`). '
+          'Absent in files written before kingen had it (`kingen profile` adds it)'),
+    Entry('`/profiles/slot_0`, `slot_1`, `commit`',
+          "`kingen profile`'s whole state (JSON) in the slot `commit[1]` names: `settings`, "
+          '`noise`, `names`, `engine` (every sub-problem: profiled gene, grid value, genes, '
+          'χ², optimiser state), and once finished `results` (per parameter: `grid`, '
+          '`delta_chi2`, `lower`, `upper` (null: open), `flat`, `identifiable`, `pairs`; '
+          '`threshold`, `level`, `chi2_min`); `commit` = `[steps, slot, CRC-32 of the '
+          "slot's text]`, written last"),
 )
 
 # The prose after the table (markdown).

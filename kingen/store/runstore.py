@@ -655,6 +655,44 @@ class RunStore:
         g = self._f["scheme"]
         return Scheme.loads(_text(_one(g["text"])), path=_text(g.attrs.get("path", "<scheme>")))
 
+    @_reading
+    def parameter_table(self) -> dict[str, list[Any]]:
+        """``/scheme/parameters`` by column: the parameters as the fit used them (bounds,
+        scales and ``fixed`` flags after the configuration's overrides; internal units)."""
+        t = _load(self._f["scheme/parameters"])
+        return {name: _col(t, name) for name in t.dtype.names}
+
+    @_reading
+    def local_uncertainty(self) -> dict[str, Any] | None:
+        """``/profiles/local``: the noise model, standard errors and correlations at the
+        optimum, or None (not computed, or a file from before it existed)."""
+        from kingen.store.profiles import read_local
+
+        return read_local(self._f)
+
+    @_reading
+    def profiles(self) -> dict[str, Any] | None:
+        """The last committed state of ``kingen profile`` (with its results once finished),
+        or None."""
+        from kingen.store.profiles import read_state
+
+        return read_state(self._f, str(self.path))
+
+    @property
+    def has_profiles_group(self) -> bool:
+        """True when the file has the ``/profiles`` group (files from before it lack it)."""
+        from kingen.store.profiles import has_group
+
+        return has_group(self._f)
+
+    def write_local_uncertainty(self, obj: Mapping[str, Any]) -> None:
+        """Replace ``/profiles/local`` (a fit's writer; JSON-able numbers and text)."""
+        from kingen.store.profiles import has_group, write_local
+
+        self._need_writer()
+        if has_group(self._f):
+            write_local(self._f, dict(obj))
+
     @property
     @_reading
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -1014,6 +1052,10 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     _dataset(res, "generation", np.full(2, -1, dtype=np.int64))
     _dataset(res, "crc32", np.zeros(2, dtype=np.int64))
     res["crc32"].attrs["description"] = "CRC-32 of each slot's fields and shapes, written last"
+
+    from kingen.store.profiles import create_group
+
+    create_group(f)
 
     run = f.create_group("run")
     _dataset(run, "commit", np.array([0, 0, -1], dtype=np.int64))

@@ -99,6 +99,29 @@ class RunView:
         """Per parameter: whether the fit varied it."""
         return self.store.free_mask
 
+    @cached_property
+    def profiles(self) -> dict[str, Any] | None:
+        """The state of ``kingen profile`` (``table`` and ``results`` once finished), or
+        None."""
+        return self.store.profiles()
+
+    @cached_property
+    def local_uncertainty(self) -> dict[str, Any] | None:
+        """Standard errors and correlations at the optimum (``/profiles/local``), or None."""
+        return self.store.local_uncertainty()
+
+    def uncertainty(self) -> tuple[list[dict[str, Any]], str, float] | None:
+        """The uncertainty table's rows (file units), what they are, and their level: the
+        profile-likelihood intervals once ``kingen profile`` has finished, else the local
+        (quadratic) ones computed at the end of the fit; None without either."""
+        prof = self.profiles or {}
+        if prof.get("table"):
+            return prof["table"], "profile-likelihood", float(prof["settings"]["level"])
+        local = self.local_uncertainty or {}
+        if local.get("table"):
+            return local["table"], "local (Fisher)", float(local.get("level", 0.95))
+        return None
+
     def history(self, *, population: bool = False) -> dict[str, Any]:
         """Every committed generation (see :meth:`RunStore.history`)."""
         return self.store.history(population=population)

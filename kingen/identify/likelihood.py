@@ -1,0 +1,179 @@
+"""The Gaussian log-likelihood of a fit, from the same residuals the fit minimises.
+
+For a recorded protocol p the fit minimises Σ w (A g − d)² (:mod:`kingen.objective`), with
+the amplitude A solved in closed form (least squares, clamped ≥ 0) for every candidate. With
+independent Gaussian noise of σ_p, and τ_p samples per independent one
+(:mod:`kingen.identify.noise`),
+
+    −2 log L(θ) = Σ_p Σ w (A g − d)² / (σ_p² τ_p) + Σ_t s_t w_t ((m_t − y_t) / scale_t)²
+                  + const,
+
+A profiled out as in the fit (it is re-solved for every θ). The second sum is over summary
+targets (:mod:`kingen.objective`): s_t = 1 for a target with an sd; a protocol's targets
+without one share the scale that makes their χ² at the best equal their number (or
+:data:`ASSUMED_RELATIVE_SD` of their value, when the best meets them exactly, and their
+scatter says nothing). The protocols' fit weights do not enter:
+they are a choice of the search, not a property of the data.
+
+:class:`Likelihood` gives, for a batch of genes, the residual vectors r whose Σ r² is
+χ²(θ) = −2 log L(θ) + const, in ONE solver call (trace mode).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from kingen.identify.noise import NoiseModel, has_sd
+from kingen.objective import host_windows
+
+FAILED = np.inf  # χ² of a candidate that cannot be simulated
+# Targets without an sd that the best fit meets to within this (squared, relative) per
+# target carry no estimate of their scatter; they are then taken to scatter by
+# ASSUMED_RELATIVE_SD of their value.
+EXACT_TARGETS = 1e-8
+ASSUMED_RELATIVE_SD = 0.05
+
+
+class Likelihood:
+    """χ² = −2 log L + const, and its residuals, for batches of genes.
+
+    Parameters
+    ----------
+    objective
+        The fit's :class:`~kingen.objective.Objective`.
+    pmap
+        The fit's :class:`~kingen.params.ParameterMap` (genes: log10 rates).
+    noise
+        The noise model (:func:`~kingen.identify.noise.estimate_noise`).
+    best_genes
+        The best fit's genes: sets the scale of targets without an sd.
+    """
+
+    def __init__(self, objective, pmap, noise: NoiseModel, best_genes: np.ndarray) -> None:
+        self.objective = objective
+        self.pmap = pmap
+        self.noise = noise
+        self.calls = 0
+        self.candidates = 0
+        self.solver_s = 0.0
+        start = objective.sample_start
+        self._rec: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, float | None, float]] = []
+        for q, item in enumerate(objective.items):
+            if item.recording is None:
+                continue
+            a, b = objective.spans[q]
+            idx = np.concatenate([np.arange(int(start[k]), int(start[k + 1]))
+                                  for k in range(a, b)])
+            idx = idx[objective.weight[idx] > 0]
+            c = 1.0 / (float(noise.sigma[q]) ** 2 * float(noise.tau[q]))
+            amp = None if item.amplitude is None else float(item.amplitude)
+            self._rec.append((q, idx, objective.data[idx], objective.weight[idx], amp, c))
+        self._scale = np.where(np.isfinite(noise.target_scale), noise.target_scale, 1.0)
+        # per target: 1 where it has its own sd, else its protocol's scale (set below)
+        self._sd = {q: np.array([has_sd(item, t) for t in plan.targets], dtype=bool)
+                    for q, (item, plan) in enumerate(zip(objective.items, objective.plans,
+                                                         strict=True)) if plan.targets}
+        unknown = ~np.isfinite(noise.target_scale)
+        if unknown.any():
+            r = self.residuals(np.atleast_2d(best_genes), _count=False)[0][0]
+            for q, (lo, hi) in self._target_blocks().items():
+                free = ~self._sd[q]
+                if unknown[q] and free.any():
+                    rq = r[lo:hi][free]
+                    ss, k = float(rq @ rq), int(free.sum())
+                    if ss > EXACT_TARGETS * k:
+                        self._scale[q] = k / ss
+                    else:
+                        # the best meets these targets exactly: their scatter says nothing
+                        self._scale[q] = 1.0 / ASSUMED_RELATIVE_SD ** 2
+                        noise.notes.append(
+                            f"{objective.names[q]}: the best fit meets its targets without "
+                            f"an sd exactly, so their noise cannot be estimated; taken as "
+                            f"{100 * ASSUMED_RELATIVE_SD:g} % of each target (give an sd)")
+        self.noise.target_scale = self._scale.copy()
+
+    def _target_blocks(self) -> dict[int, tuple[int, int]]:
+        """Columns of each protocol's targets in the residual vector."""
+        out, col = {}, sum(x[1].size for x in self._rec)
+        for q, plan in enumerate(self.objective.plans):
+            if plan.targets:
+                out[q] = (col, col + len(plan.targets))
+                col += len(plan.targets)
+        return out
+
+    @property
+    def n_residuals(self) -> int:
+        """Length of a residual vector."""
+        return sum(x[1].size for x in self._rec) + sum(
+            len(p.targets) for p in self.objective.plans)
+
+    def residuals(self, genes: np.ndarray, *, _count: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Residual vectors of a batch of genes: ONE solver call.
+
+        Returns
+        -------
+        r, chi2
+            (N, R) residuals, (N,) Σ r² (``inf`` for a candidate that fails; its residuals
+            are 0).
+        """
+        obj = self.objective
+        g = np.atleast_2d(np.asarray(genes, dtype=float))
+        t0 = time.perf_counter()
+        res = obj.simulator.run(obj.guard(self.pmap.to_params(g, clip=True), complete=False),
+                                "traces")
+        if _count:
+            self.calls += 1
+            self.candidates += g.shape[0]
+            self.solver_s += time.perf_counter() - t0
+        traces = res.traces
+        n = g.shape[0]
+        failed = np.any(res.fail != 0, axis=1)
+        # One (N, R) array filled block by block, in place: at thousands of candidates and
+        # tens of thousands of samples, temporaries cost more than the arithmetic.
+        r = np.empty((n, self.n_residuals))
+        amps: dict[int, np.ndarray] = {}
+        col = 0
+        for q, idx, d, w, fixed, c in self._rec:
+            span = (idx[0], idx[-1] + 1) if idx.size and idx[-1] - idx[0] + 1 == idx.size \
+                else None
+            gq = traces[:, span[0]:span[1]] if span else traces[:, idx]
+            if fixed is not None:
+                amp = np.full(n, fixed)
+            else:
+                wd = w * d
+                sgd = gq @ wd
+                sgg = np.einsum("ij,ij,j->i", gq, gq, w)
+                with np.errstate(all="ignore"):
+                    amp = np.maximum(np.where(sgg > 0, sgd / np.where(sgg > 0, sgg, 1.0),
+                                              0.0), 0.0)
+            amps[q] = amp
+            block = r[:, col: col + idx.size]
+            np.multiply(gq, amp[:, None], out=block)
+            block -= d
+            block *= np.sqrt(c * w)
+            col += idx.size
+        if any(p.targets for p in obj.plans):
+            win = host_windows(np.where(np.isfinite(traces), traces, 0.0), obj.sample_start,
+                               obj.windows)
+            for q, plan in enumerate(obj.plans):
+                if not plan.targets:
+                    continue
+                values, current = plan.model_values(win)
+                _, amp_t = obj._target_error(plan, win, amps.get(q))
+                tv = np.array([t.value for t in plan.targets])
+                sc = np.array([t.scale for t in plan.targets])
+                tw = np.array([t.weight for t in plan.targets])
+                model = values.copy()
+                if amp_t is not None:
+                    model[:, current] *= amp_t[:, None]
+                factor = np.where(self._sd[q], 1.0, self._scale[q])
+                r[:, col: col + tv.size] = np.sqrt(factor * tw) * (model - tv) / sc
+                col += tv.size
+        chi2 = np.einsum("ij,ij->i", r, r)
+        bad = failed | ~np.isfinite(chi2)  # a non-finite current makes χ² non-finite
+        r[bad] = 0.0
+        chi2[bad] = FAILED
+        return r, chi2
