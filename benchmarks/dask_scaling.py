@@ -9,8 +9,7 @@ GPU). The cluster is started and every worker has compiled the solver before the
 starts; the batch's wall time, fits per second and the speed-up over the first count are
 recorded::
 
-    python benchmarks/dask_scaling.py batch --workers 1,2,4,8 --fits 16 \\
-        --out benchmarks/results/cpu-16core/dask_batch.json
+    python -m benchmarks dask_scaling batch --workers 1,2,4,8 --fits 16 --name batch
 
 ``shard``: one fit, each generation's candidates sharded over ``--workers`` workers, against
 the same fit in one process (same seed: the result must be the same, and it is checked).
@@ -20,14 +19,13 @@ shard's solve). ``--one-gpu`` puts every worker on GPU 0 (the "two workers on on
 overhead run)::
 
     python benchmarks/make_fit_problem.py --model robert_howe_2003 --out /tmp/rh03
-    python benchmarks/dask_scaling.py shard --config /tmp/rh03/fit.toml --population 65536 \\
+    python -m benchmarks dask_scaling shard --config /tmp/rh03/fit.toml --population 65536 \\
         --generations 5 --workers 1,2 --one-gpu --out $OUT/dask_shard_one_gpu.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -41,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kingen  # noqa: E402
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.distributed.batch import run_batch  # noqa: E402
 from kingen.distributed.cluster import ClusterSettings, local_plan, open_client  # noqa: E402
 from kingen.distributed.manifest import load_manifest  # noqa: E402
@@ -177,28 +176,28 @@ def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="what", required=True)
-    b = sub.add_parser("batch", help="a batch of demo fits over 1, 2, 4, 8 workers")
-    b.add_argument("--workers", default="1,2,4,8", help="worker counts, comma separated")
-    b.add_argument("--fits", type=int, default=16)
-    b.add_argument("--generations", type=int, default=20)
-    b.add_argument("--population", type=int, default=48)
-    b.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
-    b.add_argument("--out", type=Path, required=True)
-    s = sub.add_parser("shard", help="one fit, sharded, against one process")
-    s.add_argument("--config", type=Path, required=True)
-    s.add_argument("--workers", default="1,2")
-    s.add_argument("--population", type=int, default=65536)
-    s.add_argument("--generations", type=int, default=5)
-    s.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
-    s.add_argument("--one-gpu", action="store_true", help="every worker on GPU 0")
-    s.add_argument("--out", type=Path, required=True)
+    ap.add_argument("what", choices=("batch", "shard"),
+                    help="batch: demo fits over worker counts; shard: one fit, sharded")
+    ap.add_argument("--workers", default=None,
+                    help="worker counts, comma separated (batch 1,2,4,8; shard 1,2)")
+    ap.add_argument("--fits", type=int, default=16, help="batch: fits in the batch")
+    ap.add_argument("--generations", type=int, default=None, help="batch 20, shard 5")
+    ap.add_argument("--population", type=int, default=None, help="batch 48, shard 65536")
+    ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--config", type=Path, default=None, help="shard: the fit configuration")
+    ap.add_argument("--one-gpu", action="store_true", help="shard: every worker on GPU 0")
+    add_output_options(ap, "dask_scaling")
     args = ap.parse_args(argv)
-    result = bench_batch(args) if args.what == "batch" else bench_shard(args)
-    out = {**environment(argv), **result}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    batch = args.what == "batch"
+    args.workers = args.workers or ("1,2,4,8" if batch else "1,2")
+    args.generations = args.generations or (20 if batch else 5)
+    args.population = args.population or (48 if batch else 65536)
+    if not batch and args.config is None:
+        ap.error("shard needs --config")
+    result = bench_batch(args) if batch else bench_shard(args)
+    out = {"provenance": provenance("dask_scaling", argv), **environment(argv), **result}
+    path = write(out, output_path(args, "dask_scaling"))
+    print(f"wrote {path}")
     return 0
 
 
