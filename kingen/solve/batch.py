@@ -284,7 +284,8 @@ class Simulator:
         from kingen.solve.cuda import CPU_DEFAULT, tuned_config
 
         if self._config is None:
-            self._config = (tuned_config(self.device, self.scheme, self.precision)
+            self._config = (tuned_config(self.device, self.scheme, self.precision,
+                                         self.propagator_plan().stage_rows)
                             if self.backend == "cuda" else CPU_DEFAULT)
         return self._config
 

@@ -123,17 +123,34 @@ def scheme_key(scheme) -> str:
     return generate(scheme, "objective").key
 
 
-def default_config(scheme, precision: str = "float64") -> LaunchConfig:
+def default_config(scheme, precision: str = "float64",
+                   stage_rows: str = "none") -> LaunchConfig:
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
-    Lanes per (candidate, sweep) pair and samples per span as measured fastest on an H100
-    for Robert & Howe 2003 at 16,384 candidates (16 states,
-    benchmarks/results/h100/propagator/session8_rh_float*_shared.json): eight lanes and
-    spans of 16 samples in both precisions. Schemes of up to 8 states hold the whole of D
-    in one thread.
+    As measured fastest on an H100 at 16,384 candidates
+    (``benchmarks/results/h100/propagator/session8_*``), in both precisions:
+
+    - protocols with ideal steps (``stage_rows`` ``"none"``: every row propagated): spans
+      of 16 samples over 8 lanes for more than 8 states (Robert & Howe: 118,066 candidates/s
+      against 53,855 with one product per sample on 4 lanes), spans of 8 over 4 lanes from
+      4 to 8 states (Jonas: 225,740 against 193,296 on one lane);
+    - rows left in stage form (finite exchange): every lane of a pair repeats their RK4
+      steps, so few lanes and no spans: one lane up to 8 states (Jonas, 0.2 ms exchange:
+      75,362 against 27,570 with spans on 4 lanes), two beyond (Robert & Howe: 16,336).
+
+    >>> from kingen.scheme import Scheme
+    >>> default_config(Scheme.load("models/robert_howe_2003.toml")).name
+    'prop-l8-s16-b128'
+    >>> default_config(Scheme.load("models/jonas_1993.toml"), stage_rows="smooth").name
+    'prop-l1-b128'
     """
-    if scheme.n_states <= 8:
+    n = scheme.n_states
+    if stage_rows != "none":
+        return LaunchConfig(form="propagator", lanes=1 if n <= 8 else 2)
+    if n < 4:
         return LaunchConfig(form="propagator", lanes=1)
+    if n <= 8:
+        return LaunchConfig(form="propagator", lanes=4, span=8)
     return LaunchConfig(form="propagator", lanes=8, span=16)
 
 
@@ -146,12 +163,14 @@ def load_tuning() -> dict:
     return table if isinstance(table, dict) else {}
 
 
-def tuned_config(device: str, scheme, precision: str) -> LaunchConfig:
+def tuned_config(device: str, scheme, precision: str,
+                 stage_rows: str = "none") -> LaunchConfig:
     """The launch configuration ``kingen tune`` chose for this device, scheme and precision,
-    or the default when none was recorded."""
+    or the default (for a batch with ``stage_rows``, see :func:`default_config`) when none
+    was recorded."""
     entry = load_tuning().get(tuning_key(device, scheme_key(scheme), precision))
     if not entry:
-        return default_config(scheme, precision)
+        return default_config(scheme, precision, stage_rows)
     return LaunchConfig(int(entry["block"]), entry.get("max_registers"),
                         str(entry.get("form", "stage")), int(entry.get("lanes", 1)),
                         int(entry.get("span", 1)))
