@@ -303,36 +303,24 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
 
 # --------------------------------------------------------------------------- other simulators
 
-def profile_intervals(store: RunStore) -> dict[str, tuple[float, float]]:
-    """Profile-likelihood intervals per parameter (internal units), when the run file has a
-    ``/profiles`` group with them; {} otherwise.
+def profile_intervals(view: RunView) -> dict[str, tuple[float, float]]:
+    """Profile-likelihood intervals per parameter (internal units) once ``kingen profile``
+    has finished on the run; {} otherwise, and for intervals open on either side.
 
-    Each parameter's entry is read from ``/profiles/<name>``: an ``interval`` attribute or
-    dataset of two numbers, or ``lower`` and ``upper`` attributes. Anything else is ignored:
-    the intervals are a courtesy of the export, never a reason for it to fail.
+    The table (:meth:`RunView.uncertainty`) is in the model file's units; each row's
+    ``file_value`` against the parameter's internal value gives the factor back.
     """
-    f = getattr(store, "_f", None)
-    group = None if f is None else f.get("profiles")
+    found = view.uncertainty()
+    if found is None or found[1] != "profile-likelihood":
+        return {}
+    values = {p.name: p.value for p in view.scheme.parameters}
     out: dict[str, tuple[float, float]] = {}
-    if group is None:
-        return out
-    for name in store.param_names:
-        item = group.get(name)
-        if item is None:
+    for row in found[0]:
+        lo, hi, shown = row.get("lower"), row.get("upper"), row.get("file_value")
+        if lo is None or hi is None or not shown or row.get("name") not in values:
             continue
-        try:
-            if "interval" in item.attrs:
-                lo, hi = (float(x) for x in np.asarray(item.attrs["interval"]).ravel()[:2])
-            elif hasattr(item, "keys") and "interval" in item:
-                lo, hi = (float(x) for x in np.asarray(item["interval"][()]).ravel()[:2])
-            elif "lower" in item.attrs and "upper" in item.attrs:
-                lo, hi = float(item.attrs["lower"]), float(item.attrs["upper"])
-            else:
-                continue
-        except (TypeError, ValueError, KeyError):
-            continue
-        if math.isfinite(lo) and math.isfinite(hi):
-            out[name] = (lo, hi)
+        factor = values[row["name"]] / shown
+        out[row["name"]] = (float(lo) * factor, float(hi) * factor)
     return out
 
 
@@ -369,7 +357,7 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
         if amp_from is not None:
             lines.append(f"nchan = {amp:.6g}: the amplitude (channels) fitted for protocol "
                          f"{amp_from!r}.")
-        intervals = profile_intervals(store)
+        intervals = profile_intervals(view)
         if intervals:
             lines.append("Profile-likelihood intervals of the run are given beside each rate.")
         return export_scheme(scheme, to, out, params=params, channels=amp, provenance=lines,

@@ -280,6 +280,17 @@ def test_a_fit_ends_with_its_local_uncertainty_and_the_outputs_show_it(jonas_fit
     exported = fitted_scheme_text(run)
     assert "profile-likelihood intervals" in exported
     assert exported.count("identifiable: yes") == 2
+    # the NEURON and Myokit exports carry the same intervals beside each rate
+    from kingen.export import export_foreign
+
+    with RunView.open(run) as view:
+        rows = {r["name"]: r for r in view.uncertainty()[0]}
+        unit_factor = {p.name: p.value / rows[p.name]["file_value"]
+                       for p in view.scheme.parameters if p.name in rows}
+    mod = export_foreign(run, "neuron", tmp_path / "fit.mod").read_text()
+    for name, row in rows.items():
+        lo, hi = row["lower"] * unit_factor[name], row["upper"] * unit_factor[name]
+        assert f"profile interval [{lo:.6g}, {hi:.6g}]" in mod
 
 
 def test_a_damaged_or_malformed_profile_state_is_one_line(jonas_run, tmp_path, capsys):

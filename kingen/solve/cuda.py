@@ -98,7 +98,7 @@ class LaunchConfig:
 
 
 # The CPU backend's launch: spans of 16 samples cut R&H's objective solve 5x on 2 cores
-# (benchmarks/results/cpu-2core/propagator_spans.json).
+# (benchmarks/results/cpu-2core/propagator/spans.json).
 CPU_DEFAULT = LaunchConfig(form="propagator", span=16)
 
 VARIANTS = (
