@@ -249,6 +249,7 @@ def test_export_of_a_run_carries_provenance_and_intervals(tmp_path: Path) -> Non
     assert "profile interval" not in plain
     # (intervals once `kingen profile` has run: tests/test_identify.py)
     text = export_foreign(run, "myokit", tmp_path / "a.mmt").read_text()
+    assert f"Run file {run}" in text and "profile interval" not in text
     back = Scheme.loads(import_text(tmp_path / "a.mmt"))
     got = by_name(back)
     # the fit varied a cycle's rates freely: the import proposes one derived rate for it
