@@ -31,6 +31,7 @@ PUBLIC_MODULES = {
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
     "kingen.solve.plan": True,
+    "kingen.console": True,
     "kingen.interop": True,
     "kingen.interop.exported": True,
     "kingen.interop.nmodl.lexer": True,

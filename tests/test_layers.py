@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kingen"
 # Top to bottom; each module (or package: every module under it) by its dotted name.
 # Modules DESIGN.md does not list are placed where their imports say they belong.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("model", ("kingen._version", "kingen.errors", "kingen.files", "kingen.units",
+    ("model", ("kingen._version", "kingen.errors", "kingen.files", "kingen.console",
+               "kingen.units",
                "kingen.fields", "kingen.limits",
                "kingen.scheme", "kingen.shipped",
                # scheme import/export (NEURON .mod, Myokit .mmt): the model layer (DESIGN.md)

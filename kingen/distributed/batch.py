@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from kingen.console import LiveLine, duration
 from kingen.distributed.cluster import ClusterSettings, open_client
 from kingen.distributed.manifest import FitJob, Manifest, load_manifest
 from kingen.distributed.summary import aic_bic, ranking_lines, write_summary
@@ -155,17 +155,14 @@ def result_row(store: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- on the driver
 
-class BatchProgress:
+class BatchProgress(LiveLine):
     """The batch's one progress line: fits done, running, failed, ETA."""
 
     def __init__(self, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
+        super().__init__(stream, enabled)
         self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.t0 = time.perf_counter()
         self._last: Any = None
-        self._width = 0
 
     def line(self, done: int, running: int, failed: int, done_here: int) -> str:
         """The text: ``done_here`` fits finished in this run (the ETA's rate)."""
@@ -175,7 +172,7 @@ class BatchProgress:
         if left == 0:
             eta = "0s"
         elif done_here > 0:
-            eta = _duration(elapsed / done_here * left)
+            eta = duration(elapsed / done_here * left)
         return (f"batch: {done}/{self.total} done, {running} running, {failed} failed, "
                 f"ETA {eta}")
 
@@ -188,34 +185,7 @@ class BatchProgress:
         if key == self._last:
             return
         self._last = key
-        if self.tty:
-            self.stream.write("\r" + text + " " * max(self._width - len(text), 0))
-            self._width = len(text)
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def message(self, text: str) -> None:
-        if not self.enabled:
-            return
-        self.close()
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled and self.tty and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._width = 0
-
-
-def _duration(s: float) -> str:
-    s = int(round(s))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+        self.show(text)
 
 
 def _write_configs(jobs: list[FitJob]) -> None:

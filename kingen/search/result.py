@@ -12,11 +12,12 @@ Examples
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import numpy as np
+
+from kingen.console import LiveLine, duration
 
 
 @dataclass
@@ -138,53 +139,20 @@ class FitResult:
 
 # ---------------------------------------------------------------------- progress
 
-class Progress:
-    """A live progress line: one ``\\r``-updated line on a terminal, plain lines otherwise."""
+class Progress(LiveLine):
+    """A fit's live progress line (see :class:`kingen.console.LiveLine`)."""
 
     def __init__(self, total: int, stream: TextIO | None = None, enabled: bool = True) -> None:
+        super().__init__(stream, enabled)
         self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._width = 0
 
     def update(self, generation: int, best: float, median: float, rate: float, eta_s: float
                ) -> None:
         """Show one generation's figures."""
         if not self.enabled:
             return
-        eta = "?" if not math.isfinite(eta_s) else _duration(eta_s)
-        line = (f"gen {generation}/{self.total}  best {best:.5g}  median {median:.5g}  "
-                f"{rate:,.0f} cand/s  ETA {eta}")
-        if self.tty:
-            pad = max(self._width - len(line), 0)
-            self.stream.write("\r" + line + " " * pad)
-            self._width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        eta = "?" if not math.isfinite(eta_s) else duration(eta_s)
+        self.show(f"gen {generation}/{self.total}  best {best:.5g}  median {median:.5g}  "
+                  f"{rate:,.0f} cand/s  ETA {eta}")
 
-    def message(self, text: str) -> None:
-        """A line of its own (ends the live line first)."""
-        if not self.enabled:
-            return
-        self.close()
-        self.stream.write(text + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """End the live line."""
-        if self.enabled and self.tty and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._width = 0
-
-
-def _duration(s: float) -> str:
-    s = int(round(s))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 

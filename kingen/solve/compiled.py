@@ -115,6 +115,8 @@ def SHFL_XOR(mask, value, offset):
     return other
 """
 
+# The propagator form's entry points; ``{span_args}`` is ", GV, DV" with spans, and
+# ``{span_build}`` the span arrays' builder (see kingen.codegen.span).
 _CPU_PROP_LAUNCH = """
 
 @njit(parallel=True, cache=True)
@@ -124,42 +126,24 @@ def build(N, n_keys, P, keys_f, keys_i, D):
         r = t // N
         build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
 
-
+{span_build}
 @njit(parallel=True, cache=True)
 def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
-           transients, transient_start, drive, sample_start, tol, D, a0, a1, a2, a3, fail):
+           transients, transient_start, drive, sample_start, tol, D{span_args}, a0, a1, a2,
+           a3, fail):
     sh = np.zeros(1, dtype=F)
     for i in prange(N * n_sweeps):
         run_thread(i % N, i // N, 0, 0, sh, 0, P, S0, rows_f, rows_i, row_start, row_key,
                    pulses, pulse_start, transients, transient_start, drive, sample_start, tol,
-                   D, a0, a1, a2, a3, fail)
+                   D{span_args}, a0, a1, a2, a3, fail)
 """
 
-_CPU_SPAN_LAUNCH = """
-
-@njit(parallel=True, cache=True)
-def build(N, n_keys, P, keys_f, keys_i, D):
-    S = D.shape[2]
-    for t in prange(N * n_keys * S):
-        r = t // N
-        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
-
-
+_CPU_SPAN_BUILD = """
 @njit(parallel=True, cache=True)
 def build_span(N, n_keys, D, GV, DV):
     for t in prange(N * n_keys):
         span_thread(t // n_keys, t % n_keys, D, GV, DV)
 
-
-@njit(parallel=True, cache=True)
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
-           transients, transient_start, drive, sample_start, tol, D, GV, DV, a0, a1, a2, a3,
-           fail):
-    sh = np.zeros(1, dtype=F)
-    for i in prange(N * n_sweeps):
-        run_thread(i % N, i // N, 0, 0, sh, 0, P, S0, rows_f, rows_i, row_start, row_key,
-                   pulses, pulse_start, transients, transient_start, drive, sample_start, tol,
-                   D, GV, DV, a0, a1, a2, a3, fail)
 """
 
 _CUDA_PROP_LAUNCH = """
@@ -174,10 +158,11 @@ def build(N, n_keys, P, keys_f, keys_i, D):
         r = t // N
         build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
 
-
+{span_build}
 @cuda.jit({options})
 def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
-           transients, transient_start, drive, sample_start, tol, D, a0, a1, a2, a3, fail):
+           transients, transient_start, drive, sample_start, tol, D{span_args}, a0, a1, a2,
+           a3, fail):
     sh = cuda.shared.array({shared}, dtype=F)
     t = cuda.grid(1)
     pair = t // {lanes}
@@ -188,23 +173,10 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse
     if pair < N * n_sweeps:
         run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
                    row_start, row_key, pulses, pulse_start, transients, transient_start,
-                   drive, sample_start, tol, D, a0, a1, a2, a3, fail)
+                   drive, sample_start, tol, D{span_args}, a0, a1, a2, a3, fail)
 """
 
-
-_CUDA_SPAN_LAUNCH = """
-
-LANES = {lanes}
-
-@cuda.jit({options})
-def build(N, n_keys, P, keys_f, keys_i, D):
-    S = D.shape[1]
-    t = cuda.grid(1)
-    if t < N * n_keys * S:
-        r = t // N
-        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
-
-
+_CUDA_SPAN_BUILD = """
 SPAN_GROUPS = {groups}
 
 
@@ -225,22 +197,6 @@ def build_span(N, n_keys, D, GV, DV):
     if active:
         span_thread(c, k, i, Ms[grp], GV, DV)
 
-
-@cuda.jit({options})
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
-           transients, transient_start, drive, sample_start, tol, D, GV, DV, a0, a1, a2, a3,
-           fail):
-    sh = cuda.shared.array({shared}, dtype=F)
-    t = cuda.grid(1)
-    pair = t // {lanes}
-    lane = t % {lanes}
-    gmask = numba.uint32((({full}) << ((cuda.threadIdx.x % 32) // {lanes} * {lanes}))
-                         & 0xFFFFFFFF)
-    base = (cuda.threadIdx.x // {lanes}) * {stride}
-    if pair < N * n_sweeps:
-        run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
-                   row_start, row_key, pulses, pulse_start, transients, transient_start,
-                   drive, sample_start, tol, D, GV, DV, a0, a1, a2, a3, fail)
 """
 
 
@@ -289,8 +245,9 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
         text = _CPU_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
-        launch = (_CPU_LAUNCH if form == "stage" else
-                  _CPU_SPAN_LAUNCH if span > 1 else _CPU_PROP_LAUNCH)
+        launch = _CPU_LAUNCH if form == "stage" else _CPU_PROP_LAUNCH.format(
+            span_args=", GV, DV" if span > 1 else "",
+            span_build=_CPU_SPAN_BUILD if span > 1 else "")
         if form != "stage":
             # let the compiler fuse the product's multiply-adds (no reassociation: the
             # compensated float32 sums must stay as written)
@@ -306,11 +263,13 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
             launch = _CUDA_LAUNCH.format(options=", ".join(options))
         else:
             stride = shared_stride(scheme.n_states, lanes)
-            template = _CUDA_SPAN_LAUNCH if span > 1 else _CUDA_PROP_LAUNCH
-            launch = template.format(
+            span_build = _CUDA_SPAN_BUILD.format(
+                options=", ".join(options), groups=span_groups(scheme.n_states),
+                states=scheme.n_states) if span > 1 else ""
+            launch = _CUDA_PROP_LAUNCH.format(
                 options=", ".join(options), lanes=lanes, stride=stride,
-                groups=span_groups(scheme.n_states), states=scheme.n_states,
-                full=(1 << lanes) - 1,
+                full=(1 << lanes) - 1, span_build=span_build,
+                span_args=", GV, DV" if span > 1 else "",
                 shared=max(1, (block // lanes) * stride) if lanes > 1 else 1)
         source = code.source
         if form != "stage" and simulator:
