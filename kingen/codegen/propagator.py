@@ -261,8 +261,15 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
     # the state is in half1 after an odd number of repetitions
     a(f"{ind}last = half1 if nrep % 2 == 1 else half0")
     # leave: check the row, then every lane takes the full state back into registers
-    a(f"{ind}tq = " + " + ".join(f"o{k}" for k in range(C)))
-    bad = " or ".join(f"o{k} < -tol or o{k} > 1.0 + tol" for k in range(C))
+    lanes_row_exit(a, ind, C, lanes, mode)
+
+
+def lanes_row_exit(a: Emitter, ind: str, n_cols: int, lanes: int, mode: str) -> None:
+    """Leave a row shared by ``lanes`` threads: check it (the lanes' column sums and range
+    flags combined by shuffles), then every lane takes the full state back from ``last``."""
+    S, F = a.scheme.n_states, a.cast
+    a(f"{ind}tq = " + " + ".join(f"o{k}" for k in range(n_cols)))
+    bad = " or ".join(f"o{k} < -tol or o{k} > 1.0 + tol" for k in range(n_cols))
     a(f"{ind}bad = 1 if ({bad}) else 0")
     off = 1
     while off < lanes:

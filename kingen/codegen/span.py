@@ -44,6 +44,28 @@ def span_groups(n_states: int) -> int:
     return max(1, 128 // n_states)
 
 
+def _span_rows(a: Emitter, ind: str, span: int, d_flush: float, d_entry: str, gv: str,
+               dv: str) -> None:
+    """Row i of Mʲ for j = 1 … B by products with M = I + D (``d_entry`` formats D's
+    entry {i}, {j}); each power's current into ``gv``, the last power less I into ``dv``
+    (which formats column {j})."""
+    S = a.scheme.n_states
+    cond = a.scheme.conductance
+    for j in range(S):
+        a(f"{ind}r{j} = F64(1.0) if i == {j} else F64(0.0)")
+    a(f"{ind}for jj in range({span}):")
+    for j in range(S):
+        terms = [f"r{i} * " + d_entry.format(i=i, j=j) for i in range(S)]
+        a(f"{ind}    n{j} = r{j} + (" + " + ".join(terms) + ")")
+    for j in range(S):
+        a(f"{ind}    r{j} = n{j}")
+    g = " + ".join(f"{a.const(cond[j])} * r{j}" for j in range(S) if cond[j] != 0.0)
+    a(f"{ind}    {gv} = {g or '0.0'}")
+    for j in range(S):
+        a(f"{ind}x = r{j} - (F64(1.0) if i == {j} else F64(0.0))")
+        a(f"{ind}{dv.format(j=j)} = x if abs(x) >= {d_flush!r} else F64(0.0)")
+
+
 def emit_span_build(a: Emitter, span: int, d_flush: float) -> None:
     """``span_thread(c, k, i, Ms, GV, DV)``: row i of Mʲ for j = 1 … B, in float64.
 
@@ -53,24 +75,11 @@ def emit_span_build(a: Emitter, span: int, d_flush: float) -> None:
     with M = I + D; its dot product with g is ``GV[k, i, j − 1, c]``.
     """
     S = a.scheme.n_states
-    cond = a.scheme.conductance
     a("@DEVICE")
     a("def span_thread(c, k, i, Ms, GV, DV):")
     ind = "    "
-    for j in range(S):
-        a(f"{ind}r{j} = F64(1.0) if i == {j} else F64(0.0)")
-    a(f"{ind}for jj in range({span}):")
-    ind2 = ind + "    "
-    for j in range(S):
-        terms = [f"r{i} * Ms[{i}, {j}]" for i in range(S)]
-        a(f"{ind2}n{j} = r{j} + (" + " + ".join(terms) + ")")
-    for j in range(S):
-        a(f"{ind2}r{j} = n{j}")
-    g = " + ".join(f"{a.const(cond[j])} * r{j}" for j in range(S) if cond[j] != 0.0)
-    a(f"{ind2}GV[k, i, jj, c] = {g or '0.0'}")
-    for j in range(S):
-        a(f"{ind}x = r{j} - (F64(1.0) if i == {j} else F64(0.0))")
-        a(f"{ind}DV[k, i, {j}, c] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    _span_rows(a, ind, span, d_flush, "Ms[{i}, {j}]", "GV[k, i, jj, c]",
+               "DV[k, i, {j}, c]")
     a(f"{ind}for j in range({S}, DV.shape[2]):")
     a(f"{ind}    DV[k, i, j, c] = 0.0")
     a("")
@@ -119,7 +128,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     Entered with the full state in ``p{i}`` on every lane; left the same way, after the
     row's checks. ``n_cols`` is C, the state columns each lane carries.
     """
-    from kingen.codegen.propagator import _row_end_check, dot
+    from kingen.codegen.propagator import dot, lanes_row_exit
 
     S, F = a.scheme.n_states, a.cast
     C, J = n_cols, span // lanes
@@ -194,19 +203,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     a(f"{ind2}if rec == 1:")
     a(f"{ind2}    smp += rem")
     a(f"{ind}last = half1 if (nb + rem) % 2 == 1 else half0")
-    a(f"{ind}tq = " + " + ".join(f"o{k}" for k in range(C)))
-    bad = " or ".join(f"o{k} < -tol or o{k} > 1.0 + tol" for k in range(C))
-    a(f"{ind}bad = 1 if ({bad}) else 0")
-    off = 1
-    while off < lanes:
-        a(f"{ind}tq += SHFL_XOR(gmask, tq, {off})")
-        a(f"{ind}bad |= SHFL_XOR(gmask, bad, {off})")
-        off *= 2
-    _row_end_check(a, ind, "tq", "bad != 0", "objective", "lane == 0")
-    for j in range(S):
-        a(f"{ind}p{j} = last[{j}]")
-        if a.compensated:
-            a(f"{ind}e{j} = {F}(0.0)")
+    lanes_row_exit(a, ind, C, lanes, "objective")
 
 
 def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
@@ -245,27 +242,14 @@ def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
     """``span_thread(c, k, D, GV, DV)``: the span arrays of one (candidate, key), all S
     rows, from ``D[c, k]`` (``a`` must cast to ``F64``)."""
     S = a.scheme.n_states
-    cond = a.scheme.conductance
     a("@DEVICE")
     a("def span_thread(c, k, D, GV, DV):")
     ind = "    "
     a(f"{ind}Dk = D[c, k]")
     a(f"{ind}for i in range({S}):")
     ind2 = ind + "    "
-    for j in range(S):
-        a(f"{ind2}r{j} = F64(1.0) if i == {j} else F64(0.0)")
-    a(f"{ind2}for jj in range({span}):")
-    ind3 = ind2 + "    "
-    for j in range(S):
-        terms = [f"r{i} * F64(Dk[{i}, {j}])" for i in range(S)]
-        a(f"{ind3}n{j} = r{j} + (" + " + ".join(terms) + ")")
-    for j in range(S):
-        a(f"{ind3}r{j} = n{j}")
-    g = " + ".join(f"{a.const(cond[j])} * r{j}" for j in range(S) if cond[j] != 0.0)
-    a(f"{ind3}GV[c, k, jj, i] = {g or '0.0'}")
-    for j in range(S):
-        a(f"{ind2}x = r{j} - (F64(1.0) if i == {j} else F64(0.0))")
-        a(f"{ind2}DV[c, k, i, {j}] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    _span_rows(a, ind2, span, d_flush, "F64(Dk[{i}, {j}])", "GV[c, k, jj, i]",
+               "DV[c, k, i, {j}]")
     a("")
 
 
