@@ -739,6 +739,20 @@ class Objective:
             return np.full(s_gd.shape, float(item.amplitude))
         return np.maximum(np.where(s_gg > 0, s_gd / np.where(s_gg > 0, s_gg, 1.0), 0.0), 0.0)
 
+    def target_residuals(self, plan: Any, win: np.ndarray, amp: np.ndarray | None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(model − value) / scale of a protocol's summary targets, per candidate, and the
+        targets' weights; current-valued targets use the amplitude fitted to them."""
+        values, current = plan.model_values(win)
+        _, amp_t = self._target_error(plan, win, amp)
+        tv = np.array([t.value for t in plan.targets])
+        sc = np.array([t.scale for t in plan.targets])
+        tw = np.array([t.weight for t in plan.targets])
+        model = values.copy()
+        if amp_t is not None:
+            model[:, current] *= amp_t[:, None]
+        return (model - tv) / sc, tw
+
     def _target_error(self, plan: _ProtocolPlan, windows: np.ndarray,
                       amp: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
         values, current = plan.model_values(windows)
@@ -784,15 +798,8 @@ class Objective:
                 amp = self._amplitude(item, (g * wk * d).sum(1), (g * g * wk).sum(1))
                 parts.append(sw * np.sqrt(wk) * (amp[:, None] * g - d) / math.sqrt(self.dd[p]))
             if plan.targets:
-                values, current = plan.model_values(win)
-                _, amp_t = self._target_error(plan, win, amp)
-                tv = np.array([t.value for t in plan.targets])
-                sc = np.array([t.scale for t in plan.targets])
-                tw = np.array([t.weight for t in plan.targets])
-                model = values.copy()
-                if amp_t is not None:
-                    model[:, current] *= amp_t[:, None]
-                parts.append(sw * np.sqrt(tw / tw.sum()) * (model - tv) / sc)
+                res, tw = self.target_residuals(plan, win, amp)
+                parts.append(sw * np.sqrt(tw / tw.sum()) * res)
         out = np.concatenate(parts, axis=1) if parts else np.zeros((n, 0))
         out = np.where(np.isfinite(out), out, 1e6)
         out[failed] = 1e6

@@ -161,17 +161,10 @@ class Likelihood:
             for q, plan in enumerate(obj.plans):
                 if not plan.targets:
                     continue
-                values, current = plan.model_values(win)
-                _, amp_t = obj._target_error(plan, win, amps.get(q))
-                tv = np.array([t.value for t in plan.targets])
-                sc = np.array([t.scale for t in plan.targets])
-                tw = np.array([t.weight for t in plan.targets])
-                model = values.copy()
-                if amp_t is not None:
-                    model[:, current] *= amp_t[:, None]
+                res, tw = obj.target_residuals(plan, win, amps.get(q))
                 factor = np.where(self._sd[q], 1.0, self._scale[q])
-                r[:, col: col + tv.size] = np.sqrt(factor * tw) * (model - tv) / sc
-                col += tv.size
+                r[:, col: col + tw.size] = np.sqrt(factor * tw) * res
+                col += tw.size
         chi2 = np.einsum("ij,ij->i", r, r)
         bad = failed | ~np.isfinite(chi2)  # a non-finite current makes χ² non-finite
         r[bad] = 0.0
