@@ -115,15 +115,22 @@ def choose_amplitude(run: RunView, protocol: str | None = None) -> tuple[float, 
     return run.scheme.channels, None
 
 
+def _fitted(view: RunView, protocol: str | None) -> tuple:
+    """What every export of a run states: the scheme, the fitted parameters and where they
+    come from, the channel count and the protocol it was fitted for, the best fitness."""
+    params, origin = view.fitted_params()
+    amp, amp_from = choose_amplitude(view, protocol)
+    fitness = math.nan if view.best is None else view.best["fitness"]
+    return view.scheme, params, origin, amp, amp_from, fitness
+
+
 def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
                        protocol: str | None = None) -> str:
     """The fitted model as scheme-file text (see :func:`export_model`)."""
     store, opened = as_store(run)
     try:
         view = RunView(store)
-        scheme = view.scheme
-        params, origin = view.fitted_params()
-        amp, amp_from = choose_amplitude(view, protocol)
+        scheme, params, origin, amp, amp_from, fitness = _fitted(view, protocol)
         best = view.best
         doc = loads_toml(scheme.text, scheme.path)
         values = view.in_file_units(params)
@@ -140,7 +147,6 @@ def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
         stem = Path(str(store.path)).name
         model["name"] = f"{scheme.name} (fitted, {stem})"
         model["channels"] = float(amp)
-        fitness = math.nan if best is None else best["fitness"]
         when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         head = [
             f"# Fitted by kingen {__version__} on {when}",
@@ -344,11 +350,7 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
     store, opened = as_store(source)
     try:
         view = RunView(store)
-        scheme = view.scheme
-        params, origin = view.fitted_params()
-        amp, amp_from = choose_amplitude(view, protocol)
-        best = view.best
-        fitness = math.nan if best is None else best["fitness"]
+        scheme, params, origin, amp, amp_from, fitness = _fitted(view, protocol)
         lines = [f"Fitted by kingen; exported by kingen {__version__} on {when}.",
                  f"Run file {store.path} (created {store.created or '?'}, "
                  f"{store.n_generations} generations, finished: {store.finished or 'no'}).",

@@ -253,15 +253,21 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
             a(f"{ind2}{dst}[{k}] = o{k}")
         a(f"{ind2}WARP_SYNC(gmask)")
 
-    a(f"{ind}for rep in range(nrep // 2):")
-    sample(ind + "    ", "half0", "own1")
-    sample(ind + "    ", "half1", "own0")
-    a(f"{ind}if nrep % 2 == 1:")
-    sample(ind + "    ", "half0", "own1")
+    alternating(a, ind, "nrep", sample)
     # the state is in half1 after an odd number of repetitions
     a(f"{ind}last = half1 if nrep % 2 == 1 else half0")
     # leave: check the row, then every lane takes the full state back into registers
     lanes_row_exit(a, ind, C, lanes, mode)
+
+
+def alternating(a: Emitter, ind: str, count: str, step) -> None:
+    """``count`` repetitions of ``step(indent, source half, own slice of the other)``,
+    unrolled by two so that each of the pair's two buffers is a fixed slice."""
+    a(f"{ind}for rep in range({count} // 2):")
+    step(ind + "    ", "half0", "own1")
+    step(ind + "    ", "half1", "own0")
+    a(f"{ind}if {count} % 2 == 1:")
+    step(ind + "    ", "half0", "own1")
 
 
 def lanes_row_exit(a: Emitter, ind: str, n_cols: int, lanes: int, mode: str) -> None:

@@ -128,7 +128,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     Entered with the full state in ``p{i}`` on every lane; left the same way, after the
     row's checks. ``n_cols`` is C, the state columns each lane carries.
     """
-    from kingen.codegen.propagator import dot, lanes_row_exit
+    from kingen.codegen.propagator import alternating, dot, lanes_row_exit
 
     S, F = a.scheme.n_states, a.cast
     C, J = n_cols, span // lanes
@@ -184,11 +184,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         a(f"{ind2}    smp += {span}")
 
     # the two halves alternate span by span, unrolled by two so each is a fixed slice
-    a(f"{ind}for rep in range(nb // 2):")
-    full_span(ind + "    ", "half0", "own1")
-    full_span(ind + "    ", "half1", "own0")
-    a(f"{ind}if nb % 2 == 1:")
-    full_span(ind + "    ", "half0", "own1")
+    alternating(a, ind, "nb", full_span)
     a(f"{ind}if rem > 0:")
     ind2 = ind + "    "
     a(f"{ind2}cur = half1 if nb % 2 == 1 else half0")
