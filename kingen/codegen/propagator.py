@@ -207,18 +207,7 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
     """
     S, F = a.scheme.n_states, a.cast
     C = padded_states(S, lanes) // lanes
-    SP = C * lanes
-    # enter: every lane holds the full state; publish it in buffer 0 once every lane of the
-    # pair is done reading the buffers of the previous propagated row
-    a(f"{ind}WARP_SYNC(gmask)")
-    a(f"{ind}half0 = sh[U(base):U(base + {SP})]")
-    a(f"{ind}half1 = sh[U(base + {SP}):U(base + {2 * SP})]")
-    a(f"{ind}col = lane * {C}")
-    a(f"{ind}own0 = sh[U(base + col):U(base + col + {C})]")
-    a(f"{ind}own1 = sh[U(base + {SP} + col):U(base + {SP} + col + {C})]")
-    for j in range(S):
-        a(f"{ind}half0[{j}] = p{j}")
-    a(f"{ind}WARP_SYNC(gmask)")
+    lanes_row_enter(a, ind, C, lanes)
     for k in range(C):
         a(f"{ind}o{k} = own0[{k}]")
         if a.compensated:
@@ -258,6 +247,22 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
     a(f"{ind}last = half1 if nrep % 2 == 1 else half0")
     # leave: check the row, then every lane takes the full state back into registers
     lanes_row_exit(a, ind, C, lanes, mode)
+
+
+def lanes_row_enter(a: Emitter, ind: str, n_cols: int, lanes: int) -> None:
+    """Enter a row shared by ``lanes`` threads: every lane holds the full state; publish it
+    in buffer 0 once every lane of the pair is done reading the previous row's buffers, and
+    name the pair's two halves and this lane's slice (``col``) of each."""
+    SP = n_cols * lanes
+    a(f"{ind}WARP_SYNC(gmask)")
+    a(f"{ind}half0 = sh[U(base):U(base + {SP})]")
+    a(f"{ind}half1 = sh[U(base + {SP}):U(base + {2 * SP})]")
+    a(f"{ind}col = lane * {n_cols}")
+    a(f"{ind}own0 = sh[U(base + col):U(base + col + {n_cols})]")
+    a(f"{ind}own1 = sh[U(base + {SP} + col):U(base + {SP} + col + {n_cols})]")
+    for j in range(a.scheme.n_states):
+        a(f"{ind}half0[{j}] = p{j}")
+    a(f"{ind}WARP_SYNC(gmask)")
 
 
 def alternating(a: Emitter, ind: str, count: str, step) -> None:

@@ -128,21 +128,17 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     Entered with the full state in ``p{i}`` on every lane; left the same way, after the
     row's checks. ``n_cols`` is C, the state columns each lane carries.
     """
-    from kingen.codegen.propagator import alternating, dot, lanes_row_exit
+    from kingen.codegen.propagator import (
+        alternating,
+        dot,
+        lanes_row_enter,
+        lanes_row_exit,
+    )
 
     S, F = a.scheme.n_states, a.cast
     C, J = n_cols, span // lanes
-    SP = C * lanes
-    a(f"{ind}WARP_SYNC(gmask)")
-    a(f"{ind}half0 = sh[U(base):U(base + {SP})]")
-    a(f"{ind}half1 = sh[U(base + {SP}):U(base + {2 * SP})]")
-    a(f"{ind}col = lane * {C}")
+    lanes_row_enter(a, ind, C, lanes)
     a(f"{ind}first = lane * {J}")
-    a(f"{ind}own0 = sh[U(base + col):U(base + col + {C})]")
-    a(f"{ind}own1 = sh[U(base + {SP} + col):U(base + {SP} + col + {C})]")
-    for j in range(S):
-        a(f"{ind}half0[{j}] = p{j}")
-    a(f"{ind}WARP_SYNC(gmask)")
     for k in range(C):
         a(f"{ind}o{k} = own0[{k}]")
         for i in range(S):
