@@ -26,9 +26,6 @@ overhead run)::
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,30 +42,16 @@ from kingen.distributed.cluster import ClusterSettings, local_plan, open_client 
 from kingen.distributed.manifest import load_manifest  # noqa: E402
 
 
-def environment(argv: list[str]) -> dict[str, Any]:
-    """Command, commit, host and versions, for the JSON."""
+def environment() -> dict[str, Any]:
+    """What the provenance block does not hold: the GPUs a local cluster would use, and
+    Dask's versions."""
     import dask
     import distributed
-    import numba
-    import numpy
 
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
-                                     "--untracked-files=no"], capture_output=True,
-                                    text=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        commit, dirty = "unknown", False
     from kingen.distributed.cluster import local_gpus
 
-    return {"command": " ".join(["python", "benchmarks/dask_scaling.py"] + argv),
-            "commit": commit + ("+dirty" if dirty else ""), "host": platform.node(),
-            "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "gpus": local_gpus(),
-            "versions": {"kingen": kingen.__version__, "python": platform.python_version(),
-                         "numpy": numpy.__version__, "numba": numba.__version__,
-                         "dask": dask.__version__, "distributed": distributed.__version__}}
+    return {"gpus": local_gpus(), "dask_versions": {"dask": dask.__version__,
+                                                    "distributed": distributed.__version__}}
 
 
 def _counts(text: str) -> list[int]:
@@ -93,7 +76,7 @@ stop = {{ patience = 0 }}
 def bench_batch(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for n in _counts(args.workers):
-        settings = ClusterSettings(workers=n)
+        settings = ClusterSettings(workers=n, gpus=args.backend != "cpu")
         plan = local_plan(settings)
         with tempfile.TemporaryDirectory(prefix="kingen-dask-bench-") as tmp:
             (Path(tmp) / "warm").mkdir()
@@ -141,7 +124,9 @@ def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
             t = result.timings
             total = np.asarray(t["total_s"][1:])
             out = {"generation_s": total.tolist(),
-                   "candidates_per_s": float(args.population / np.median(total))}
+                   "candidates_per_s": float(args.population / np.median(total)),
+                   "median_s": {key: float(np.median(np.asarray(v[1:], dtype=float)))
+                                for key, v in t.items() if isinstance(v, list) and len(v) > 1}}
             if "dask_s" in t:
                 dask_s = np.asarray(t["dask_s"][1:])
                 out["dask_s"] = dask_s.tolist()
@@ -152,7 +137,7 @@ def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
         runs = [{"workers": 0, "what": "one process, no Dask", **per_generation(one)}]
         for n in _counts(args.workers):
             env = {"CUDA_VISIBLE_DEVICES": "0"} if args.one_gpu else None
-            settings = ClusterSettings(workers=n)
+            settings = ClusterSettings(workers=n, gpus=args.backend != "cpu")
             with open_client(settings, env=env) as client:
                 client.wait_for_workers(n, timeout=120)
                 cfg = kingen.load_config(args.config, overrides=overrides)
@@ -195,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if not batch and args.config is None:
         ap.error("shard needs --config")
     result = bench_batch(args) if batch else bench_shard(args)
-    out = {"provenance": provenance("dask_scaling", argv), **environment(argv), **result}
+    out = {"provenance": provenance("dask_scaling", argv), **environment(), **result}
     path = write(out, output_path(args, "dask_scaling"))
     print(f"wrote {path}")
     return 0

@@ -5,6 +5,7 @@ writer, and the summary's AIC/BIC and ranking."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import kingen
 from kingen.distributed.cluster import (
     cluster_settings,
     jobqueue_cluster,
+    local_plan,
     parse_cluster_option,
     settings_from_file,
 )
@@ -94,6 +96,9 @@ def test_slurm_cpu_workers_and_pbs_gpus():
     ({"kind": "slurm", "job_extra": ["--a\n--b"]}, "batch.toml: cluster.job_extra[0]"),
     ({"kind": "slurm", "gpus_per_job": 1, "workers_per_job": 2},
      "batch.toml: cluster.workers_per_job = 2: with gpus_per_job"),
+    ({"kind": "slurm", "gpus": False}, "batch.toml: cluster.gpus = False: only for kind = "
+                                       "\"local\""),
+    ({"gpus": "no"}, "batch.toml: cluster.gpus = 'no': must be"),
 ])
 def test_cluster_table_errors_are_one_line(table, message):
     with pytest.raises(KingenError) as exc:
@@ -120,6 +125,16 @@ def test_cluster_option(tmp_path):
     assert settings_from_file(g) is None
     with pytest.raises(KingenError, match=r"none.toml: cluster: no \[cluster\] table"):
         parse_cluster_option(str(g))
+
+
+def test_gpus_false_plans_cpu_workers_with_the_gpus_hidden():
+    s = cluster_settings({"gpus": False, "workers": 3}, "fit.toml")
+    plan = local_plan(s)
+    assert (plan["cluster"], plan["workers"], plan["gpus"]) == (
+        "distributed.LocalCluster (processes)", 3, [])
+    assert plan["threads"] == max(1, (os.cpu_count() or 1) // 3)
+    assert "do not see this host's GPUs" in plan["note"]
+    assert local_plan(cluster_settings({}, "fit.toml"))["note"] == ""
 
 
 def test_a_fit_configuration_may_hold_a_cluster_table(tmp_path):

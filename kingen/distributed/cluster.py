@@ -43,9 +43,9 @@ from kingen.errors import KingenError
 from kingen.fields import Fields, join, loads_toml
 
 KINDS = ("local", "address", "slurm", "pbs")
-_KEYS = {"kind", "address", "workers", "threads", "queue", "account", "jobs", "gpus_per_job",
-         "workers_per_job", "cores", "memory", "walltime", "adaptive", "minimum_jobs",
-         "maximum_jobs", "job_extra", "prologue", "python", "local_directory",
+_KEYS = {"kind", "address", "workers", "threads", "gpus", "queue", "account", "jobs",
+         "gpus_per_job", "workers_per_job", "cores", "memory", "walltime", "adaptive",
+         "minimum_jobs", "maximum_jobs", "job_extra", "prologue", "python", "local_directory",
          "log_directory", "interface", "retries"}
 _ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://[^\s/]+(:\d+)?/?$")
 _WALLTIME = re.compile(r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
@@ -61,6 +61,7 @@ class ClusterSettings:
     address: str = ""
     workers: int = 0               # local: worker processes (0: one per GPU, else 2)
     threads: int = 0               # local CPU: solver threads per worker (0: cores / workers)
+    gpus: bool = True              # local: use this host's GPUs (false: CPU workers only)
     queue: str = ""
     account: str = ""
     jobs: int = 1
@@ -101,6 +102,7 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
     s.workers = c.integer(table, "workers", where, 0, ge=0, le=4096)
     s.threads = c.integer(table, "threads", where, 0, ge=0, le=4096)
     s.retries = c.integer(table, "retries", where, 3, ge=0, le=100)
+    s.gpus = c.boolean(table, "gpus", where, True)
     if kind == "address":
         if not address:
             raise c.error("missing: the scheduler's address (tcp://host:8786)",
@@ -111,7 +113,10 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
     elif address:
         raise c.error(f"only for kind = \"address\" (this is kind = \"{kind}\")",
                       join(where, "address"), address)
-    jobqueue_keys = _KEYS - {"kind", "address", "workers", "threads", "retries"}
+    jobqueue_keys = _KEYS - {"kind", "address", "workers", "threads", "gpus", "retries"}
+    if kind != "local" and "gpus" in table:
+        raise c.error(f"only for kind = \"local\" (this is kind = \"{kind}\"; jobs take "
+                      "gpus_per_job)", join(where, "gpus"), table["gpus"])
     if kind in ("local", "address"):
         for key in sorted(jobqueue_keys & set(table)):
             raise c.error(f"only for kind = \"slurm\" or \"pbs\" (this is kind = \"{kind}\")",
@@ -227,8 +232,12 @@ def has_dask_cuda() -> bool:
 
 def local_plan(s: ClusterSettings) -> dict[str, Any]:
     """What ``kind = "local"`` would start here, without starting it: ``{"cluster",
-    "workers", "threads", "gpus"}``."""
-    gpus = local_gpus()
+    "workers", "threads", "gpus"}``.
+
+    With GPUs (and ``s.gpus``), one worker per GPU, at most as many as there are GPUs.
+    Otherwise worker processes on the CPU cores, each with its share of them.
+    """
+    gpus = local_gpus() if s.gpus else []
     cores = os.cpu_count() or 1
     if gpus and has_dask_cuda():
         n = s.workers or len(gpus)
@@ -239,7 +248,8 @@ def local_plan(s: ClusterSettings) -> dict[str, Any]:
     return {"cluster": "distributed.LocalCluster (processes)", "workers": n,
             "threads": threads, "gpus": [], "cores": cores,
             "note": ("dask-cuda is not installed: GPUs are not used by the local cluster "
-                     "(pip install dask-cuda)") if gpus else ""}
+                     "(pip install dask-cuda)") if gpus else
+                    ("" if s.gpus else "gpus = false: the workers do not see this host's GPUs")}
 
 
 def describe(s: ClusterSettings) -> list[str]:
@@ -338,18 +348,26 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
 
 def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any:
     plan = local_plan(s)
-    if plan["gpus"] and env is None:
+    if env is not None and plan["gpus"]:
+        # plain worker processes sharing what ``env`` gives them (all on GPU 0, say):
+        # as many as asked, not one per GPU
+        plan = {**plan, "workers": s.workers or len(plan["gpus"]), "threads":
+                s.threads or max(1, (os.cpu_count() or 1) // (s.workers or len(plan["gpus"])))}
+    elif plan["gpus"]:
         from dask_cuda import LocalCUDACluster  # imported only here: an optional extra
 
-        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(plan["workers"])),
-                                threads_per_worker=1, dashboard_address=":0")
+        # n_workers takes the first GPUs of CUDA_VISIBLE_DEVICES, if the user has set it
+        return LocalCUDACluster(n_workers=plan["workers"], threads_per_worker=1,
+                                dashboard_address=":0")
     from distributed import LocalCluster
 
     # One task at a time per worker process; the solver's own threads (Numba) use the
     # worker's share of the cores, set by the worker plugin.
+    hidden = {} if s.gpus else {"CUDA_VISIBLE_DEVICES": ""}
     return LocalCluster(n_workers=plan["workers"], threads_per_worker=1, processes=True,
                         dashboard_address=":0",
-                        env={"NUMBA_NUM_THREADS": str(plan["threads"]), **(env or {})})
+                        env={"NUMBA_NUM_THREADS": str(plan["threads"]), **hidden,
+                             **(env or {})})
 
 
 @contextlib.contextmanager
