@@ -12,6 +12,7 @@ from kingen.errors import KingenError
 from kingen.protocol import Protocol, Pulse, Sweep, standard_protocol
 from kingen.scheme import Scheme
 from kingen.solve import ObjectiveInputs, Simulator, simulate_batch, simulate_exact
+from kingen.solve.cuda import LaunchConfig
 
 MODELS = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml"))
 STANDARD = ["deactivation", "desensitization", "recovery", "dose_response"]
@@ -184,6 +185,42 @@ def test_agonist_free_stretches_take_longer_steps():
     h_on = rows_f[rows_f[:, 2] > 0, 1].max()
     h_off = rows_f[(rows_f[:, 2] == 0) & (rows_i[:, 3] == 0), 1].min()
     assert h_off > 10 * h_on
+
+
+def test_varying_concentration_is_read_from_the_schedule_at_every_stage_time():
+    """Exchange edges and a synaptic transient in one sweep: the schedule holds the
+    waveform at the three stage times of every step of the smooth rows, and both forms of
+    the solver reproduce the exact reference from it."""
+    from kingen.protocol import Transient
+
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    sweep = Sweep("edges and transient", 12.0, 0.02,
+                  pulses=(Pulse(1.0, 2.0, 10.0, rise=0.2, decay=0.3),),
+                  transients=(Transient(start=6.0, peak=1.1, tau_decay=1.2, tau_rise=0.05),))
+    protocol = Protocol("custom", "custom", (sweep,))
+    sim = Simulator(scheme, [protocol], backend="cpu")
+    sch = sim.schedule
+    smooth = np.flatnonzero(sch.rows_i[:, 3] == 1)
+    assert smooth.size > 0
+    used = 0
+    for r in smooth:
+        t0, h, _, mid = sch.rows_f[r]
+        steps = int(sch.rows_i[r, 0] * sch.rows_i[r, 1])
+        assert sch.row_conc[r] == used
+        k = np.arange(steps)
+        for stage, dt in enumerate((0.0, 0.5 * h, h)):
+            expected = sweep.concentration(t0 + k * h + dt, steps_at=mid)
+            got = sch.conc[used + 3 * k + stage]
+            np.testing.assert_array_equal(got, expected)
+        used += 3 * steps
+    assert sch.conc.size == used
+    assert np.all(sch.row_conc[sch.rows_i[:, 3] == 0] == 0)
+    ref = simulate_exact(scheme, protocol).currents[0]
+    for form in ("stage", "propagator"):
+        config = LaunchConfig(form=form)
+        got = sim.run(scheme.values[None, :], "traces", launch_config=config)
+        err = np.abs(got.sweep_trace(0, 0) * scheme.channels - ref).max() / np.abs(ref).max()
+        assert err < 1e-6, (form, err)
 
 
 def test_bad_arguments_give_clear_errors():

@@ -75,41 +75,6 @@ class Emitter:
         self(f"# failure codes: {', '.join(f'{k} {v}' for k, v in FAILURE_NAMES.items())}")
         self("")
 
-    # ------------------------------------------------------------------ waveform
-    def conc_at(self) -> None:
-        """``conc_at``: the agonist concentration at time t (pulses and transients)."""
-        a = self
-        a("@DEVICE")
-        a("def conc_at(t, tm, pulses, p0, p1, transients, r0, r1):")
-        a("    c = 0.0")
-        a("    for k in range(p0, p1):")
-        a("        start = pulses[k, 0]")
-        a("        end = pulses[k, 1]")
-        a("        sr = pulses[k, 3]")
-        a("        sd = pulses[k, 4]")
-        a("        if sr > 0.0:")
-        a("            z = (t - start) / sr")
-        a("            up = 0.0 if z <= -EDGE else (1.0 if z >= EDGE else "
-          "0.5 * (1.0 + math.erf(z * RSQRT2)))")
-        a("        else:")
-        a("            up = 1.0 if tm >= start else 0.0")
-        a("        if sd > 0.0:")
-        a("            z = (t - end) / sd")
-        a("            down = 0.0 if z <= -EDGE else (1.0 if z >= EDGE else "
-          "0.5 * (1.0 + math.erf(z * RSQRT2)))")
-        a("        else:")
-        a("            down = 1.0 if tm >= end else 0.0")
-        a("        c += pulses[k, 2] * up * (1.0 - down)")
-        a("    for k in range(r0, r1):")
-        a("        s = t - transients[k, 0]")
-        a("        if s >= 0.0 and t <= transients[k, 4]:")
-        a("            shape = math.exp(-s / transients[k, 2])")
-        a("            if transients[k, 3] > 0.0:")
-        a("                shape -= math.exp(-s / transients[k, 3])")
-        a("            c += transients[k, 1] * shape")
-        a("    return c")
-        a("")
-
     # ------------------------------------------------------------------ rates and RK4
     def base_rates(self, ind: str) -> None:
         """``b{m}``: each transition's rate without the agonist, from the parameter table."""
@@ -158,15 +123,17 @@ class Emitter:
         """One classical RK4 step of size ``h`` (``hh`` = h/2, ``h6`` = h/6) on ``p{i}``."""
         a, S, F = self, self.scheme.n_states, self.cast
         if smooth:
-            a(f"{ind}t = t0 + (rep * nsteps + it) * hd")
-            a(f"{ind}cc = {F}(conc_at(t, tm, pulses, pa, pb, transients, ra, rb))")
+            # the concentrations at the step's three stage times, computed once on the host
+            # for every candidate (kingen.solve.schedule.stage_concentrations)
+            a(f"{ind}ci = row_conc[r] + 3 * (rep * nsteps + it)")
+            a(f"{ind}cc = {F}(conc[ci])")
             self.rates(ind, "cc", True)
         self.deriv(ind, "p")
         for j in range(S):
             a(f"{ind}s{j} = f{j}")
             a(f"{ind}y{j} = p{j} + hh * f{j}")
         if smooth:
-            a(f"{ind}cc = {F}(conc_at(t + 0.5 * hd, tm, pulses, pa, pb, transients, ra, rb))")
+            a(f"{ind}cc = {F}(conc[ci + 1])")
             self.rates(ind, "cc", True)
         self.deriv(ind, "y")
         for j in range(S):
@@ -177,7 +144,7 @@ class Emitter:
             a(f"{ind}s{j} += {F}(2.0) * f{j}")
             a(f"{ind}y{j} = p{j} + h * f{j}")
         if smooth:
-            a(f"{ind}cc = {F}(conc_at(t + hd, tm, pulses, pa, pb, transients, ra, rb))")
+            a(f"{ind}cc = {F}(conc[ci + 2])")
             self.rates(ind, "cc", True)
         self.deriv(ind, "y")
         for j in range(S):
@@ -206,9 +173,7 @@ class Emitter:
     def step_sizes(self, ind: str) -> None:
         """``h``, ``hh`` and ``h6`` of schedule row ``r`` (and its raw fields)."""
         a, F = self, self.cast
-        a(f"{ind}t0 = rows_f[r, 0]")
         a(f"{ind}hd = rows_f[r, 1]")
-        a(f"{ind}tm = rows_f[r, 3]")
         a(f"{ind}h = {F}(hd)")
         a(f"{ind}hh = {F}(0.5) * h")
         a(f"{ind}h6 = h / {F}(6.0)")
@@ -221,10 +186,6 @@ class Emitter:
         """The per-sweep values every thread body starts with."""
         a = self
         a(f"{ind}drv = drive[w]")
-        a(f"{ind}pa = pulse_start[w]")
-        a(f"{ind}pb = pulse_start[w + 1]")
-        a(f"{ind}ra = transient_start[w]")
-        a(f"{ind}rb = transient_start[w + 1]")
         a(f"{ind}sample0 = sample_start[w]")
         if mode == "objective":
             a(f"{ind}sgg = 0.0")

@@ -48,8 +48,7 @@ from kingen.codegen.stage import (
 from kingen.scheme import Scheme
 
 PROP_ARGS = ("c, w, lane, gmask, sh, base, P, S0, rows_f, rows_i, row_start, row_key,\n"
-             "               pulses, pulse_start, transients, transient_start, drive,\n"
-             "               sample_start, tol, D,")
+             "               conc, row_conc, drive, sample_start, tol, D,")
 
 
 def padded_states(n_states: int, lanes: int) -> int:
@@ -353,7 +352,6 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
             raise ValueError("spans serve the objective mode only")
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
     a.legend()
-    a.conc_at()
     builder = Emitter(scheme, cast="F64")
     _build(builder, d_flush, "gpu" if target == "cuda" else "cpu")
     if span > 1 and target == "cpu":

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from kingen.codegen.emit import Emitter
 from kingen.scheme import Scheme
 
-THREAD_ARGS = ("c, w, P, S0, rows_f, rows_i, row_start, pulses, pulse_start,\n"
-               "               transients, transient_start, drive, sample_start, tol,")
+THREAD_ARGS = ("c, w, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,\n"
+               "               sample_start, tol,")
 MODE_ARGS = {"objective": "data, weight, win, out, fail",
              "traces": "trace, occ, unused0, unused1, fail"}
 
@@ -105,7 +105,6 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
     check_mode(mode)
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below)
     a.legend()
-    a.conc_at()
     a("@DEVICE")
     a(f"def run_thread({THREAD_ARGS}")
     a(f"               {MODE_ARGS[mode]}):")

@@ -19,7 +19,7 @@ import numpy as np
 from kingen.codegen import FAIL_PARAMS, N_OUT, N_WINDOWS
 from kingen.codegen.propagator import padded_states
 from kingen.errors import KingenError
-from kingen.protocol import _TEN_NINETY_SIGMAS, Protocol, Sweep
+from kingen.protocol import Protocol
 from kingen.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
@@ -35,6 +35,7 @@ TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
 # The CPU propagator builds its matrices in chunks of candidates of at most this many bytes.
 _CPU_D_BYTES = 64 * 2**20
 _BUILD_BLOCK = 128
+_LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
 
 
 @dataclass
@@ -79,22 +80,6 @@ class BatchResult:
         assert self.traces is not None
         a, b = self.schedule.sample_start[sweep], self.schedule.sample_start[sweep + 1]
         return self.traces[candidate, a:b]
-
-
-def waveform_tables(sweeps: list[Sweep]) -> tuple[np.ndarray, ...]:
-    """Pulse and transient tables of the sweeps, in the layout the kernels read."""
-    pulses, pstart, trans, tstart = [], [0], [], [0]
-    for s in sweeps:
-        for p in s.pulses:
-            pulses.append([p.start, p.end, p.concentration, p.rise / _TEN_NINETY_SIGMAS,
-                           p.decay / _TEN_NINETY_SIGMAS])
-        pstart.append(len(pulses))
-        for tr in s.transients:
-            norm, _ = tr._norm()
-            trans.append([tr.start, tr.peak * norm, tr.tau_decay, tr.tau_rise, tr.end])
-        tstart.append(len(trans))
-    return (np.array(pulses, dtype=np.float64).reshape(-1, 5), np.array(pstart, np.int64),
-            np.array(trans, dtype=np.float64).reshape(-1, 5), np.array(tstart, np.int64))
 
 
 class Simulator:
@@ -143,8 +128,6 @@ class Simulator:
         self.simulator = bool(status and status.simulator and self.backend == "cuda")
         self.device = (status.device if self.backend == "cuda" and status else "cpu")
         self.schedule = build_schedule(scheme, self.sweeps, step=step, courant=courant)
-        self.pulses, self.pulse_start, self.transients, self.transient_start = \
-            waveform_tables(self.sweeps)
         self.drive = np.array([s.driving_force * 1e-3 for s in self.sweeps])
         if objective is not None:
             # cast once here, not on every generation's call
@@ -313,8 +296,8 @@ class Simulator:
 
     def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
         s = self.schedule
-        return (P, S0, s.rows_f, s.rows_i, s.row_start, self.pulses, self.pulse_start,
-                self.transients, self.transient_start, self.drive, s.sample_start)
+        return (P, S0, s.rows_f, s.rows_i, s.row_start, s.conc, s.row_conc, self.drive,
+                s.sample_start)
 
     def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
         from kingen.solve.cuda import FORMS
@@ -423,8 +406,7 @@ class Simulator:
             else:
                 out_extra, out_fail = self._chunk_outputs(extra, fail, a, b)
             module.launch(b - a, self.n_sweeps, Pc, Sc, s.rows_f, s.rows_i, s.row_start,
-                          plan.row_key, self.pulses, self.pulse_start, self.transients,
-                          self.transient_start, self.drive, s.sample_start,
+                          plan.row_key, s.conc, s.row_conc, self.drive, s.sample_start,
                           TOLERANCE[self.precision], D, *spans, *out_extra, out_fail)
             if b - a != n:
                 self._chunk_write_back(extra, fail, out_extra, out_fail, a, b)
@@ -453,12 +435,11 @@ class Simulator:
                    fail: np.ndarray, mode: str):
         """Upload what changes per call; return the launch and the device outputs."""
         from numba import cuda
-        from numba.core.errors import NumbaPerformanceWarning
 
         # Arrays that do not change between calls stay on the device.
         if not self._device_arrays:
-            names = ("rows_f", "rows_i", "row_start", "pulses", "pulse_start", "transients",
-                     "transient_start", "drive", "sample_start")
+            names = ("rows_f", "rows_i", "row_start", "conc", "row_conc", "drive",
+                     "sample_start")
             for name, arr in zip(names, self._common_args(P, S0)[2:]):
                 self._device_arrays[name] = cuda.to_device(arr)
             if self.objective is not None:
@@ -478,9 +459,8 @@ class Simulator:
         n = P.shape[1]
         if config.form == "stage":
             total = n * self.n_sweeps
-            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "pulses",
-                                          "pulse_start", "transients", "transient_start",
-                                          "drive", "sample_start"))
+            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "conc",
+                                          "row_conc", "drive", "sample_start"))
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision],) + \
                 dev_extra + (dfail,)
             build = None
@@ -502,9 +482,8 @@ class Simulator:
             if config.span > 1:
                 span_arrays = self._span_buffers(n, config)
             total = n * self.n_sweeps * config.lanes
-            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "pulses",
-                                          "pulse_start", "transients", "transient_start",
-                                          "drive", "sample_start"))
+            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "conc",
+                                          "row_conc", "drive", "sample_start"))
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
                 span_arrays + dev_extra + (dfail,)
             n_build = n * plan.n_keys * self.scheme.n_states
@@ -525,8 +504,9 @@ class Simulator:
 
         def call() -> None:
             with warnings.catch_warnings():
-                # small batches under-fill the GPU; that is expected, not the user's concern
-                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                # Small batches under-fill the GPU; that is expected, not the user's concern.
+                # By message: numba-cuda raises its own class, not numba.core.errors'.
+                warnings.filterwarnings("ignore", message=_LOW_OCCUPANCY)
                 for _, stage in stages:
                     stage()
 

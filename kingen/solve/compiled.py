@@ -17,7 +17,6 @@ from types import ModuleType
 from kingen.codegen import N_WINDOWS, generate, generate_propagator
 from kingen.codegen.propagator import shared_stride
 from kingen.codegen.span import span_groups
-from kingen.protocol import EDGE_HALF_WIDTH_SIGMAS
 from kingen.scheme import Scheme
 
 _LOADED: dict[str, ModuleType] = {}
@@ -38,20 +37,17 @@ from numba import uint64 as U
 
 F = np.{precision}
 F64 = np.float64
-EDGE = {edge!r}
-RSQRT2 = 0.7071067811865476
 DEVICE = njit(cache=True, nogil=True)
 """
 
 _CPU_LAUNCH = """
 
 @njit(parallel=True, cache=True)
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, pulses, pulse_start, transients,
-           transient_start, drive, sample_start, tol, a0, a1, a2, a3, fail):
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
+           sample_start, tol, a0, a1, a2, a3, fail):
     for i in prange(N * n_sweeps):
-        run_thread(i % N, i // N, P, S0, rows_f, rows_i, row_start, pulses, pulse_start,
-                   transients, transient_start, drive, sample_start, tol, a0, a1, a2, a3,
-                   fail)
+        run_thread(i % N, i // N, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
+                   sample_start, tol, a0, a1, a2, a3, fail)
 """
 
 _CUDA_HEADER = """\
@@ -63,21 +59,18 @@ from numba import uint64 as U
 
 F = np.{precision}
 F64 = np.float64
-EDGE = {edge!r}
-RSQRT2 = 0.7071067811865476
 DEVICE = cuda.jit(device=True)
 """
 
 _CUDA_LAUNCH = """
 
 @cuda.jit({options})
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, pulses, pulse_start, transients,
-           transient_start, drive, sample_start, tol, a0, a1, a2, a3, fail):
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
+           sample_start, tol, a0, a1, a2, a3, fail):
     i = cuda.grid(1)
     if i < N * n_sweeps:
-        run_thread(i % N, i // N, P, S0, rows_f, rows_i, row_start, pulses, pulse_start,
-                   transients, transient_start, drive, sample_start, tol, a0, a1, a2, a3,
-                   fail)
+        run_thread(i % N, i // N, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
+                   sample_start, tol, a0, a1, a2, a3, fail)
 """
 
 # Warp-level exchange of the propagator form's lanes: the generated code calls WARP_SYNC and
@@ -128,14 +121,13 @@ def build(N, n_keys, P, keys_f, keys_i, D):
 
 {span_build}
 @njit(parallel=True, cache=True)
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
-           transients, transient_start, drive, sample_start, tol, D{span_args}, a0, a1, a2,
-           a3, fail):
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_conc, drive,
+           sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
     sh = np.zeros(1, dtype=F)
     for i in prange(N * n_sweeps):
         run_thread(i % N, i // N, 0, 0, sh, 0, P, S0, rows_f, rows_i, row_start, row_key,
-                   pulses, pulse_start, transients, transient_start, drive, sample_start, tol,
-                   D{span_args}, a0, a1, a2, a3, fail)
+                   conc, row_conc, drive, sample_start, tol, D{span_args}, a0, a1, a2, a3,
+                   fail)
 """
 
 _CPU_SPAN_BUILD = """
@@ -160,9 +152,8 @@ def build(N, n_keys, P, keys_f, keys_i, D):
 
 {span_build}
 @cuda.jit({options})
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse_start,
-           transients, transient_start, drive, sample_start, tol, D{span_args}, a0, a1, a2,
-           a3, fail):
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_conc, drive,
+           sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
     sh = cuda.shared.array({shared}, dtype=F)
     t = cuda.grid(1)
     pair = t // {lanes}
@@ -172,8 +163,8 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, pulses, pulse
     base = (cuda.threadIdx.x // {lanes}) * {stride}
     if pair < N * n_sweeps:
         run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
-                   row_start, row_key, pulses, pulse_start, transients, transient_start,
-                   drive, sample_start, tol, D{span_args}, a0, a1, a2, a3, fail)
+                   row_start, row_key, conc, row_conc, drive, sample_start, tol,
+                   D{span_args}, a0, a1, a2, a3, fail)
 """
 
 _CUDA_SPAN_BUILD = """
@@ -244,7 +235,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     else:
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
-        text = _CPU_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
+        text = _CPU_HEADER.format(precision=precision)
         launch = _CPU_LAUNCH if form == "stage" else _CPU_PROP_LAUNCH.format(
             span_args=", GV, DV" if span > 1 else "",
             span_build=_CPU_SPAN_BUILD if span > 1 else "")
@@ -255,7 +246,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                                 "DEVICE = njit(cache=True, nogil=True, fastmath={'contract'})")
         text += "\n" + code.source + launch
     elif target == "cuda":
-        text = _CUDA_HEADER.format(precision=precision, edge=EDGE_HALF_WIDTH_SIGMAS)
+        text = _CUDA_HEADER.format(precision=precision)
         options = [] if simulator else ["cache=True"]
         if max_registers and not simulator:
             options.append(f"max_registers={int(max_registers)}")

@@ -12,6 +12,13 @@ Rows are stored as two arrays so that a GPU thread reads them as plain numbers:
 ``rows_i`` (n_rows, 4) = [steps per repetition, repetitions, record, smooth];
 ``row_start`` (n_sweeps + 1) indexes each sweep's rows. After each repetition of a row with
 ``record`` = 1 the solver stores one sample.
+
+Rows whose concentration varies (``smooth`` = 1: finite exchange edges, synaptic transients)
+read it from ``conc`` rather than computing the waveform: the concentration is the same for
+every candidate, so it is evaluated once here, at the three stage times (t, t + h/2, t + h)
+of every step, and the solver reads ``conc[row_conc[r] + 3 * k + stage]`` for step k of row
+r. On the GPU the threads of a warp read the same word, one broadcast load where the
+waveform cost several error functions.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ class Schedule:
     row_start: np.ndarray
     sample_start: np.ndarray  # (n_sweeps + 1): offsets of each sweep's samples
     steps_per_sweep: np.ndarray  # RK4 steps each sweep takes, for throughput figures
+    conc: np.ndarray  # concentrations at the stage times of the smooth rows' steps, mM
+    row_conc: np.ndarray  # (n_rows,): each smooth row's first entry in conc (0 elsewhere)
 
     @property
     def n_sweeps(self) -> int:
@@ -107,15 +116,58 @@ def build_schedule(
     row_start = [0]
     sample_start = [0]
     steps = []
+    conc: list[np.ndarray] = []
+    row_conc: list[int] = []
+    used = 0
     for sweep in sweeps:
+        first = len(rows_f)
         n_steps = _plan_sweep(scheme, sweep, pmax, step, courant, rows_f, rows_i)
+        for r in range(first, len(rows_f)):
+            if rows_i[r][3]:
+                values = stage_concentrations(sweep, rows_f[r], rows_i[r])
+                row_conc.append(used)
+                conc.append(values)
+                used += values.size
+            else:
+                row_conc.append(0)
         row_start.append(len(rows_f))
         sample_start.append(sample_start[-1] + sweep.n_samples)
         steps.append(n_steps)
     return Schedule(np.array(rows_f, dtype=np.float64).reshape(-1, 4),
                     np.array(rows_i, dtype=np.int64).reshape(-1, 4),
                     np.array(row_start, dtype=np.int64), np.array(sample_start, dtype=np.int64),
-                    np.array(steps, dtype=np.int64))
+                    np.array(steps, dtype=np.int64),
+                    # one entry at least: a kernel argument may not be empty on every target
+                    np.concatenate(conc) if conc else np.zeros(1),
+                    np.array(row_conc, dtype=np.int64))
+
+
+def stage_concentrations(sweep: Sweep, row_f: list[float], row_i: list[int]) -> np.ndarray:
+    """The concentration at the three RK4 stage times of every step of one smooth row.
+
+    Step k (over all repetitions) starts at t = t0 + k·h; its stages are at t, t + h/2 and
+    t + h, computed as the solver computed them when it evaluated the waveform itself.
+    Ideal steps inside the row are evaluated at the row's middle (``Sweep.concentration``'s
+    ``steps_at``).
+
+    Returns
+    -------
+    numpy.ndarray
+        (3 · steps,) float64, stage by stage.
+
+    Examples
+    --------
+    >>> from kingen.protocol import Pulse, Sweep
+    >>> sweep = Sweep("one pulse", 5.0, 0.1, pulses=(Pulse(1.0, 2.0, 10.0, rise=0.2),))
+    >>> c = stage_concentrations(sweep, [0.9, 0.05, 0.0, 1.0], [4, 1, 1, 1])
+    >>> c.shape, round(float(c[6]), 3)          # step 2 starts at 1.0 ms: half way up
+    ((12,), 5.0)
+    """
+    t0, h, _, mid = row_f
+    k = np.arange(int(row_i[0]) * int(row_i[1]), dtype=np.float64)
+    t = t0 + k * h
+    times = np.stack([t, t + 0.5 * h, t + h], axis=1).ravel()
+    return np.asarray(sweep.concentration(times, steps_at=mid), dtype=np.float64)
 
 
 def _plan_sweep(scheme: Scheme, sweep: Sweep, pmax: np.ndarray, step: float | None,
