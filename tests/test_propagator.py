@@ -210,7 +210,7 @@ def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size(
     assert default_config(scheme).lanes == 4 and default_config(scheme).span == 8
     assert default_config(scheme, stage_rows="smooth").lanes == 1
     smooth = default_config(_scheme("robert_howe_2003"), stage_rows="smooth")
-    assert (smooth.lanes, smooth.span) == (4, 8)
+    assert (smooth.lanes, smooth.span) == (2, 8)
     for precision in ("float64", "float32"):
         config = default_config(_scheme("robert_howe_2003"), precision)
         assert (config.lanes, config.span) == (8, 16)

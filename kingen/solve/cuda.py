@@ -135,16 +135,17 @@ def default_config(scheme, precision: str = "float64",
       against 53,855 with one product per sample on 4 lanes), spans of 8 over 4 lanes from
       4 to 8 states (Jonas: 225,740 against 193,296 on one lane);
     - rows left in stage form (finite exchange): every lane of a pair repeats their RK4
-      steps, so fewer lanes (``session9_*_x0.2.json``, kernel time at 0.2 ms exchange): one
+      steps, so fewer lanes (``session9_*_x0.2*.json``, kernel time at 0.2 ms exchange): one
       lane up to 8 states (Jonas: 65 ms against 132 ms with spans of 8 over 4 lanes), spans
-      of 8 over 4 lanes beyond (Robert & Howe: 414 ms, against 698 ms on 2 lanes and 723 ms
-      with spans of 16 over 8).
+      of 8 over 2 lanes beyond (Robert & Howe: 302 ms, against 317 ms with spans of 4,
+      414 ms with spans of 8 over 4 lanes, 698 ms on 2 lanes without spans and 723 ms with
+      spans of 16 over 8).
 
     >>> from kingen.scheme import Scheme
     >>> default_config(Scheme.load("models/robert_howe_2003.toml")).name
     'prop-l8-s16-b128'
     >>> default_config(Scheme.load("models/robert_howe_2003.toml"), stage_rows="smooth").name
-    'prop-l4-s8-b128'
+    'prop-l2-s8-b128'
     >>> default_config(Scheme.load("models/jonas_1993.toml"), stage_rows="smooth").name
     'prop-l1-b128'
     """
@@ -152,7 +153,7 @@ def default_config(scheme, precision: str = "float64",
     if stage_rows != "none" and n <= 8:
         return LaunchConfig(form="propagator", lanes=1)
     if stage_rows != "none":
-        return LaunchConfig(form="propagator", lanes=4, span=8)
+        return LaunchConfig(form="propagator", lanes=2, span=8)
     if n < 4:
         return LaunchConfig(form="propagator", lanes=1)
     if n <= 8:
