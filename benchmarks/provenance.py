@@ -41,15 +41,28 @@ def gpu_name() -> str | None:
         return None
 
 
-def device_folder(gpu: str | None = None) -> str:
-    """``h100``, ``h200``, ... for a GPU; ``cpu-<n>core`` without one."""
-    gpu = gpu_name() if gpu is None else gpu
+def gpu_count() -> int:
+    """How many CUDA devices numba-cuda sees (0 without one)."""
+    try:
+        from numba import cuda
+
+        return len(cuda.gpus) if cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - any failure to find a GPU means: no GPU
+        return 0
+
+
+def device_folder(gpu: str | None = None, count: int | None = None) -> str:
+    """``h100``, ``h200``, ... for a GPU (``h200x2`` for a host of two); ``cpu-<n>core``
+    without one. With ``gpu`` given and no ``count``, one GPU."""
+    if gpu is None:
+        gpu, count = gpu_name(), gpu_count()
     if not gpu:
         return f"cpu-{os.cpu_count()}core"
+    suffix = f"x{count}" if count and count > 1 else ""
     for key, folder in _KNOWN:
         if key in gpu:
-            return folder
-    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-")
+            return folder + suffix
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") + suffix
 
 
 def results_path(suite: str, name: str | None = None, device: str | None = None) -> Path:
@@ -86,7 +99,7 @@ def provenance(suite: str, argv: list[str]) -> dict[str, Any]:
         "git_commit": _git("rev-parse", "HEAD") or "unknown (no git)",
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "device": gpu or "cpu",
-        "device_folder": device_folder(gpu),
+        "device_folder": device_folder(gpu, gpu_count() if gpu else None),
         "host": platform.node(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),

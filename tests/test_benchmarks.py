@@ -75,3 +75,4 @@ def test_a_suite_run_records_its_provenance_in_the_tree_layout(tmp_path: Path) -
     assert default == RESULTS / block["device_folder"] / "rest_state.json"
     assert provenance.results_path("solver", "rh03", "h100") == RESULTS / "h100/solver/rh03.json"
     assert provenance.device_folder("NVIDIA H100 80GB HBM3") == "h100"
+    assert provenance.device_folder("NVIDIA H200", count=2) == "h200x2"
