@@ -246,7 +246,7 @@ class Emitter:
             a(f"{w_ind}    fail[w, c] = code")
             # every output is written by its thread: the host need not clear them first
             for k in range(N_OUT):
-                a(f"{w_ind}    out[w, {k}, c] = 0.0")
+                a(f"{w_ind}    out[c, w, {k}] = 0.0")
             a(f"{ind}    return")
             if prefetched:
                 a(f"{ind}d = dn")
@@ -298,13 +298,15 @@ class Emitter:
             self(f"{ind}if {writer}:")
             ind += "    "
         self(f"{ind}fail[w, c] = 0")
-        self(f"{ind}out[w, 0, c] = sgg")
-        self(f"{ind}out[w, 1, c] = sgd")
+        # out is (candidate, sweep, value): each pair writes its values side by side, and
+        # the host takes them per candidate without a transposing copy
+        self(f"{ind}out[c, w, 0] = sgg")
+        self(f"{ind}out[c, w, 1] = sgd")
         for q in range(N_WINDOWS):
             # windows the batch does not use (past n_windows) are written as empty
-            self(f"{ind}out[w, {2 + 2 * q}, c] = " + (f"wv{q}" if q < self.n_windows
+            self(f"{ind}out[c, w, {2 + 2 * q}] = " + (f"wv{q}" if q < self.n_windows
                                                        else "0.0"))
-            self(f"{ind}out[w, {3 + 2 * q}, c] = " + (f"wi{q}" if q < self.n_windows
+            self(f"{ind}out[c, w, {3 + 2 * q}] = " + (f"wi{q}" if q < self.n_windows
                                                        else "-1"))
 
     # ------------------------------------------------------------------ stage rows

@@ -128,7 +128,7 @@ def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
         a(f"{ind}    fail[w, c] = code")
     if mode == "objective":
         for k in range(N_OUT):
-            a(f"{ind}    {'    ' if writer else ''}out[w, {k}, c] = 0.0")
+            a(f"{ind}    {'    ' if writer else ''}out[c, w, {k}] = 0.0")
     a(f"{ind}    return")
 
 

@@ -181,7 +181,7 @@ class Simulator:
         n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
-            out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
+            out = np.zeros((n, self.n_sweeps, N_OUT), dtype=np.float64)
             obj = self.objective
             extra = (obj.data, obj.weight, obj.windows, out)
         else:
@@ -210,16 +210,18 @@ class Simulator:
 
             cuda.synchronize()
             t_run = time.perf_counter()
-            results = [x.copy_to_host() for x in dev_out]
+            if mode == "objective":  # the inputs (data, weights, windows) need not come back
+                results = [*extra[:3], dev_out[3].copy_to_host(), dev_out[4].copy_to_host()]
+            else:
+                results = [x.copy_to_host() for x in dev_out]
         fail = results[-1].T.copy()
         fail[bad, :] = FAIL_PARAMS
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
         if mode == "objective":
             out = results[3]
-            res.sgg = out[:, 0, :].T.copy()
-            res.sgd = out[:, 1, :].T.copy()
-            res.windows = out[:, 2:, :].reshape(self.n_sweeps, N_WINDOWS, 2, n).transpose(
-                3, 0, 1, 2).copy()
+            res.sgg = out[:, :, 0].copy()
+            res.sgd = out[:, :, 1].copy()
+            res.windows = out[:, :, 2:].reshape(n, self.n_sweeps, N_WINDOWS, 2).copy()
             failed = fail != 0
             res.sgg[failed] = np.inf
             res.sgd[failed] = 0.0
@@ -243,7 +245,7 @@ class Simulator:
         n = P.shape[1]
         config = self._config_for(launch_config, False)
         module = self._cuda_module("objective", config, False)
-        out = np.zeros((self.n_sweeps, N_OUT, n), dtype=np.float64)
+        out = np.zeros((n, self.n_sweeps, N_OUT), dtype=np.float64)
         obj = self.objective
         assert obj is not None
         extra = (obj.data, obj.weight, obj.windows, out)
@@ -413,8 +415,8 @@ class Simulator:
 
     @staticmethod
     def _chunk_outputs(extra: tuple, fail: np.ndarray, a: int, b: int):
-        if extra[0].ndim == 1:  # objective: data, weight, win, out (n_sweeps, N_OUT, N)
-            return (extra[0], extra[1], extra[2], np.zeros_like(extra[3][:, :, a:b])), \
+        if extra[0].ndim == 1:  # objective: data, weight, win, out (N, n_sweeps, N_OUT)
+            return (extra[0], extra[1], extra[2], np.zeros_like(extra[3][a:b])), \
                 np.zeros_like(fail[:, a:b])
         occ = extra[1] if extra[1].shape[0] == 1 else np.empty_like(extra[1][a:b])
         return (np.empty_like(extra[0][a:b]), occ, extra[2], extra[3]), \
@@ -425,7 +427,7 @@ class Simulator:
                           out_fail: np.ndarray, a: int, b: int) -> None:
         fail[:, a:b] = out_fail
         if extra[0].ndim == 1:
-            extra[3][:, :, a:b] = out_extra[3]
+            extra[3][a:b] = out_extra[3]
         else:
             extra[0][a:b] = out_extra[0]
             if extra[1].shape[0] != 1:
