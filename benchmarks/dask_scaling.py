@@ -15,8 +15,9 @@ recorded::
 the same fit in one process (same seed: the result must be the same, and it is checked).
 Per generation (the initial population left out): candidates per second, and Dask's share
 of the generation (``dask_s``: cutting, sending, waiting and gathering, beyond the slowest
-shard's solve). ``--one-gpu`` puts every worker on GPU 0 (the "two workers on one GPU"
-overhead run)::
+shard's solve, split into the send, the worker's share beyond its solver and the return).
+``--pieces 1,2`` runs each worker count with one and with two shards per worker;
+``--one-gpu`` puts every worker on GPU 0 (the "two workers on one GPU" overhead run)::
 
     python benchmarks/make_fit_problem.py --model robert_howe_2003 --out /tmp/rh03
     python -m benchmarks dask_scaling shard --config /tmp/rh03/fit.toml --population 65536 \\
@@ -56,6 +57,10 @@ def environment() -> dict[str, Any]:
 
 def _counts(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _pieces(text: str) -> list[int | None]:
+    return [None if x.strip() == "auto" else int(x) for x in text.split(",") if x.strip()]
 
 
 def _manifest(folder: Path, fits: int, generations: int, population: int, backend: str
@@ -141,18 +146,22 @@ def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
             with open_client(settings, env=env) as client:
                 client.wait_for_workers(n, timeout=120)
                 cfg = kingen.load_config(args.config, overrides=overrides)
-                sharded = ShardedEvaluator.for_config(client, cfg)
-                try:
-                    res = run(lambda objective, s=sharded: s, f"sharded_{n}")
-                finally:
-                    sharded.close()
-            same = bool(res.fitness == one.fitness and np.array_equal(res.params, one.params))
-            runs.append({"workers": n, "what": ("workers on GPU 0" if args.one_gpu else
-                                                "local cluster"),
-                         "same_result_as_one_process": same, **per_generation(res)})
-            print(f"{n} worker(s): {runs[-1]['candidates_per_s']:,.0f} candidates/s, Dask "
-                  f"share {runs[-1].get('dask_share', float('nan')):.1%}, same result: {same}",
-                  flush=True)
+                for pieces in _pieces(args.pieces):
+                    sharded = ShardedEvaluator.for_config(client, cfg, pieces=pieces)
+                    try:
+                        res = run(lambda objective, s=sharded: s, f"sharded_{n}_{pieces}")
+                    finally:
+                        sharded.close()
+                    same = bool(res.fitness == one.fitness
+                                and np.array_equal(res.params, one.params))
+                    runs.append({"workers": n, "pieces": pieces or "auto",
+                                 "what": ("workers on GPU 0" if args.one_gpu else
+                                          "local cluster"),
+                                 "same_result_as_one_process": same, **per_generation(res)})
+                    print(f"{n} worker(s), pieces {pieces or 'auto'}: "
+                          f"{runs[-1]['candidates_per_s']:,.0f} candidates/s, Dask share "
+                          f"{runs[-1].get('dask_share', float('nan')):.1%}, same result: "
+                          f"{same}", flush=True)
     return {"benchmark": "shard", "config": str(args.config), "population": args.population,
             "generations": args.generations, "backend": args.backend,
             "one_gpu": args.one_gpu, "runs": runs}
@@ -171,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--config", type=Path, default=None, help="shard: the fit configuration")
     ap.add_argument("--one-gpu", action="store_true", help="shard: every worker on GPU 0")
+    ap.add_argument("--pieces", default="auto",
+                    help="shard: shards per worker, comma separated (auto, 1, 2, ...)")
     add_output_options(ap, "dask_scaling")
     args = ap.parse_args(argv)
     batch = args.what == "batch"

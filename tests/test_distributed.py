@@ -98,8 +98,15 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
         sharded, timing = ev.evaluate(params)
         assert timing.timings["shards"] == 2 and len(ev.workers_seen) == 2
         assert ev.take_reruns() == []
+    # two pieces per worker, each worker given its share: the same scores, row for row
+    with ShardedEvaluator.for_config(client, cfg, pieces=2) as ev:
+        pieced, timing = ev.evaluate(params)
+        assert timing.timings["shards"] == 4 and len(ev.workers_seen) == 2
+    t = timing.timings
+    assert t["dask_send_s"] + t["dask_worker_s"] + t["dask_return_s"] <= t["dask_s"] + 1e-3
     for name in ("fitness", "errors", "fail", "amplitudes"):
         np.testing.assert_array_equal(getattr(sharded, name), getattr(local, name))
+        np.testing.assert_array_equal(getattr(pieced, name), getattr(local, name))
 
 
 def _small_config(tmp_path: Path, name: str):

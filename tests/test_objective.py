@@ -109,6 +109,27 @@ def test_kernel_windows_and_residuals_agree_with_the_host_reduction():
     np.testing.assert_allclose((r * r).sum(axis=1), ev.fitness, rtol=1e-9)
 
 
+
+def test_the_kernel_carries_only_the_windows_a_target_reads():
+    # a recording alone reads no window: the kernel reduces none, and writes two values per
+    # pair; summary targets keep theirs, with the values the host reduction gives
+    rng = np.random.default_rng(4)
+    rec, _ = synthetic_recording(SCHEME, DEACT, 0.02, rng)
+    only_data = Objective(SCHEME, [ProtocolData(DEACT, rec)], backend="cpu")
+    assert only_data.simulator._n_windows("objective") == 0
+    p = np.vstack([SCHEME.values, SCHEME.values * 0.8])
+    res = only_data.simulator.run(only_data.guard(p), "objective")
+    assert res.windows.shape == (2, 1, 4, 2) and (res.windows[..., 1] == -1).all()
+    ev, _ = only_data.evaluate(p)
+    np.testing.assert_allclose(ev.errors, only_data.evaluate_traces(p).errors, rtol=1e-9)
+    targets = Targets({"peak_pA": Target(-40.0), "ss_to_peak": Target(0.03)})
+    with_targets = Objective(SCHEME, [ProtocolData(DEACT, rec),
+                                      ProtocolData(DESENS, None, targets)], backend="cpu")
+    assert with_targets.simulator._n_windows("objective") > 0
+    res = with_targets.simulator.run(with_targets.guard(p), "objective")
+    assert (res.windows[:, 0, :, 1] == -1).all()  # the deactivation sweep reads none
+    assert (res.windows[:, 1, 0, 1] >= 0).all()  # the desensitization peak was found
+
 def test_window_targets_match_the_features_of_the_simulated_currents():
     """Targets measured by kingen.features on the model's own currents are met at the truth."""
     recov = standard_protocol("recovery", exchange=0.2, dt=0.05)

@@ -137,11 +137,12 @@ class SolverProblem:
     def bytes(self, config) -> float:
         """Fewest DRAM bytes of one launch: parameters and initial state in, results out;
         in the propagator form also each M written by the build kernel and read back."""
-        from kingen.codegen import N_OUT
+        from kingen.codegen import out_width
 
         item = np.dtype(self.precision).itemsize
         s = self.scheme.n_states
-        per = (self.scheme.n_params + s) * item + self.n_sweeps * (N_OUT * 8 + 4)
+        width = out_width(self.simulator("cpu")._n_windows("objective"))
+        per = (self.scheme.n_params + s) * item + self.n_sweeps * (width * 8 + 4)
         if config.form == "propagator":
             plan = self.plan()
             if plan is not None:

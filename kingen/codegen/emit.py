@@ -12,6 +12,19 @@ from kingen.scheme import Scheme
 
 N_WINDOWS = 4
 N_OUT = 2 + 2 * N_WINDOWS
+
+
+def out_width(n_windows: int = N_WINDOWS) -> int:
+    """Values an objective-mode kernel writes per (candidate, sweep) pair: Σw·g², Σw·g·d,
+    then a value and a sample index per window it carries.
+
+    Examples
+    --------
+    >>> out_width(0), out_width()
+    (2, 10)
+    """
+    return 2 + 2 * n_windows
+
 FAIL_OK, FAIL_NONFINITE, FAIL_RANGE, FAIL_CONSERVATION, FAIL_PARAMS = 0, 1, 2, 3, 4
 FAILURE_NAMES = {
     FAIL_OK: "ok",
@@ -245,8 +258,8 @@ class Emitter:
                 a(f"{ind}    if {writer}:")
             a(f"{w_ind}    fail[w, c] = code")
             # every output is written by its thread: the host need not clear them first
-            for k in range(N_OUT):
-                a(f"{w_ind}    out[c, w, {k}] = 0.0")
+            for k in range(out_width(self.n_windows)):
+                a(f"{w_ind}    out[{k}, c, w] = 0.0")
             a(f"{ind}    return")
             if prefetched:
                 a(f"{ind}d = dn")
@@ -298,16 +311,13 @@ class Emitter:
             self(f"{ind}if {writer}:")
             ind += "    "
         self(f"{ind}fail[w, c] = 0")
-        # out is (candidate, sweep, value): each pair writes its values side by side, and
-        # the host takes them per candidate without a transposing copy
-        self(f"{ind}out[c, w, 0] = sgg")
-        self(f"{ind}out[c, w, 1] = sgd")
-        for q in range(N_WINDOWS):
-            # windows the batch does not use (past n_windows) are written as empty
-            self(f"{ind}out[c, w, {2 + 2 * q}] = " + (f"wv{q}" if q < self.n_windows
-                                                       else "0.0"))
-            self(f"{ind}out[c, w, {3 + 2 * q}] = " + (f"wi{q}" if q < self.n_windows
-                                                       else "-1"))
+        # out is (value, candidate, sweep): each value is one (N, n_sweeps) slab that the
+        # host takes as it is, and only the windows the batch uses travel at all
+        self(f"{ind}out[0, c, w] = sgg")
+        self(f"{ind}out[1, c, w] = sgd")
+        for q in range(self.n_windows):
+            self(f"{ind}out[{2 + 2 * q}, c, w] = wv{q}")
+            self(f"{ind}out[{3 + 2 * q}, c, w] = wi{q}")
 
     # ------------------------------------------------------------------ stage rows
     def stage_rows(self, ind: str, mode: str, with_occupancy: bool,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from kingen.codegen.emit import N_OUT, N_WINDOWS, Emitter
+from kingen.codegen.emit import N_WINDOWS, Emitter, out_width
 from kingen.codegen.span import (
     SPAN_ARGS,
     emit_span_build,
@@ -127,8 +127,8 @@ def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
     else:
         a(f"{ind}    fail[w, c] = code")
     if mode == "objective":
-        for k in range(N_OUT):
-            a(f"{ind}    {'    ' if writer else ''}out[c, w, {k}] = 0.0")
+        for k in range(out_width(a.n_windows)):
+            a(f"{ind}    {'    ' if writer else ''}out[{k}, c, w] = 0.0")
     a(f"{ind}    return")
 
 

@@ -30,13 +30,19 @@ from kingen.errors import KingenError
 from kingen.objective import Evaluation, ProtocolData
 from kingen.scheme import Scheme
 
+# Rows below which a worker's share is not cut into pieces: smaller solves leave the GPU
+# part idle and pay the per-call host work twice.
+MIN_PIECE = 8192
+
 
 @dataclass
 class ShardTimings:
     """What :meth:`ShardedEvaluator.evaluate` returns beside the scores (the part of a
     :class:`~kingen.solve.batch.BatchResult` the fit reads): ``timings`` holds
-    ``total_s`` and ``solve_s`` of the slowest shard (the critical path) and ``dask_s``,
-    the rest of the call's wall time (cutting, sending, waiting, gathering)."""
+    ``total_s`` and ``solve_s`` of the busiest worker (the critical path) and ``dask_s``,
+    the rest of the call's wall time (cutting, sending, waiting, gathering), split into
+    ``dask_send_s``, ``dask_worker_s`` and ``dask_return_s`` (see
+    :func:`_critical_path`)."""
 
     backend: str
     device: str
@@ -55,7 +61,12 @@ class ShardedEvaluator:
     warm
         One row of parameters each worker solves once at set-up (compiles its solver).
     shards
-        Shards per call (default: the number of workers at each call).
+        Shards per call (default: the number of workers at each call, times ``pieces``).
+    pieces
+        Shards given to each worker at once (default: 2 when each would still hold at
+        least :data:`MIN_PIECE` rows, else 1). A worker solves its pieces one after the
+        other, and Dask sends the second while the first is solved and returns the first
+        while the second is: only one piece's transfers stay on the generation's path.
 
     Examples
     --------
@@ -71,13 +82,17 @@ class ShardedEvaluator:
     def __init__(self, client: Any, scheme: Scheme, items: list[ProtocolData], *,
                  backend: str = "auto", precision: str = "float64",
                  step: float | None = None, courant: float = 2.5,
-                 warm: np.ndarray | None = None, shards: int | None = None) -> None:
+                 warm: np.ndarray | None = None, shards: int | None = None,
+                 pieces: int | None = None) -> None:
         from kingen.distributed.worker import SolverPlugin
 
         self.client = client
         self.token = uuid.uuid4().hex[:12]
         self.plugin = f"kingen-solver-{self.token}"
+        if pieces is not None and pieces < 1:
+            raise KingenError("must be >= 1", field="pieces", value=pieces)
         self.shards = shards
+        self.pieces = pieces
         self.calls = 0
         self._keys: dict[str, tuple[int, int, int]] = {}  # key -> (call, shard, rows)
         self._lost: list[dict[str, Any]] = []
@@ -154,13 +169,14 @@ class ShardedEvaluator:
         from kingen.distributed.worker import evaluate_shard
 
         t0 = time.perf_counter()
+        submitted = time.time()
         params = np.ascontiguousarray(np.atleast_2d(params), dtype=np.float64)
         self.calls += 1
         n = params.shape[0]
-        k = self.shards or self.n_workers
-        if k < 1:
+        workers = sorted(self.client.nthreads())
+        if not workers:
             raise KingenError("the cluster has no worker", field="--cluster")
-        k = max(1, min(k, n))
+        k = max(1, min(self.shards or len(workers) * self._pieces(n, len(workers)), n))
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         futures = []
         keys = []
@@ -170,9 +186,12 @@ class ShardedEvaluator:
             with self._lock:
                 self._keys[key] = (self.calls, i, rows)
             keys.append(key)
+            # each worker its share, but loosely: a lost worker's shards run elsewhere
             futures.append(self.client.submit(evaluate_shard, self.plugin,
                                               params[bounds[i]:bounds[i + 1]], complete,
-                                              key=key, pure=False, retries=0))
+                                              key=key, pure=False, retries=0,
+                                              workers=[workers[i % len(workers)]],
+                                              allow_other_workers=True))
         try:
             parts = self.client.gather(futures)
         except Exception as exc:
@@ -185,17 +204,22 @@ class ShardedEvaluator:
                 lost, self._lost = self._lost, []
                 self._reruns.extend(lost)
             del futures
+        wall = time.perf_counter() - t0
+        gathered = time.time()
         ev = Evaluation(fitness=np.concatenate([p["fitness"] for p in parts]),
                         errors=np.concatenate([p["errors"] for p in parts]),
                         fail=np.concatenate([p["fail"] for p in parts]),
                         amplitudes=np.concatenate([p["amplitudes"] for p in parts]))
         self.workers_seen.update(p["worker"] for p in parts)
         self.backend, self.device = parts[0]["backend"], parts[0]["device"]
-        slowest = max(parts, key=lambda p: p["total_s"])
-        wall = time.perf_counter() - t0
-        timings = {"total_s": slowest["total_s"], "solve_s": slowest["solve_s"],
-                   "dask_s": max(wall - slowest["total_s"], 0.0), "shards": float(k)}
+        timings = _critical_path(parts, wall, submitted, gathered)
+        timings["shards"] = float(k)
         return ev, ShardTimings(self.backend, self.device, timings)
+
+    def _pieces(self, n: int, n_workers: int) -> int:
+        if self.pieces is not None:
+            return self.pieces
+        return 2 if n >= 2 * MIN_PIECE * n_workers else 1
 
     def __call__(self, params: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
         """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
@@ -219,6 +243,27 @@ class ShardedEvaluator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
+                   gathered: float) -> dict[str, float]:
+    """The call's timings from the worker that was busy longest (the critical path):
+    ``total_s`` and ``solve_s`` summed over its shards, ``dask_s`` the rest of the call's
+    wall time, split into ``dask_send_s`` (submit to its first shard's start),
+    ``dask_worker_s`` (its shards' time beyond their solver calls, and any gap between
+    them) and ``dask_return_s`` (its last shard's end to the gathered result)."""
+    by_worker: dict[str, list[dict[str, Any]]] = {}
+    for p in parts:
+        by_worker.setdefault(p["worker"], []).append(p)
+    busiest = max(by_worker.values(), key=lambda ps: sum(p["total_s"] for p in ps))
+    busy = sum(p["total_s"] for p in busiest)
+    first = min(p["started"] for p in busiest)
+    last = max(p["finished"] for p in busiest)
+    return {"total_s": busy, "solve_s": sum(p["solve_s"] for p in busiest),
+            "dask_s": max(wall - busy, 0.0),
+            "dask_send_s": max(first - submitted, 0.0),
+            "dask_worker_s": max(last - first - busy, 0.0),
+            "dask_return_s": max(gathered - last, 0.0)}
 
 
 def _one_line(exc: BaseException) -> str:

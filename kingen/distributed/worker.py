@@ -69,12 +69,17 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
     """Score one shard on the worker that runs it, with the objective ``plugin`` built.
 
     Returns plain arrays (``fitness``, ``errors``, ``fail``, ``amplitudes``), the solver's
-    seconds (``total_s``, ``solve_s``) and the worker's address.
+    seconds (``total_s``, ``solve_s``), the task's start and end (``started``,
+    ``finished``: ``time.time()``) and the worker's address.
     """
+    started = time.time()
     worker = get_worker()
     objective = worker.plugins[plugin].objective
     ev, res = objective.evaluate(params, complete=complete)
+    # wall-clock stamps (the driver's clock on one host) place the task's start and end
+    # between the driver's submit and gather: the send, the worker's own share, the return
     return {"fitness": ev.fitness, "errors": ev.errors, "fail": ev.fail,
             "amplitudes": ev.amplitudes, "total_s": float(res.timings.get("total_s", 0.0)),
             "solve_s": float(res.timings.get("solve_s", 0.0)), "worker": worker.address,
-            "backend": objective.simulator.backend, "device": objective.simulator.device}
+            "backend": objective.simulator.backend, "device": objective.simulator.device,
+            "started": started, "finished": time.time()}

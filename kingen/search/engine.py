@@ -159,8 +159,9 @@ class Engine:
         c = self._eval_clock
         c["solver_s"] = c.get("solver_s", 0.0) + timings.get("total_s", 0.0)
         c["kernel_s"] = c.get("kernel_s", 0.0) + timings.get("solve_s", 0.0)
-        if "dask_s" in timings:  # a sharded evaluator's overhead (kingen.distributed)
-            c["dask_s"] = c.get("dask_s", 0.0) + timings["dask_s"]
+        for key in timings:  # a sharded evaluator's overhead (kingen.distributed)
+            if key.startswith("dask_"):
+                c[key] = c.get(key, 0.0) + timings[key]
         if self._takes_reruns:
             self._lost_workers.extend(self._evaluate.take_reruns())  # type: ignore[attr-defined]
         c["evaluate_s"] = c.get("evaluate_s", 0.0) + time.perf_counter() - t0
@@ -387,8 +388,7 @@ class Engine:
                   "objective_s": (c.get("evaluate_s", 0.0) - c.get("solver_s", 0.0)
                                   - c.get("dask_s", 0.0)),
                   "io_s": io, "total_s": now - t_start}
-        if "dask_s" in c:
-            timing["dask_s"] = c["dask_s"]
+        timing.update({key: value for key, value in c.items() if key.startswith("dask_")})
         timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io, 0.0)
         self.timings.append(dict(timing))
         self._eval_clock = {}

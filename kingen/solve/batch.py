@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import numba
 import numpy as np
 
-from kingen.codegen import FAIL_PARAMS, N_OUT, N_WINDOWS
+from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
 from kingen.codegen.propagator import padded_states
 from kingen.errors import KingenError
 from kingen.protocol import Protocol
@@ -181,8 +181,10 @@ class Simulator:
         n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
-            out = np.zeros((n, self.n_sweeps, N_OUT), dtype=np.float64)
             obj = self.objective
+            # on the GPU the kernel writes every value: the host array is only its shape
+            out = (np.zeros(self._out_shape(n), dtype=np.float64) if self.backend == "cpu"
+                   else np.empty((0, 0, 0)))
             extra = (obj.data, obj.weight, obj.windows, out)
         else:
             traces = np.full((n, self.schedule.n_samples), np.nan, dtype=np.float64)
@@ -219,9 +221,9 @@ class Simulator:
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
         if mode == "objective":
             out = results[3]
-            res.sgg = out[:, :, 0].copy()
-            res.sgd = out[:, :, 1].copy()
-            res.windows = out[:, :, 2:].reshape(n, self.n_sweeps, N_WINDOWS, 2).copy()
+            # fresh arrays every call: the result may keep views of them
+            res.sgg, res.sgd = out[0], out[1]
+            res.windows = self._window_values(out, n)
             failed = fail != 0
             res.sgg[failed] = np.inf
             res.sgd[failed] = 0.0
@@ -232,10 +234,30 @@ class Simulator:
             for k in range(self.n_sweeps):
                 a, b = self.schedule.sample_start[k], self.schedule.sample_start[k + 1]
                 res.traces[fail[:, k] != 0, a:b] = np.nan
+        t_end = time.perf_counter()
         res.timings = {"prepare_s": t_prep - t_start, "compile_s": t_compile - t_prep,
-                       "solve_s": t_run - t_compile,
-                       "total_s": time.perf_counter() - t_start}
+                       "solve_s": t_run - t_compile, "finish_s": t_end - t_run,
+                       "total_s": t_end - t_start}
         return res
+
+    def _out_shape(self, n: int) -> tuple[int, int, int]:
+        """The objective-mode results: (value, candidate, sweep), values as
+        :func:`kingen.codegen.out_width` lists them."""
+        return (out_width(self._n_windows("objective")), n, self.n_sweeps)
+
+    def _window_values(self, out: np.ndarray, n: int) -> np.ndarray:
+        """``BatchResult.windows`` (N, n_sweeps, 4, 2) from the kernel's results; windows the
+        batch does not use read 0 with index −1. With none used it is a read-only view of
+        one pair's values, not an array of the batch's size that nobody reads."""
+        used = (out.shape[0] - 2) // 2
+        empty = np.zeros((N_WINDOWS, 2))
+        empty[:, 1] = -1.0
+        if used == 0:
+            return np.broadcast_to(empty, (n, self.n_sweeps, N_WINDOWS, 2))
+        win = np.empty((n, self.n_sweeps, N_WINDOWS, 2))
+        win[:, :, used:] = empty[used:]
+        win[:, :, :used] = out[2:].reshape(used, 2, n, self.n_sweeps).transpose(2, 3, 0, 1)
+        return win
 
     def prepare_launch(self, params: np.ndarray, launch_config=None):
         """A function that launches the objective solve once on data already on the GPU,
@@ -245,7 +267,7 @@ class Simulator:
         n = P.shape[1]
         config = self._config_for(launch_config, False)
         module = self._cuda_module("objective", config, False)
-        out = np.zeros((n, self.n_sweeps, N_OUT), dtype=np.float64)
+        out = np.empty((0, 0, 0))  # the kernel's results stay on the GPU
         obj = self.objective
         assert obj is not None
         extra = (obj.data, obj.weight, obj.windows, out)
@@ -360,6 +382,18 @@ class Simulator:
             d[key] = tuple(cuda.device_array(shape, dtype=self.precision) for shape in shapes)
         return d[key]
 
+    def _device_buffer(self, name: str, shape: tuple[int, ...], dtype):
+        """One device array per name, kept while the batch keeps its size: a generation's
+        inputs and results are rewritten whole by every call, and allocating them afresh
+        costs the host more than the copy does."""
+        from numba import cuda
+
+        key = ("buffer", name)
+        buf = self._device_arrays.get(key)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != np.dtype(dtype):
+            buf = self._device_arrays[key] = cuda.device_array(shape, dtype=dtype)
+        return buf
+
     def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                   fail: np.ndarray) -> None:
         # Sweeps differ in cost by orders of magnitude (a recovery sweep runs seconds of
@@ -415,8 +449,8 @@ class Simulator:
 
     @staticmethod
     def _chunk_outputs(extra: tuple, fail: np.ndarray, a: int, b: int):
-        if extra[0].ndim == 1:  # objective: data, weight, win, out (N, n_sweeps, N_OUT)
-            return (extra[0], extra[1], extra[2], np.zeros_like(extra[3][a:b])), \
+        if extra[0].ndim == 1:  # objective: data, weight, win, out (value, N, n_sweeps)
+            return (extra[0], extra[1], extra[2], np.zeros_like(extra[3][:, a:b])), \
                 np.zeros_like(fail[:, a:b])
         occ = extra[1] if extra[1].shape[0] == 1 else np.empty_like(extra[1][a:b])
         return (np.empty_like(extra[0][a:b]), occ, extra[2], extra[3]), \
@@ -427,7 +461,7 @@ class Simulator:
                           out_fail: np.ndarray, a: int, b: int) -> None:
         fail[:, a:b] = out_fail
         if extra[0].ndim == 1:
-            extra[3][a:b] = out_extra[3]
+            extra[3][:, a:b] = out_extra[3]
         else:
             extra[0][a:b] = out_extra[0]
             if extra[1].shape[0] != 1:
@@ -449,16 +483,19 @@ class Simulator:
                 self._device_arrays["weight"] = cuda.to_device(self.objective.weight)
                 self._device_arrays["win"] = cuda.to_device(self.objective.windows)
         d = self._device_arrays
-        dP, dS0 = cuda.to_device(P), cuda.to_device(S0)
+        n = P.shape[1]
+        dP = self._device_buffer("P", P.shape, P.dtype)
+        dS0 = self._device_buffer("S0", S0.shape, S0.dtype)
+        dP.copy_to_device(P)
+        dS0.copy_to_device(S0)
         if mode == "objective":
-            # every thread writes all its outputs and its failure code: allocate, don't upload
+            # every thread writes all its outputs and its failure code: nothing to upload
             dev_extra = (d["data"], d["weight"], d["win"],
-                         cuda.device_array(extra[3].shape, dtype=extra[3].dtype))
-            dfail = cuda.device_array(fail.shape, dtype=fail.dtype)
+                         self._device_buffer("out", self._out_shape(n), np.float64))
+            dfail = self._device_buffer("fail", fail.shape, fail.dtype)
         else:
             dev_extra = tuple(cuda.to_device(x) for x in extra)
             dfail = cuda.to_device(fail)
-        n = P.shape[1]
         if config.form == "stage":
             total = n * self.n_sweeps
             common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "conc",
