@@ -14,6 +14,7 @@ from kingen.errors import KingenError
 from kingen.protocol import standard_protocol
 from kingen.scheme import Scheme
 from kingen.solve import Simulator, simulate_exact
+from kingen.solve.batch import ObjectiveInputs
 from kingen.solve.cuda import LaunchConfig, default_config
 from kingen.solve.plan import plan_propagator
 
@@ -113,6 +114,29 @@ def test_cuda_spans_under_simulator_match_the_cpu_stage_form(lanes, span):
     traces = gpu.run(params, "traces", launch_config=config)
     stage = cpu.run(params, "traces", launch_config=STAGE)
     assert np.abs(traces.traces - stage.traces).max() <= 1e-9 * np.abs(stage.traces).max()
+
+
+@pytest.mark.parametrize("lanes,span", [(1, 1), (2, 1), (2, 4)])
+def test_cuda_kernels_that_carry_no_window_match_the_cpu(lanes, span):
+    # a fit to recordings alone reads no window: its kernels reduce only the two sums
+    scheme = _scheme("robert_howe_2003")
+    protocols = _mini_protocols()
+    obj = _objective_case(scheme, protocols, np.random.default_rng(7))
+    windows = obj.windows.copy()
+    windows[:, :, 2] = -1
+    obj = ObjectiveInputs(obj.data, obj.weight, windows)
+    params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                     scheme.upper)
+    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    assert gpu._n_windows("objective") == 0
+    ref = cpu.run(params, "objective", launch_config=STAGE)
+    config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
+    got = gpu.run(params, "objective", launch_config=config)
+    assert not got.fail.any()
+    np.testing.assert_allclose(got.sgg, ref.sgg, rtol=1e-9)
+    np.testing.assert_allclose(got.sgd, ref.sgd, rtol=1e-9)
+    assert (got.windows[..., 1] == -1).all() and (ref.windows[..., 1] == -1).all()
 
 
 def test_a_span_variant_names_itself_and_bad_spans_are_refused():

@@ -740,7 +740,8 @@ def registers_of(problem: Any, config: LaunchConfig) -> int | None:
         if sim.simulator:
             return None  # the simulator has no registers
         kern = solver_module(problem.scheme, "objective", problem.precision, "cuda",
-                             max_registers=config.max_registers).launch
+                             max_registers=config.max_registers,
+                             n_windows=sim._n_windows("objective")).launch
         regs = kern.get_regs_per_thread()
         if isinstance(regs, dict):
             regs = max(regs.values()) if regs else None

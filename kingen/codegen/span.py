@@ -111,7 +111,8 @@ def _span_sample(a: Emitter, ind: str, s: str) -> None:
     a(f"{ind}wt = weight[U(gs)]")
     a(f"{ind}sgg_s += wt * g * g")
     a(f"{ind}sgd_s += wt * g * d")
-    a(f"{ind}if {s} >= wlo and {s} <= whi:")
+    if a.n_windows:
+        a(f"{ind}if {s} >= wlo and {s} <= whi:")
     for q in range(a.n_windows):
         a(f"{ind}    if wo{q} >= 0 and {s} >= wl{q} and {s} <= wh{q}:")
         a(f"{ind}        if wo{q} == 0:")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from kingen.codegen.emit import Emitter
+from kingen.codegen.emit import N_WINDOWS, Emitter
 from kingen.scheme import Scheme
 
 THREAD_ARGS = ("c, w, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,\n"
@@ -56,7 +56,8 @@ def thread_start(a: Emitter, mode: str) -> None:
 
 
 def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
-             compensated: bool = False, flush_below: float = 0.0) -> GeneratedCode:
+             compensated: bool = False, flush_below: float = 0.0,
+             n_windows: int = N_WINDOWS) -> GeneratedCode:
     """Python source of the stage-form RK4 thread body for ``scheme``.
 
     Parameters
@@ -80,6 +81,9 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
         slower per core than on an AMD core until this flush. Flushing at 1e-100 (float64)
         keeps every product and square in the step and the objective normal, at an error
         far below the solver's tolerance. GPUs handle subnormals at full speed.
+    n_windows
+        Feature windows the objective mode reduces (the first ``n_windows`` of each
+        sweep's four); its results hold :func:`~kingen.codegen.out_width` values per pair.
 
     Examples
     --------
@@ -103,7 +107,7 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
     #   p0 = occupancy of C (conductance 0 pS)
     """
     check_mode(mode)
-    a = Emitter(scheme, compensated=compensated, flush_below=flush_below)
+    a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
     a.legend()
     a("@DEVICE")
     a(f"def run_thread({THREAD_ARGS}")

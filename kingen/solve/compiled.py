@@ -226,7 +226,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     flush = CPU_FLUSH_BELOW[precision] if target == "cpu" else 0.0
     if form == "stage":
         code = generate(scheme, mode, with_occupancy=with_occupancy,
-                        compensated=precision == "float32", flush_below=flush)
+                        compensated=precision == "float32", flush_below=flush,
+                        n_windows=n_windows)
     elif form == "propagator":
         code = generate_propagator(scheme, mode, lanes=lanes, with_occupancy=with_occupancy,
                                    compensated=precision == "float32", flush_below=flush,
