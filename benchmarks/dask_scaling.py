@@ -59,8 +59,8 @@ def _counts(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _pieces(text: str) -> list[int | None]:
-    return [None if x.strip() == "auto" else int(x) for x in text.split(",") if x.strip()]
+def _pieces(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def _manifest(folder: Path, fits: int, generations: int, population: int, backend: str
@@ -154,11 +154,11 @@ def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
                         sharded.close()
                     same = bool(res.fitness == one.fitness
                                 and np.array_equal(res.params, one.params))
-                    runs.append({"workers": n, "pieces": pieces or "auto",
+                    runs.append({"workers": n, "pieces": pieces,
                                  "what": ("workers on GPU 0" if args.one_gpu else
                                           "local cluster"),
                                  "same_result_as_one_process": same, **per_generation(res)})
-                    print(f"{n} worker(s), pieces {pieces or 'auto'}: "
+                    print(f"{n} worker(s), pieces {pieces}: "
                           f"{runs[-1]['candidates_per_s']:,.0f} candidates/s, Dask share "
                           f"{runs[-1].get('dask_share', float('nan')):.1%}, same result: "
                           f"{same}", flush=True)
@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--config", type=Path, default=None, help="shard: the fit configuration")
     ap.add_argument("--one-gpu", action="store_true", help="shard: every worker on GPU 0")
-    ap.add_argument("--pieces", default="auto",
-                    help="shard: shards per worker, comma separated (auto, 1, 2, ...)")
+    ap.add_argument("--pieces", default="1",
+                    help="shard: shards per worker, comma separated (1, 2, ...)")
     add_output_options(ap, "dask_scaling")
     args = ap.parse_args(argv)
     batch = args.what == "batch"

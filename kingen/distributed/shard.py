@@ -30,10 +30,6 @@ from kingen.errors import KingenError
 from kingen.objective import Evaluation, ProtocolData
 from kingen.scheme import Scheme
 
-# Rows below which a worker's share is not cut into pieces: smaller solves leave the GPU
-# part idle and pay the per-call host work twice.
-MIN_PIECE = 8192
-
 
 @dataclass
 class ShardTimings:
@@ -63,10 +59,12 @@ class ShardedEvaluator:
     shards
         Shards per call (default: the number of workers at each call, times ``pieces``).
     pieces
-        Shards given to each worker at once (default: 2 when each would still hold at
-        least :data:`MIN_PIECE` rows, else 1). A worker solves its pieces one after the
-        other, and Dask sends the second while the first is solved and returns the first
-        while the second is: only one piece's transfers stay on the generation's path.
+        Shards given to each worker at once (default 1). A worker solves its pieces one
+        after the other, and Dask sends the second while the first is solved and returns
+        the first while the second is. On one H100 at 65,536 R&H candidates two pieces
+        gave the same speed as one (``benchmarks/results/h100/dask_scaling/
+        shard_one_worker_pieces.json``): Dask's send and return there are latency, not
+        transfer.
 
     Examples
     --------
@@ -83,13 +81,13 @@ class ShardedEvaluator:
                  backend: str = "auto", precision: str = "float64",
                  step: float | None = None, courant: float = 2.5,
                  warm: np.ndarray | None = None, shards: int | None = None,
-                 pieces: int | None = None) -> None:
+                 pieces: int = 1) -> None:
         from kingen.distributed.worker import SolverPlugin
 
         self.client = client
         self.token = uuid.uuid4().hex[:12]
         self.plugin = f"kingen-solver-{self.token}"
-        if pieces is not None and pieces < 1:
+        if pieces < 1:
             raise KingenError("must be >= 1", field="pieces", value=pieces)
         self.shards = shards
         self.pieces = pieces
@@ -176,7 +174,7 @@ class ShardedEvaluator:
         workers = sorted(self.client.nthreads())
         if not workers:
             raise KingenError("the cluster has no worker", field="--cluster")
-        k = max(1, min(self.shards or len(workers) * self._pieces(n, len(workers)), n))
+        k = max(1, min(self.shards or len(workers) * self.pieces, n))
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         futures = []
         keys = []
@@ -215,11 +213,6 @@ class ShardedEvaluator:
         timings = _critical_path(parts, wall, submitted, gathered)
         timings["shards"] = float(k)
         return ev, ShardTimings(self.backend, self.device, timings)
-
-    def _pieces(self, n: int, n_workers: int) -> int:
-        if self.pieces is not None:
-            return self.pieces
-        return 2 if n >= 2 * MIN_PIECE * n_workers else 1
 
     def __call__(self, params: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
         """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
