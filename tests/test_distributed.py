@@ -103,7 +103,10 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
         pieced, timing = ev.evaluate(params)
         assert timing.timings["shards"] == 4 and len(ev.workers_seen) == 2
     t = timing.timings
-    assert t["dask_send_s"] + t["dask_worker_s"] + t["dask_return_s"] <= t["dask_s"] + 1e-3
+    # the objective's scoring on the worker is the objective's time, not Dask's
+    assert t["score_s"] > 0 and t["total_s"] > 0
+    assert t["dask_send_s"] + t["dask_worker_s"] + t["dask_return_s"] == pytest.approx(
+        t["dask_s"], abs=2e-3)
     for name in ("fitness", "errors", "fail", "amplitudes"):
         np.testing.assert_array_equal(getattr(sharded, name), getattr(local, name))
         np.testing.assert_array_equal(getattr(pieced, name), getattr(local, name))

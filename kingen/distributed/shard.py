@@ -35,10 +35,10 @@ from kingen.scheme import Scheme
 class ShardTimings:
     """What :meth:`ShardedEvaluator.evaluate` returns beside the scores (the part of a
     :class:`~kingen.solve.batch.BatchResult` the fit reads): ``timings`` holds
-    ``total_s`` and ``solve_s`` of the busiest worker (the critical path) and ``dask_s``,
-    the rest of the call's wall time (cutting, sending, waiting, gathering), split into
-    ``dask_send_s``, ``dask_worker_s`` and ``dask_return_s`` (see
-    :func:`_critical_path`)."""
+    ``total_s`` and ``solve_s`` of the busiest worker (the critical path), its objective's
+    ``score_s``, and ``dask_s``, the rest of the call's wall time (cutting, sending,
+    waiting, gathering), split into ``dask_send_s``, ``dask_worker_s`` and
+    ``dask_return_s`` (see :func:`_critical_path`)."""
 
     backend: str
     device: str
@@ -240,20 +240,25 @@ class ShardedEvaluator:
 
 def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
                    gathered: float) -> dict[str, float]:
-    """The call's timings from the worker that was busy longest (the critical path):
-    ``total_s`` and ``solve_s`` summed over its shards, ``dask_s`` the rest of the call's
-    wall time, split into ``dask_send_s`` (submit to its first shard's start),
-    ``dask_worker_s`` (its shards' time beyond their solver calls, and any gap between
-    them) and ``dask_return_s`` (its last shard's end to the gathered result)."""
+    """The call's timings from the worker that was busy longest (the critical path).
+
+    ``total_s`` and ``solve_s`` are its solver calls' (summed over its shards) and
+    ``score_s`` its objective's work beyond them, which one process does too. ``dask_s`` is
+    the rest of the call's wall time, split into ``dask_send_s`` (submit to its first
+    shard's start), ``dask_worker_s`` (its tasks' time beyond the objective, and any gap
+    between them) and ``dask_return_s`` (its last shard's end to the gathered result).
+    """
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for p in parts:
         by_worker.setdefault(p["worker"], []).append(p)
-    busiest = max(by_worker.values(), key=lambda ps: sum(p["total_s"] for p in ps))
-    busy = sum(p["total_s"] for p in busiest)
+    busiest = max(by_worker.values(),
+                  key=lambda ps: sum(p["total_s"] + p.get("score_s", 0.0) for p in ps))
+    solver = sum(p["total_s"] for p in busiest)
+    busy = solver + sum(p.get("score_s", 0.0) for p in busiest)
     first = min(p["started"] for p in busiest)
     last = max(p["finished"] for p in busiest)
-    return {"total_s": busy, "solve_s": sum(p["solve_s"] for p in busiest),
-            "dask_s": max(wall - busy, 0.0),
+    return {"total_s": solver, "solve_s": sum(p["solve_s"] for p in busiest),
+            "score_s": busy - solver, "dask_s": max(wall - busy, 0.0),
             "dask_send_s": max(first - submitted, 0.0),
             "dask_worker_s": max(last - first - busy, 0.0),
             "dask_return_s": max(gathered - last, 0.0)}

@@ -69,17 +69,23 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
     """Score one shard on the worker that runs it, with the objective ``plugin`` built.
 
     Returns plain arrays (``fitness``, ``errors``, ``fail``, ``amplitudes``), the solver's
-    seconds (``total_s``, ``solve_s``), the task's start and end (``started``,
-    ``finished``: ``time.time()``) and the worker's address.
+    seconds (``total_s``, ``solve_s``), the objective's own beyond them (``score_s``: its
+    checks of the rates and the errors from the solver's sums, as one process spends them),
+    the task's start and end (``started``, ``finished``: ``time.time()``) and the worker's
+    address.
     """
     started = time.time()
     worker = get_worker()
     objective = worker.plugins[plugin].objective
+    t0 = time.perf_counter()
     ev, res = objective.evaluate(params, complete=complete)
+    scored = time.perf_counter() - t0
+    total = float(res.timings.get("total_s", 0.0))
     # wall-clock stamps (the driver's clock on one host) place the task's start and end
     # between the driver's submit and gather: the send, the worker's own share, the return
     return {"fitness": ev.fitness, "errors": ev.errors, "fail": ev.fail,
-            "amplitudes": ev.amplitudes, "total_s": float(res.timings.get("total_s", 0.0)),
-            "solve_s": float(res.timings.get("solve_s", 0.0)), "worker": worker.address,
+            "amplitudes": ev.amplitudes, "total_s": total,
+            "solve_s": float(res.timings.get("solve_s", 0.0)),
+            "score_s": max(scored - total, 0.0), "worker": worker.address,
             "backend": objective.simulator.backend, "device": objective.simulator.device,
             "started": started, "finished": time.time()}
