@@ -129,6 +129,8 @@ def test_the_kernel_carries_only_the_windows_a_target_reads():
     res = with_targets.simulator.run(with_targets.guard(p), "objective")
     assert (res.windows[:, 0, :, 1] == -1).all()  # the deactivation sweep reads none
     assert (res.windows[:, 1, 0, 1] >= 0).all()  # the desensitization peak was found
+    ev, _ = with_targets.evaluate(p)
+    np.testing.assert_allclose(ev.errors, with_targets.evaluate_traces(p).errors, rtol=1e-9)
 
 def test_window_targets_match_the_features_of_the_simulated_currents():
     """Targets measured by kingen.features on the model's own currents are met at the truth."""

@@ -129,7 +129,7 @@ def test_cuda_kernels_that_carry_no_window_match_the_cpu(lanes, span):
                      scheme.upper)
     cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
     gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
-    assert gpu._n_windows("objective") == 0
+    assert gpu._n_windows("objective") == 0 and gpu._out_shape(2) == (2, 2, gpu.n_sweeps)
     ref = cpu.run(params, "objective", launch_config=STAGE)
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
     got = gpu.run(params, "objective", launch_config=config)

@@ -110,6 +110,27 @@ def _objective_case(scheme: Scheme, protocols: list[Protocol], rng) -> Objective
     return ObjectiveInputs(data, weight, windows)
 
 
+def test_a_gpu_simulator_is_shared_safely_by_threads_and_copied_by_pickle():
+    # its device buffers outlive a call: calls from two threads must not share them
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    protocols = _mini_protocols()
+    obj = _objective_case(scheme, protocols, np.random.default_rng(11))
+    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    batches = [np.clip(scheme.values * f, scheme.lower, scheme.upper)[None].repeat(2, 0)
+               for f in (1.0, 1.4, 0.7, 1.2)]
+    alone = [gpu.run(p, "objective").sgg for p in batches]
+    assert not np.allclose(alone[0], alone[1])  # the batches differ
+    with ThreadPoolExecutor(4) as pool:
+        shared = list(pool.map(lambda p: gpu.run(p, "objective").sgg, batches))
+    for a, b in zip(alone, shared, strict=True):
+        np.testing.assert_array_equal(a, b)
+    copy = pickle.loads(pickle.dumps(gpu))  # without the device arrays: it makes its own
+    np.testing.assert_array_equal(copy.run(batches[2], "objective").sgg, alone[2])
+
+
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
 def test_objective_mode_equals_error_computed_from_traces(backend):
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])

@@ -12,12 +12,14 @@ Layout of the arguments (see :mod:`kingen.solve.schedule` for the rows):
 
 - ``P`` (n_params, N): parameters, parameter-major so that a warp's loads coalesce.
 - ``S0`` (n_states, N): initial occupancies.
-- ``pulses`` (n, 5): start, end, concentration, σ_rise, σ_decay (σ 0: ideal step);
-  ``transients`` (n, 5): start, amplitude, τ_decay, τ_rise, end; ``*_start`` index by sweep.
+- ``conc`` and ``row_conc``: the agonist concentration at each RK4 stage time of the rows
+  whose concentration varies, and where each such row's values start
+  (:func:`kingen.solve.schedule.stage_concentrations`).
 - ``drive`` (n_sweeps,): driving force × 1e-3, so that Σ gᵢ pᵢ · drive is pA per channel.
 - objective mode: ``data``, ``weight`` (n_samples_total,), ``win`` (n_sweeps, W, 3) int:
-  first sample, last sample, op (0 peak, 1 sum, −1 unused); ``out`` (n_sweeps, 2 + 2W, N):
-  Σw·g², Σw·g·d, then per window (value, sample index); ``fail`` (n_sweeps, N).
+  first sample, last sample, op (0 peak, 1 sum, −1 unused); ``out`` (2 + 2W', N, n_sweeps),
+  W' the windows the kernel carries (:func:`out_width`): Σw·g², Σw·g·d, then per window its
+  value and sample index; ``fail`` (n_sweeps, N).
 - trace mode: ``trace`` (N, n_samples_total) current per channel; ``occ``
   (N, n_samples_total, n_states) when ``with_occupancy``.
 """

@@ -255,8 +255,9 @@ def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
                   key=lambda ps: sum(p["total_s"] + p.get("score_s", 0.0) for p in ps))
     solver = sum(p["total_s"] for p in busiest)
     busy = solver + sum(p.get("score_s", 0.0) for p in busiest)
-    first = min(p["started"] for p in busiest)
-    last = max(p["finished"] for p in busiest)
+    # a worker that does not stamp its tasks leaves the split to the send
+    first = min(p.get("started", submitted) for p in busiest)
+    last = max(p.get("finished", gathered) for p in busiest)
     return {"total_s": solver, "solve_s": sum(p["solve_s"] for p in busiest),
             "score_s": busy - solver, "dask_s": max(wall - busy, 0.0),
             "dask_send_s": max(first - submitted, 0.0),

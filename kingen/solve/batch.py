@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 from dataclasses import dataclass, field, replace
 
@@ -142,8 +143,20 @@ class Simulator:
             if objective.windows.shape != (len(self.sweeps), N_WINDOWS, 3):
                 raise ValueError("windows must be (n_sweeps, 4, 3)")
         self._device_arrays: dict[str | tuple, object] = {}
+        self._gpu_lock = threading.Lock()
         self._config = None
         self._plan: PropagatorPlan | None = None
+
+    def __getstate__(self) -> dict:
+        # device arrays and the lock belong to this process: a copy builds its own
+        state = self.__dict__.copy()
+        state["_device_arrays"] = {}
+        del state["_gpu_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._gpu_lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
     @property
@@ -205,17 +218,20 @@ class Simulator:
             t_run = time.perf_counter()
         else:
             module = self._cuda_module(mode, config, with_occupancy)
-            t_compile = time.perf_counter()
-            call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
-            call()
             from numba import cuda
 
-            cuda.synchronize()
-            t_run = time.perf_counter()
-            if mode == "objective":  # the inputs (data, weights, windows) need not come back
-                results = [*extra[:3], dev_out[3].copy_to_host(), dev_out[4].copy_to_host()]
-            else:
-                results = [x.copy_to_host() for x in dev_out]
+            # one call at a time: the device buffers are the simulator's, not the call's
+            with self._gpu_lock:
+                t_compile = time.perf_counter()
+                call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
+                call()
+                cuda.synchronize()
+                t_run = time.perf_counter()
+                if mode == "objective":  # the inputs (data, weights, windows) stay there
+                    results = [*extra[:3], dev_out[3].copy_to_host(),
+                               dev_out[4].copy_to_host()]
+                else:
+                    results = [x.copy_to_host() for x in dev_out]
         fail = results[-1].T.copy()
         fail[bad, :] = FAIL_PARAMS
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
@@ -262,7 +278,8 @@ class Simulator:
     def prepare_launch(self, params: np.ndarray, launch_config=None):
         """A function that launches the objective solve once on data already on the GPU,
         without synchronising: for timing and profiling the bare kernels (in the propagator
-        form, the build kernel and the sample kernel)."""
+        form, the build kernel and the sample kernel). It launches on this simulator's
+        device buffers: a later :meth:`run` with as many candidates replaces its inputs."""
         P, S0, _ = self._inputs(params)
         n = P.shape[1]
         config = self._config_for(launch_config, False)
