@@ -41,6 +41,16 @@ def _peak_errors(result, other, scheme, protocols) -> float:
     return worst
 
 
+def _sums_against_the_cpu_stage_form(cpu, gpu, params, config):
+    """The GPU launch ``config``'s objective sums, checked against the CPU stage form's."""
+    ref = cpu.run(params, "objective", launch_config=STAGE)
+    got = gpu.run(params, "objective", launch_config=config)
+    assert not got.fail.any()
+    np.testing.assert_allclose(got.sgg, ref.sgg, rtol=1e-9)
+    np.testing.assert_allclose(got.sgd, ref.sgd, rtol=1e-9)
+    return got, ref
+
+
 @pytest.mark.parametrize("model", [p.stem for p in MODELS])
 def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution(model):
     scheme = _scheme(model)
@@ -103,12 +113,8 @@ def test_cuda_spans_under_simulator_match_the_cpu_stage_form(lanes, span):
     assert (reps >= 2 * span).any() and (reps % span > 0).any() and (reps < span).any()
     # and rows in stage form (the finite rise), walked by every lane alike
     assert (gpu.propagator_plan().row_key < 0).any()
-    ref = cpu.run(params, "objective", launch_config=STAGE)
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
-    got = gpu.run(params, "objective", launch_config=config)
-    assert not got.fail.any()
-    np.testing.assert_allclose(got.sgg, ref.sgg, rtol=1e-9)
-    np.testing.assert_allclose(got.sgd, ref.sgd, rtol=1e-9)
+    got, ref = _sums_against_the_cpu_stage_form(cpu, gpu, params, config)
     np.testing.assert_allclose(got.windows, ref.windows, rtol=1e-9, atol=1e-12)
     # a trace needs every sample: the same launch falls back to one product per sample
     traces = gpu.run(params, "traces", launch_config=config)
@@ -130,12 +136,8 @@ def test_cuda_kernels_that_carry_no_window_match_the_cpu(lanes, span):
     cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
     gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
     assert gpu._n_windows("objective") == 0 and gpu._out_shape(2) == (2, 2, gpu.n_sweeps)
-    ref = cpu.run(params, "objective", launch_config=STAGE)
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
-    got = gpu.run(params, "objective", launch_config=config)
-    assert not got.fail.any()
-    np.testing.assert_allclose(got.sgg, ref.sgg, rtol=1e-9)
-    np.testing.assert_allclose(got.sgd, ref.sgd, rtol=1e-9)
+    got, ref = _sums_against_the_cpu_stage_form(cpu, gpu, params, config)
     assert (got.windows[..., 1] == -1).all() and (ref.windows[..., 1] == -1).all()
 
 
