@@ -250,6 +250,14 @@ def host_windows(traces: np.ndarray, sample_start: np.ndarray, windows: np.ndarr
     return out
 
 
+def _switched_off(windows: np.ndarray) -> np.ndarray:
+    """Kernel windows with op −1: a protocol no summary target reads has its windows
+    reduced by no kernel (a fit to recordings carries only the two sums per pair)."""
+    off = windows.copy()
+    off[:, :, 2] = -1
+    return off
+
+
 class _ProtocolPlan:
     """Everything one protocol needs to turn window values into target errors."""
 
@@ -544,9 +552,7 @@ class Objective:
         for item, (a, _) in zip(self.items, self.spans, strict=True):
             plan = _ProtocolPlan(item, a)
             self.plans.append(plan)
-            # the kernel reduces only windows a target reads (op -1 switches one off)
-            windows.append(plan.windows if plan.targets else
-                           np.where(np.arange(3) == 2, -1, plan.windows))
+            windows.append(plan.windows if plan.targets else _switched_off(plan.windows))
             if item.recording is not None:
                 self._place_recording(item, a)
             elif item.targets is None:
