@@ -24,7 +24,7 @@ from test_fit_helpers import whole_and_half_run, write_problem
 
 from kingen.cli import main
 from kingen.search.run import fit, resume
-from kingen.store import LAYOUT_VERSION, RunStore
+from kingen.store import LAYOUT_VERSION, RunStore, WriterLock
 
 
 @pytest.fixture(scope="module")
@@ -279,6 +279,28 @@ def test_overwrite_only_replaces_a_run_file(tmp_path: Path,
     assert main(["fit", str(cfg), "-q", "-o", str(run)]) == 0
     assert main(["fit", str(cfg), "-q", "--overwrite", "-o", str(run)]) == 0  # a run: replaced
     assert not (tmp_path / ".run.h5.lock").exists()  # the lock goes with its run
+
+
+def test_resume_asks_for_the_lock_before_it_reads(fitted: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # A file another process is writing can look damaged between its writes: the refusal
+    # must name the writer, not a damage the writer is about to mend.
+    run = copy_run(fitted, tmp_path)
+    with h5py.File(run, "a") as f:
+        f["resume/crc32"][int(f["run/commit"][1])] += 1
+    before = digest(run)
+    holder = WriterLock(run)
+    holder.acquire()  # flock: a second open of the lock file conflicts, also in-process
+    try:
+        assert command_error(["resume", str(run), "-q", "--generations", "5"], capsys) == (
+            f"{run}: the run file is being written by process {os.getpid()} on "
+            f"{platform.node()} (lock .{run.name}.lock); wait for that run to end, or stop it")
+    finally:
+        holder.release()
+    assert digest(run) == before
+    assert "fails its checksum" in command_error(
+        ["resume", str(run), "-q", "--generations", "5"], capsys)  # once the writer is gone
+    assert not (tmp_path / f".{run.name}.lock").exists()
 
 
 def _committed(path: Path) -> int:

@@ -29,7 +29,7 @@ from kingen.search.engine import Engine, Evaluate
 from kingen.search.polish import polish
 from kingen.search.result import FitResult, Progress
 from kingen.search.state import checked_state, state_fields
-from kingen.store import RunStore, RunView
+from kingen.store import RunStore, RunView, WriterLock
 
 Evaluator = Callable[[Objective], Evaluate]
 """Makes the engine's evaluator from the run's objective (see
@@ -116,9 +116,29 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     >>> import kingen
     >>> result = kingen.resume("demo.h5", generations=4, progress=False)  # doctest: +SKIP
     """
-    # Everything is read and checked (every checksum, the resume state) before the file is
-    # opened for writing: a damaged or malformed file is never written to. A second writer
-    # is refused by the lock taken then.
+    # The lock is taken before the file is read: a run another process is writing is refused
+    # as such (not read mid-write). Everything is read and checked (every checksum, the
+    # resume state) before the file is opened for writing: a damaged or malformed file is
+    # never written to.
+    p = Path(path)
+    if not p.is_file():
+        raise KingenError("run file not found", file=str(path))
+    lock = WriterLock(p)
+    lock.acquire()
+    try:
+        cfg, objective, arrays = _read_for_resume(path, generations, stream)
+        store = RunStore.open(path, mode="a", verify=False, lock=lock)
+    except BaseException:
+        lock.release()
+        raise
+    with store:
+        return _search(cfg, objective, store, arrays, progress, stream, evaluator)
+
+
+def _read_for_resume(path: str | os.PathLike[str], generations: int | None,
+                     stream: TextIO | None) -> tuple[FitConfig, Objective, Any]:
+    """The configuration, objective and resume state of a run file, read and checked
+    whole (the caller holds its writer lock)."""
     with RunStore.open(path, mode="r") as reader:
         finished = reader.finished  # opening to append clears it: read it first
         if finished and generations is None:
@@ -144,10 +164,7 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     checked_state(arrays, cfg, objective.n_protocols, str(path))
     _say_if_model_changed(scheme, cfg.model_path, stream)
     _warn(_start_warnings(cfg, objective), stream)
-    store = RunStore.open(path, mode="a", verify=False)
-    with store:
-        _, arrays = store.last_state()  # the same, unless another run wrote in between
-        return _search(cfg, objective, store, arrays, progress, stream, evaluator)
+    return cfg, objective, arrays
 
 
 def _say_if_model_changed(scheme: Any, model_path: str, stream: TextIO | None) -> None:

@@ -249,8 +249,8 @@ class RunStore:
 
     # ------------------------------------------------------------------ open
     @classmethod
-    def open(cls, path: str | os.PathLike[str], mode: str = "r", *, verify: bool = True
-             ) -> RunStore:
+    def open(cls, path: str | os.PathLike[str], mode: str = "r", *, verify: bool = True,
+             lock: WriterLock | None = None) -> RunStore:
         """Open a run file.
 
         Opening checks that the file is a kingen run file of a layout this kingen reads and
@@ -269,6 +269,9 @@ class RunStore:
             Read every committed dataset once to check its Fletcher-32 checksums (see
             :meth:`verify`); in mode ``"a"``, before anything is written (pass False only
             right after a verified reading).
+        lock
+            Mode ``"a"``: the run file's writer lock, already taken by the caller (who read
+            the file under it); the store lets go of it when closed, or when opening fails.
 
         Raises
         ------
@@ -310,7 +313,8 @@ class RunStore:
                 f.close()
                 raise _corrupt(name, exc) from None
             return store
-        lock = WriterLock(p)
+        if lock is None:
+            lock = WriterLock(p)
         lock.acquire()
         try:
             with cls.open(p, "r", verify=verify):
