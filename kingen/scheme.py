@@ -230,8 +230,12 @@ class Scheme:
         out = np.array(params, dtype=float, copy=True) if copy else params
         if not self.derived_rules:
             return out
+        # the logs of the rates the rules read, only (taken before any rule writes, as always)
+        used = sorted({int(j) for rule in self.derived_rules
+                       for j in np.flatnonzero(rule.exponents)})
+        column = {j: k for k, j in enumerate(used)}
         with np.errstate(divide="ignore", invalid="ignore"):
-            logs = np.log(out)
+            logs = np.log(out[..., used])
         # A rate of 0 (log -inf) makes the derived rates NaN, as a negative rate does, not
         # 0 or inf.
         logs[logs == -np.inf] = np.nan
@@ -240,7 +244,7 @@ class Scheme:
             # each call, taking the cores from the work that follows.
             total = np.full(out.shape[:-1], rule.log_const)
             for j in np.flatnonzero(rule.exponents):
-                total += rule.exponents[j] * logs[..., j]
+                total += rule.exponents[j] * logs[..., column[int(j)]]
             out[..., rule.param] = np.exp(total)
         return out
 

@@ -94,6 +94,7 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
     rng = np.random.default_rng(3)
     params = cfg.pmap.to_params(rng.uniform(cfg.pmap.lower, cfg.pmap.upper, (37, cfg.pmap.n_genes)))
     local, _ = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu").evaluate(params)
+    assert client.direct_to_workers  # a local cluster's results come straight from workers
     with ShardedEvaluator.for_config(client, cfg) as ev:
         sharded, timing = ev.evaluate(params)
         assert timing.timings["shards"] == 2 and len(ev.workers_seen) == 2

@@ -50,6 +50,18 @@ def test_one_batched_solver_call_per_generation(tmp_path, solver_calls):
     assert len(result.timings["solver_s"]) == 4
 
 
+@pytest.mark.parametrize("operators", ["deap", "numpy"])
+def test_the_generation_timings_split_the_ga_and_the_objective(tmp_path, operators):
+    result = fit(write_problem(tmp_path, ga=f'operators = "{operators}"'), progress=False)
+    t = {k: np.asarray(v, dtype=float) for k, v in result.timings.items() if k != "wall_s"}
+    parts = [f"ga_{k}" for k in ("variation_s", "hof_s", "select_s")]
+    for key in parts:  # the initial population is drawn, not varied or selected
+        assert np.isnan(t[key][0]) and np.all(t[key][1:] > 0), key
+    assert np.all(t["ga_stats_s"] > 0)
+    assert np.all(sum(t[k][1:] for k in parts) + t["ga_stats_s"][1:] <= t["ga_s"][1:] + 1e-6)
+    assert np.all((t["params_s"] > 0) & (t["params_s"] <= t["objective_s"] + 1e-6))
+
+
 def test_same_seed_same_result_and_another_seed_differs(tmp_path):
     runs = []
     for name, seed in (("a", None), ("b", None), ("c", 99)):

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fit_helpers import TRUTH_MODEL
 
+import kingen.params as params_module
 from kingen.errors import KingenError
 from kingen.params import ParameterMap, apply_overrides, apply_ties, to_file_units
 from kingen.scheme import Scheme
@@ -55,6 +56,28 @@ def test_genes_to_rates_match_powers_of_ten_and_clip_on_request():
     j = pmap.gene_names.index("k2o")
     np.testing.assert_array_equal(p[:, pmap.free_index[j]], clipped[:, j])  # linear: as given
     assert not np.array_equal(pmap.to_params(genes), p)  # no clipping by default
+
+
+def test_a_large_batch_cut_across_threads_is_the_same_bit_for_bit(monkeypatch):
+    s = apply_overrides(SCHEME, {"k2o": {"scale": "linear", "bounds": [1.0, 20.0]}})
+    s = apply_ties(s, {"k12": ("k01", 2.0)})
+    pmap = ParameterMap(s, {"k12": ("k01", 2.0)})
+    rng = np.random.default_rng(5)
+    genes = rng.uniform(pmap.lower - 1.0, pmap.upper + 1.0, (3001, pmap.n_genes))
+    genes[::7, 0] = np.nan
+    rule = s.derived_rules[0]
+    read = [int(np.flatnonzero(pmap.free_index == j)[0]) for j in np.flatnonzero(rule.exponents)
+            if j in pmap.free_index]
+    genes[::11, read[0]] = -np.inf  # a rate of 0 that the rule reads: its rate NaN
+    one_piece = pmap.to_params(genes, clip=False)
+    monkeypatch.setattr(params_module, "ROWS_PER_PIECE", 500)
+    monkeypatch.setattr(params_module.os, "cpu_count", lambda: 4)
+    assert len(params_module._row_pieces(genes.shape[0])) == 4
+    for clip in (False, True):
+        rows = np.vstack([pmap.to_params(g[None, :], clip=clip) for g in genes])
+        np.testing.assert_array_equal(pmap.to_params(genes, clip=clip), rows)
+    np.testing.assert_array_equal(pmap.to_params(genes), one_piece)
+    assert np.isnan(one_piece[::11, rule.param]).all()
 
 
 def test_fixed_linear_and_tied_parameters():

@@ -407,7 +407,9 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                         cluster.adapt(minimum_jobs=s.minimum_jobs, maximum_jobs=s.maximum_jobs)
                     else:
                         cluster.scale(jobs=s.jobs)
-                client = Client(cluster)
+                # The driver runs beside the scheduler (local, or the batch system's login
+                # node): results come straight from the workers, not through the scheduler.
+                client = Client(cluster, direct_to_workers=True)
             try:
                 if wait and s.kind in ("local", "address"):
                     client.wait_for_workers(1, timeout=120)

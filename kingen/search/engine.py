@@ -45,6 +45,8 @@ from kingen.search import operators
 from kingen.search.result import Progress
 from kingen.search.state import STATE_VERSION, checked_state, cma_strategy, encode
 
+_GA_PARTS = ("variation_s", "hof_s", "select_s", "stats_s")  # timed parts of ga_s
+
 CMA_PENALTY = 1.0  # fitness added per unit of squared distance outside the [0, 1] box
 
 Evaluate = Callable[[np.ndarray], "tuple[Evaluation, Mapping[str, float]]"]
@@ -152,11 +154,12 @@ class Engine:
         """Score rows of genes: ONE call of the evaluator."""
         t0 = time.perf_counter()
         params = self.pmap.to_params(genes, clip=True)
+        c = self._eval_clock
+        c["params_s"] = c.get("params_s", 0.0) + time.perf_counter() - t0
         # The last generation's write runs during the solve, not during the array work here.
         self._start_write()
         # to_params has just computed the derived rates, from the objective's scheme
         ev, timings = self._evaluate(params)
-        c = self._eval_clock
         c["solver_s"] = c.get("solver_s", 0.0) + timings.get("total_s", 0.0)
         c["kernel_s"] = c.get("kernel_s", 0.0) + timings.get("solve_s", 0.0)
         for key in timings:  # a sharded evaluator's overhead (kingen.distributed)
@@ -255,9 +258,11 @@ class Engine:
     def mu_plus_lambda_generation(self, state: dict) -> dict:
         """One generation of DEAP's (μ + λ)."""
         if self.numpy_ops:
+            t = time.perf_counter()
             kids, source = operators.np_var_or(
                 state["genes"], self.lambda_, self.ga.cxpb, self.ga.mutpb, self.ga.eta_cx,
                 self.ga.eta_mut, self.indpb, self.low, self.up, self.rng)
+            self._eval_clock["variation_s"] = time.perf_counter() - t
             fit = np.empty(self.lambda_)
             err = np.empty((self.lambda_, self.obj.n_protocols))
             fail = np.zeros(self.lambda_, dtype=np.int64)
@@ -271,7 +276,9 @@ class Engine:
             if new.size:
                 ev = self.evaluate(new_genes)
                 fit[new], err[new], fail[new] = ev.fitness, ev.errors, ev.fail
+            t = time.perf_counter()
             self._update_hof(state, new_genes, fit.take(new))
+            self._eval_clock["hof_s"] = time.perf_counter() - t
             pool_f = np.concatenate([state["fitness"], fit])
             t = time.perf_counter()
             chosen = operators.np_sel_tournament(pool_f, self.ga.population,
@@ -288,15 +295,21 @@ class Engine:
         tb = self._toolbox_get()
         pop = self._individuals(state["genes"], state["fitness"], state["errors"],
                                 state["fail"])
+        t = time.perf_counter()
         with _deap_draws_from(self.py_random):
             offspring = algorithms.varOr(pop, tb, self.lambda_, self.ga.cxpb, self.ga.mutpb)
+        self._eval_clock["variation_s"] = time.perf_counter() - t
         invalid = [ind for ind in offspring if not ind.fitness.valid]
         for ind, fit in zip(invalid, tb.map(tb.evaluate, invalid), strict=True):
             ind.fitness.values = fit
+        t = time.perf_counter()
         kids = np.array([list(ind) for ind in invalid]).reshape(-1, self.n)
         self._update_hof(state, kids, np.array([ind.fitness.values[0] for ind in invalid]))
+        self._eval_clock["hof_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         with _deap_draws_from(self.py_random):
             pop = tb.select(pop + offspring, self.ga.population)
+        self._eval_clock["select_s"] = time.perf_counter() - t
         state.update(genes=np.array([list(i) for i in pop], dtype=float),
                      fitness=np.array([i.fitness.values[0] for i in pop]),
                      errors=np.array([i.errors for i in pop]),
@@ -355,6 +368,7 @@ class Engine:
         flush) runs on a background thread during the next generation's solver call; the
         next generation's record waits for it to finish.
         """
+        t_stats = time.perf_counter()
         f = state["fitness"]
         finite = f[np.isfinite(f)]
         best = float(state["hof_fitness"][0]) if state["hof_fitness"].size else math.inf
@@ -377,6 +391,7 @@ class Engine:
         if self._takes_reruns:
             stats["shards_rerun"] = float(len(lost))
         t_io = time.perf_counter()
+        self._eval_clock["stats_s"] = t_io - t_stats
         state["elapsed"] += t_io - t_start
         snapshot = self.snapshot(state)
         self.flush()
@@ -390,6 +405,10 @@ class Engine:
                   "io_s": io, "total_s": now - t_start}
         timing.update({key: value for key, value in c.items() if key.startswith("dask_")})
         timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io, 0.0)
+        # where the GA's and the objective's shares go (parts of ga_s and objective_s)
+        timing.update({f"ga_{key}": c[key] for key in _GA_PARTS if key in c})
+        if "params_s" in c:
+            timing["params_s"] = c["params_s"]
         self.timings.append(dict(timing))
         self._eval_clock = {}
         index = len(self.timings) - 1
@@ -400,8 +419,9 @@ class Engine:
                 self.store.record_lost_workers(lost)
             self.store.append_generation(
                 generation=snapshot["generation"], population=self.pmap.to_params(
-                    snapshot["genes"]), errors=snapshot["errors"], fitness=snapshot["fitness"],
-                fail=snapshot["fail"], stats=stats, timings=timing, state=snapshot)
+                    snapshot["genes"], threads=False), errors=snapshot["errors"],
+                fitness=snapshot["fitness"], fail=snapshot["fail"], stats=stats,
+                timings=timing, state=snapshot)
             self.timings[index]["write_s"] = time.perf_counter() - t
 
         self._queued = write

@@ -49,7 +49,10 @@ class FitResult:
         :func:`kingen.features.protocol_features`).
     timings
         Per-generation timings (lists of seconds: ``solver_s``, ``kernel_s``,
-        ``objective_s``, ``ga_s``, ``io_s``, ``total_s``) and ``wall_s``.
+        ``objective_s`` (of which ``params_s``: genes to rate constants), ``ga_s`` (of which
+        ``ga_variation_s``, ``ga_hof_s``, ``ga_select_s``, ``ga_stats_s``), ``io_s``,
+        ``total_s``, and in a sharded fit ``dask_*``; NaN where a generation has no such
+        part) and ``wall_s``.
     uncertainty
         Local uncertainty at the best (standard errors, correlations, noise model and its
         ``table`` of intervals; see :func:`kingen.identify.local.local_at_best`), or None.

@@ -255,8 +255,9 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
                      amplitudes=amps, traces=traces, features=features, polish=report)
     store.mark_finished(reason)
     _local_uncertainty(objective, cfg, best_genes, store, stream)
-    timings = {k: [t[k] for t in engine.timings] for k in engine.timings[0]} if \
-        engine.timings else {}
+    # the initial population has no variation, selection or Dask call: NaN in those lists
+    keys = dict.fromkeys(k for t in engine.timings for k in t)
+    timings: dict[str, Any] = {k: [t.get(k, np.nan) for t in engine.timings] for k in keys}
     timings["wall_s"] = time.perf_counter() - wall0
     return _result(RunView(store), cfg, generations=int(state["generation"]), reason=reason,
                    timings=timings, evaluations=engine.evaluations,
