@@ -106,6 +106,7 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
     t = timing.timings
     # the objective's scoring on the worker is the objective's time, not Dask's
     assert t["score_s"] > 0 and t["total_s"] > 0
+    assert 0 < t["prepare_s"] + t["finish_s"] < t["total_s"] - t["solve_s"] + 1e-6
     assert t["dask_send_s"] > 0 and t["dask_return_s"] > 0  # the stamps place the task
     assert t["dask_send_s"] + t["dask_worker_s"] + t["dask_return_s"] == pytest.approx(
         t["dask_s"], abs=2e-3)

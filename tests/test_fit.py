@@ -60,6 +60,8 @@ def test_the_generation_timings_split_the_ga_and_the_objective(tmp_path, operato
     assert np.all(t["ga_stats_s"] > 0)
     assert np.all(sum(t[k][1:] for k in parts) + t["ga_stats_s"][1:] <= t["ga_s"][1:] + 1e-6)
     assert np.all((t["params_s"] > 0) & (t["params_s"] <= t["objective_s"] + 1e-6))
+    host = t["solver_prepare_s"] + t["solver_finish_s"]  # the solver's host work
+    assert np.all((t["solver_prepare_s"] > 0) & (host < t["solver_s"]))
 
 
 def test_same_seed_same_result_and_another_seed_differs(tmp_path):

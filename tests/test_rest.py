@@ -5,10 +5,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kingen.errors import KingenError
 from kingen.scheme import Scheme
-from kingen.solve.rest import rest_occupancy_batch
+from kingen.solve.rest import rest_occupancy_batch, resting_class
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
+TWO_RESTS = """
+[model]
+name = "two resting states"
+[states]
+C0 = { conductance = 0 }
+C1 = { conductance = 0 }
+O = { conductance = 10 }
+D = { conductance = 0 }
+[parameters]
+kon = { value = 5.0, unit = "mM^-1 ms^-1", bounds = [0.5, 50] }
+koff = { value = 2.0, unit = "ms^-1", bounds = [0.2, 20] }
+beta = { value = 4.0, unit = "ms^-1", bounds = [0.4, 40] }
+alpha = { value = 1.0, unit = "ms^-1", bounds = [0.1, 10] }
+d = { value = 0.2, unit = "ms^-1", bounds = [0.02, 2] }
+r = { value = 0.01, unit = "mM^-1 ms^-1", bounds = [0.001, 0.1] }
+[transitions]
+"C0 -> C1" = "kon * glu"
+"C1 -> C0" = "koff"
+"C1 -> O" = "beta"
+"O -> C1" = "alpha"
+"O -> D" = "d"
+"D -> O" = "r * glu"
+"""
 
 
 @pytest.mark.parametrize("model", ["robert_howe_2003", "coombs_2017"])
@@ -28,3 +52,14 @@ def test_parallel_rest_state_equals_numpy_and_flags_unsolvable_rows(model):
     # p·Q(0) = 0: it is the equilibrium, not merely NumPy's answer
     flux = np.einsum("ni,nij->nj", got[ok], scheme.Q(0.0, params[ok]))
     assert np.abs(flux).max() < 1e-9
+    # the states outside the resting class hold nothing at rest, exactly
+    outside = np.setdiff1d(np.arange(scheme.n_states), resting_class(scheme))
+    assert outside.size and (got[ok][:, outside] == 0).all()
+    assert got.T.flags.c_contiguous  # the layout the solvers take, with no copy
+
+
+def test_the_resting_class_is_the_closed_class_of_the_agonist_free_transitions():
+    scheme = Scheme.load(MODELS / "robert_howe_2003.toml")
+    assert [scheme.states[i] for i in resting_class(scheme)] == ["C0", "D0"]
+    with pytest.raises(KingenError, match="resting state is not unique"):
+        Scheme.loads(TWO_RESTS, "two_rests.toml")  # C0 and D: two places to rest

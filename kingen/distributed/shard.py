@@ -242,11 +242,12 @@ def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
                    gathered: float) -> dict[str, float]:
     """The call's timings from the worker that was busy longest (the critical path).
 
-    ``total_s`` and ``solve_s`` are its solver calls' (summed over its shards) and
-    ``score_s`` its objective's work beyond them, which one process does too. ``dask_s`` is
-    the rest of the call's wall time, split into ``dask_send_s`` (submit to its first
-    shard's start), ``dask_worker_s`` (its tasks' time beyond the objective, and any gap
-    between them) and ``dask_return_s`` (its last shard's end to the gathered result).
+    ``total_s``, ``solve_s``, ``prepare_s`` and ``finish_s`` are its solver calls' (summed
+    over its shards) and ``score_s`` its objective's work beyond them, which one process
+    does too. ``dask_s`` is the rest of the call's wall time, split into ``dask_send_s``
+    (submit to its first shard's start), ``dask_worker_s`` (its tasks' time beyond the
+    objective, and any gap between them) and ``dask_return_s`` (its last shard's end to the
+    gathered result).
     """
     by_worker: dict[str, list[dict[str, Any]]] = {}
     for p in parts:
@@ -259,6 +260,7 @@ def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
     first = min(p.get("started", submitted) for p in busiest)
     last = max(p.get("finished", gathered) for p in busiest)
     return {"total_s": solver, "solve_s": sum(p["solve_s"] for p in busiest),
+            **{key: sum(p.get(key, 0.0) for p in busiest) for key in ("prepare_s", "finish_s")},
             "score_s": busy - solver, "dask_s": max(wall - busy, 0.0),
             "dask_send_s": max(first - submitted, 0.0),
             "dask_worker_s": max(last - first - busy, 0.0),

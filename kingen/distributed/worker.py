@@ -69,10 +69,10 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
     """Score one shard on the worker that runs it, with the objective ``plugin`` built.
 
     Returns plain arrays (``fitness``, ``errors``, ``fail``, ``amplitudes``), the solver's
-    seconds (``total_s``, ``solve_s``), the objective's own beyond them (``score_s``: its
-    checks of the rates and the errors from the solver's sums, as one process spends them),
-    the task's start and end (``started``, ``finished``: ``time.time()``) and the worker's
-    address.
+    seconds (``total_s``, ``solve_s``, and its host's ``prepare_s`` and ``finish_s``), the
+    objective's own beyond them (``score_s``: its checks of the rates and the errors from
+    the solver's sums, as one process spends them), the task's start and end (``started``,
+    ``finished``: ``time.time()``) and the worker's address.
     """
     started = time.time()
     worker = get_worker()
@@ -86,6 +86,8 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
     return {"fitness": ev.fitness, "errors": ev.errors, "fail": ev.fail,
             "amplitudes": ev.amplitudes, "total_s": total,
             "solve_s": float(res.timings.get("solve_s", 0.0)),
+            "prepare_s": float(res.timings.get("prepare_s", 0.0)),
+            "finish_s": float(res.timings.get("finish_s", 0.0)),
             "score_s": max(scored - total, 0.0), "worker": worker.address,
             "backend": objective.simulator.backend, "device": objective.simulator.device,
             "started": started, "finished": time.time()}

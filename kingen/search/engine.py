@@ -46,6 +46,7 @@ from kingen.search.result import Progress
 from kingen.search.state import STATE_VERSION, checked_state, cma_strategy, encode
 
 _GA_PARTS = ("variation_s", "hof_s", "select_s", "stats_s")  # timed parts of ga_s
+_SOLVER_PARTS = ("prepare_s", "finish_s")  # the host's parts of solver_s
 
 CMA_PENALTY = 1.0  # fitness added per unit of squared distance outside the [0, 1] box
 
@@ -165,6 +166,9 @@ class Engine:
         for key in timings:  # a sharded evaluator's overhead (kingen.distributed)
             if key.startswith("dask_"):
                 c[key] = c.get(key, 0.0) + timings[key]
+        for key in _SOLVER_PARTS:  # the host's share of the solver call
+            if key in timings:
+                c[f"solver_{key}"] = c.get(f"solver_{key}", 0.0) + timings[key]
         if self._takes_reruns:
             self._lost_workers.extend(self._evaluate.take_reruns())  # type: ignore[attr-defined]
         c["evaluate_s"] = c.get("evaluate_s", 0.0) + time.perf_counter() - t0
@@ -407,6 +411,8 @@ class Engine:
         timing["ga_s"] = max(timing["total_s"] - c.get("evaluate_s", 0.0) - io, 0.0)
         # where the GA's and the objective's shares go (parts of ga_s and objective_s)
         timing.update({f"ga_{key}": c[key] for key in _GA_PARTS if key in c})
+        timing.update({f"solver_{key}": c[f"solver_{key}"] for key in _SOLVER_PARTS
+                       if f"solver_{key}" in c})
         if "params_s" in c:
             timing["params_s"] = c["params_s"]
         self.timings.append(dict(timing))
