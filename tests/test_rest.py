@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import kingen.solve.rest as rest_module
 from kingen.errors import KingenError
 from kingen.scheme import Scheme
 from kingen.solve.rest import rest_occupancy_batch, resting_class
@@ -56,6 +57,19 @@ def test_parallel_rest_state_equals_numpy_and_flags_unsolvable_rows(model):
     outside = np.setdiff1d(np.arange(scheme.n_states), resting_class(scheme))
     assert outside.size and (got[ok][:, outside] == 0).all()
     assert got.T.flags.c_contiguous  # the layout the solvers take, with no copy
+
+
+def test_one_thread_and_all_threads_give_the_same_bits(monkeypatch):
+    scheme = Scheme.load(MODELS / "robert_howe_2003.toml")
+    rng = np.random.default_rng(1)
+    lo, hi = np.log(scheme.lower), np.log(scheme.upper)
+    params = scheme.complete(np.exp(rng.uniform(lo, hi, (700, scheme.n_params))))
+    results = []
+    for work in (0, 1 << 60):  # all threads from no work on; one thread up to any work
+        monkeypatch.setattr(rest_module, "PARALLEL_FROM_WORK", work)
+        results.append(rest_occupancy_batch(scheme, params))
+    np.testing.assert_array_equal(results[0], results[1])
+    assert np.isfinite(results[0]).all()
 
 
 def test_the_resting_class_is_the_closed_class_of_the_agonist_free_transitions():

@@ -18,7 +18,6 @@ import numpy as np
 from kingen.scheme import Scheme, closed_classes
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
 def _stationary(params: np.ndarray, rate_param: np.ndarray, source: np.ndarray,
                 target: np.ndarray, param: np.ndarray, factor: np.ndarray,
                 states: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
@@ -76,6 +75,16 @@ def _stationary(params: np.ndarray, rate_param: np.ndarray, source: np.ndarray,
             out[states[j], c] = x[j] / total
 
 
+_stationary_parallel = numba.njit(parallel=True, cache=True, nogil=True)(_stationary)
+_stationary_serial = numba.njit(cache=True, nogil=True)(_stationary)
+
+# Below this much elimination work (candidates × states³), one thread: after the CPU idles
+# through a GPU solve, waking numba's threads costs about 10 ms on the H100 machine's host,
+# more than the 2-state resting class of 65,536 R&H candidates takes on one core (5 ms on
+# one core of the 2-core CI machine).
+PARALLEL_FROM_WORK = 1 << 24
+
+
 def rest_occupancy_batch(scheme: Scheme, params: np.ndarray) -> np.ndarray:
     """:meth:`Scheme.rest_occupancy` for (N, n_params) parameters, on all cores.
 
@@ -104,7 +113,9 @@ def rest_occupancy_batch(scheme: Scheme, params: np.ndarray) -> np.ndarray:
     index = {int(j): k for k, j in enumerate(states)}
     inside = [t for t in free if t.source in index and t.target in index]
     out = np.zeros((scheme.n_states, p.shape[0]))
-    _stationary(np.ascontiguousarray(p), np.array(sorted({t.param for t in free}), np.int64),
+    solve = (_stationary_parallel if p.shape[0] * states.size ** 3 >= PARALLEL_FROM_WORK
+             else _stationary_serial)
+    solve(np.ascontiguousarray(p), np.array(sorted({t.param for t in free}), np.int64),
                 np.array([index[t.source] for t in inside], np.int64),
                 np.array([index[t.target] for t in inside], np.int64),
                 np.array([t.param for t in inside], np.int64),
