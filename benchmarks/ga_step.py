@@ -1,7 +1,9 @@
 """The GA's own cost per generation, without the solver: where the time outside it goes.
 
 Runs kingen's (μ + λ) engine on the bundled demo configuration with a stand-in evaluation
-(random fitness, no simulation) and times, per generation, the variation (``np_var_or``),
+(random fitness, no simulation) and times, per generation, the drawing of its random
+numbers (in a fit, done during the previous generation's solve), the variation
+(``np_var_or``),
 the hall-of-fame update, the tournament, and the rest of the generation (gathering the new
 population, statistics, the resume snapshot). ``--threads`` sets numba's thread count for
 the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to see whether
@@ -81,6 +83,8 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
     engine = Engine(cfg, _StandInObjective(), _NullStore(),
                     Progress(generations, enabled=False), evaluate=evaluate)
     engine._update_hof = _timed(clock, "hall_of_fame", engine._update_hof)
+    # a generation's random numbers (drawn during the solve in a fit; here, in turn)
+    engine._draw_generation = _timed(clock, "draws", engine._draw_generation)
     saved = operators.np_var_or, operators.np_sel_tournament
     operators.np_var_or = _timed(clock, "variation", operators.np_var_or)
     operators.np_sel_tournament = _timed(clock, "selection",
@@ -97,7 +101,8 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
             state = engine.mu_plus_lambda_generation(state)
             engine.record(state, t0)
             total = time.perf_counter() - t0 - clock.get("evaluate", 0.0)
-            row = {k: clock.get(k, 0.0) for k in ("variation", "hall_of_fame", "selection")}
+            row = {k: clock.get(k, 0.0) for k in ("draws", "variation", "hall_of_fame",
+                                                  "selection")}
             row["rest"] = total - sum(row.values())
             row["total"] = total
             rows.append(row)
@@ -136,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         r = run(n, args.generations, args.seed, args.solver_s)
         s = r["summary"]
         print(f"{n:>6}: total median {s['total']['median_s'] * 1e3:.1f} ms, max "
-              f"{s['total']['max_s'] * 1e3:.1f} ms (variation "
+              f"{s['total']['max_s'] * 1e3:.1f} ms (draws "
+              f"{s['draws']['median_s'] * 1e3:.1f}, variation "
               f"{s['variation']['median_s'] * 1e3:.1f}, hof "
               f"{s['hall_of_fame']['median_s'] * 1e3:.1f}, selection "
               f"{s['selection']['median_s'] * 1e3:.1f}, rest "

@@ -35,6 +35,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,12 @@ class Engine:
         self._writer = None
         self._queued: Callable[[], None] | None = None
         self._pending = None
+        # The next generation's random numbers, drawn on a thread of their own while this
+        # generation is solved (see _start_draws); the generator's state before them, for
+        # the resume state.
+        self._drawer = None
+        self._drawn: Future | None = None
+        self._rng_mark: dict | None = None
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, genes: np.ndarray) -> Evaluation:
@@ -157,8 +164,10 @@ class Engine:
         params = self.pmap.to_params(genes, clip=True)
         c = self._eval_clock
         c["params_s"] = c.get("params_s", 0.0) + time.perf_counter() - t0
-        # The last generation's write runs during the solve, not during the array work here.
+        # The last generation's write runs during the solve, not during the array work here,
+        # and so does the drawing of the next generation's random numbers.
         self._start_write()
+        self._start_draws()
         # to_params has just computed the derived rates, from the objective's scheme
         ev, timings = self._evaluate(params)
         c["solver_s"] = c.get("solver_s", 0.0) + timings.get("total_s", 0.0)
@@ -263,9 +272,10 @@ class Engine:
         """One generation of DEAP's (μ + λ)."""
         if self.numpy_ops:
             t = time.perf_counter()
+            variation, aspirants = self._take_draws()
             kids, source = operators.np_var_or(
                 state["genes"], self.lambda_, self.ga.cxpb, self.ga.mutpb, self.ga.eta_cx,
-                self.ga.eta_mut, self.indpb, self.low, self.up, self.rng)
+                self.ga.eta_mut, self.indpb, self.low, self.up, None, draws=variation)
             self._eval_clock["variation_s"] = time.perf_counter() - t
             fit = np.empty(self.lambda_)
             err = np.empty((self.lambda_, self.obj.n_protocols))
@@ -286,7 +296,7 @@ class Engine:
             pool_f = np.concatenate([state["fitness"], fit])
             t = time.perf_counter()
             chosen = operators.np_sel_tournament(pool_f, self.ga.population,
-                                                 self.ga.tournament, self.rng)
+                                                 self.ga.tournament, None, aspirants)
             self._eval_clock["select_s"] = time.perf_counter() - t
             # take, not fancy indexing: several times faster for whole rows
             state.update({key: np.concatenate([state[key], offspring]).take(chosen, axis=0)
@@ -320,6 +330,35 @@ class Engine:
                      fail=np.array([i.fail for i in pop], dtype=np.int64))
         return state
 
+    def _draw_generation(self) -> tuple[operators.VariationDraws, np.ndarray]:
+        """A (μ + λ) generation's random numbers from ``self.rng``, in the order the
+        operators draw them: the variation's, then the tournament's."""
+        mu, lam = self.ga.population, self.lambda_
+        variation = operators.draw_variation(self.rng, mu, lam, self.ga.cxpb, self.ga.mutpb,
+                                             self.n)
+        aspirants = operators.draw_aspirants(self.rng, mu + lam, mu, self.ga.tournament)
+        return variation, aspirants
+
+    def _start_draws(self) -> None:
+        """Draw the next generation's numbers on the drawing thread (numpy operators).
+
+        Nothing else draws from ``self.rng`` until they are taken: the numbers, and the
+        state the generator is left in, are those drawing them in turn would give. The
+        generator's state now (the end of this generation's numbers) is what this
+        generation's resume state records.
+        """
+        if self._drawer is None or self._drawn is not None or not (
+                self.numpy_ops and self.ga.algorithm != "cmaes"):
+            return
+        self._rng_mark = self.rng.bit_generator.state
+        self._drawn = self._drawer.submit(self._draw_generation)
+
+    def _take_draws(self) -> tuple[operators.VariationDraws, np.ndarray]:
+        if self._drawn is None:
+            return self._draw_generation()
+        drawn, self._drawn = self._drawn, None
+        return drawn.result()
+
     # ------------------------------------------------------------------ CMA-ES
     def _to_unit(self, genes: np.ndarray) -> np.ndarray:
         return (genes - self.low) / (self.up - self.low)
@@ -350,7 +389,9 @@ class Engine:
     def snapshot(self, state: dict) -> dict[str, np.ndarray]:
         """The resume state as of now, as plain arrays (written later, on the writer's
         thread; see :func:`kingen.search.state.encode`)."""
-        return encode(state, self.rng, self.evaluations, self.py_random)
+        # the generator may already be drawing the next generation's numbers
+        rng = self._rng_mark if self._drawn is not None else self.rng.bit_generator.state
+        return encode(state, rng, self.evaluations, self.py_random)
 
     def unpack(self, arrays: dict[str, np.ndarray], path: str) -> dict:
         """The search state from a run file's resume arrays (checked by
@@ -463,8 +504,9 @@ class Engine:
     def run(self, state: dict | None) -> tuple[dict, str]:
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-store") as pool:
-            self._writer = pool
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-store") as pool, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-draws") as drawer:
+            self._writer, self._drawer = pool, drawer
             try:
                 t0 = time.perf_counter()
                 if self.numpy_ops and self.ga.algorithm != "cmaes":
@@ -485,7 +527,11 @@ class Engine:
                     self._show(state, self.record(state, t0))
             finally:
                 self.flush()
-                self._writer = None
+                self._writer = self._drawer = None
+                if self._drawn is not None:  # numbers for a generation that never came
+                    self._drawn.result()
+                    self._drawn = None
+                    self.rng.bit_generator.state = self._rng_mark
 
     def _show(self, state: dict, stats: dict[str, float]) -> None:
         t = self.timings[-1]

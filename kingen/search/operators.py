@@ -33,6 +33,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -116,6 +117,18 @@ def _poly_kernel(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.ndarr
             out[i, j] = min(max(v + delta_q * (hi - lo), lo), hi)
 
 
+def _uniforms(rng: np.random.Generator | None, draws: np.ndarray | None,
+              shape: tuple[int, ...]) -> np.ndarray:
+    """``draws`` (checked against ``shape``), or that many uniform numbers from ``rng``."""
+    if draws is None:
+        if rng is None:
+            raise ValueError("give a generator or the numbers drawn from one")
+        return rng.random(shape)
+    if draws.shape != shape or draws.dtype != np.float64:
+        raise ValueError(f"draws of shape {draws.shape}, expected {shape} (float64)")
+    return draws
+
+
 def _indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
     """``idx`` as the kernels take it; they do not check bounds, so it is checked here."""
     idx = np.asarray(idx, dtype=np.int64)
@@ -144,9 +157,9 @@ def _destination(out: np.ndarray | None, rows: np.ndarray | None, n: int, m: int
 
 
 def np_sbx_bounded(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: float,
-                   low: np.ndarray, up: np.ndarray, rng: np.random.Generator,
-                   out: np.ndarray | None = None, rows: np.ndarray | None = None
-                   ) -> np.ndarray:
+                   low: np.ndarray, up: np.ndarray, rng: np.random.Generator | None,
+                   out: np.ndarray | None = None, rows: np.ndarray | None = None,
+                   draws: np.ndarray | None = None) -> np.ndarray:
     """First child of ``tools.cxSimulatedBinaryBounded`` for each pair of parents.
 
     Same formulas and probabilities as DEAP: each gene crosses with probability 0.5 (and only
@@ -176,12 +189,14 @@ def np_sbx_bounded(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: 
     out, rows
         Where the children go: pair k's child is written to ``out[rows[k]]``. By default, a
         new (n, m) array in pair order.
+    draws
+        The (3, n, m) uniform numbers, drawn beforehand (``rng`` is then not used).
     """
     pop = np.ascontiguousarray(pop, dtype=np.float64)
     first = _indices(first, pop.shape[0], "first")
     second = _indices(second, pop.shape[0], "second")
     n, m = first.size, pop.shape[1]
-    draws = rng.random((3, n, m))
+    draws = _uniforms(rng, draws, (3, n, m))
     out, rows = _destination(out, rows, n, m)
     with _threads_for(n * m):
         _sbx_kernel(pop, first, second, float(eta), *_bounds(low, up, m), draws, out, rows)
@@ -189,9 +204,9 @@ def np_sbx_bounded(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: 
 
 
 def np_poly_bounded(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.ndarray,
-                    up: np.ndarray, indpb: float, rng: np.random.Generator,
-                    out: np.ndarray | None = None, rows: np.ndarray | None = None
-                    ) -> np.ndarray:
+                    up: np.ndarray, indpb: float, rng: np.random.Generator | None,
+                    out: np.ndarray | None = None, rows: np.ndarray | None = None,
+                    draws: np.ndarray | None = None) -> np.ndarray:
     """``tools.mutPolynomialBounded`` applied to copies of rows of ``pop`` (same formulas).
 
     Two (n, m) arrays of uniform numbers are drawn from ``rng``, in this order: whether the
@@ -215,11 +230,13 @@ def np_poly_bounded(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.nd
     out, rows
         Where the mutants go: mutant k is written to ``out[rows[k]]``. By default, a new
         (n, m) array in the order of ``parents``.
+    draws
+        The (2, n, m) uniform numbers, drawn beforehand (``rng`` is then not used).
     """
     pop = np.ascontiguousarray(pop, dtype=np.float64)
     parents = _indices(parents, pop.shape[0], "parents")
     n, m = parents.size, pop.shape[1]
-    draws = rng.random((2, n, m))
+    draws = _uniforms(rng, draws, (2, n, m))
     out, rows = _destination(out, rows, n, m)
     with _threads_for(n * m):
         _poly_kernel(pop, parents, float(eta), *_bounds(low, up, m), float(indpb), draws,
@@ -243,8 +260,12 @@ def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarra
 
 
 def np_sel_tournament(fitness: np.ndarray, k: int, tournsize: int,
-                      rng: np.random.Generator) -> np.ndarray:
+                      rng: np.random.Generator | None,
+                      aspirants: np.ndarray | None = None) -> np.ndarray:
     """Indices chosen by ``tools.selTournament`` (minimisation; first best wins ties).
+
+    ``aspirants`` are the (k, tournsize) indices drawn beforehand (see
+    :func:`draw_aspirants`; ``rng`` is then not used).
 
     Pseudocode::
 
@@ -252,17 +273,75 @@ def np_sel_tournament(fitness: np.ndarray, k: int, tournsize: int,
             aspirants = tournsize indices drawn uniformly, with replacement
             choose the aspirant of lowest fitness (the first one on ties; NaN first)
     """
-    aspirants = rng.integers(0, fitness.size, size=(k, tournsize))
+    if aspirants is None:
+        if rng is None:
+            raise ValueError("give a generator or the aspirants drawn from one")
+        aspirants = draw_aspirants(rng, fitness.size, k, tournsize)
+    elif aspirants.shape != (k, tournsize) or (
+            aspirants.size and (aspirants.min() < 0 or aspirants.max() >= fitness.size)):
+        raise ValueError(f"aspirants of shape {aspirants.shape} for ({k}, {tournsize}) "
+                         f"among {fitness.size}")
     return _tournament_winners(np.asarray(fitness, dtype=np.float64), aspirants)
+
+
+def draw_aspirants(rng: np.random.Generator, pool: int, k: int, tournsize: int
+                   ) -> np.ndarray:
+    """The random numbers of :func:`np_sel_tournament`: (k, tournsize) indices of a pool of
+    ``pool`` individuals, drawn uniformly with replacement."""
+    return rng.integers(0, pool, size=(k, tournsize))
+
+
+@dataclass(frozen=True)
+class VariationDraws:
+    """The random numbers of one :func:`np_var_or` call, in the order they are drawn.
+
+    Drawing depends only on the generator and the sizes (never on the population), so the
+    numbers of a generation can be drawn ahead, while the previous one is solved, and
+    give the children that drawing them in :func:`np_var_or` gives.
+    """
+
+    mu: int
+    u: np.ndarray              # (λ,) the choice of operator per offspring
+    cx_first: np.ndarray       # crossover parents
+    cx_second: np.ndarray
+    cx_uniforms: np.ndarray    # (3, n_cx, m)
+    mut_parents: np.ndarray
+    mut_uniforms: np.ndarray   # (2, n_mut, m)
+    copied: np.ndarray         # parents of the reproduced offspring
+
+
+def draw_variation(rng: np.random.Generator, mu: int, lambda_: int, cxpb: float,
+                   mutpb: float, n_genes: int) -> VariationDraws:
+    """Draw the random numbers of :func:`np_var_or` (same order, same numbers)."""
+    u = rng.random(lambda_)
+    cx = u < cxpb
+    mut = (~cx) & (u < cxpb + mutpb)
+    n_cx, n_mut = int(cx.sum()), int(mut.sum())
+    first = second = np.zeros(0, dtype=np.int64)
+    cx_uniforms = np.zeros((3, 0, n_genes))
+    if n_cx:
+        first = rng.integers(0, mu, n_cx)
+        second = (first + rng.integers(1, mu, n_cx)) % mu  # two distinct, as random.sample
+        cx_uniforms = rng.random((3, n_cx, n_genes))
+    parents = np.zeros(0, dtype=np.int64)
+    mut_uniforms = np.zeros((2, 0, n_genes))
+    if n_mut:
+        parents = rng.integers(0, mu, n_mut)
+        mut_uniforms = rng.random((2, n_mut, n_genes))
+    n_copy = lambda_ - n_cx - n_mut
+    copied = rng.integers(0, mu, n_copy) if n_copy else np.zeros(0, dtype=np.int64)
+    return VariationDraws(mu, u, first, second, cx_uniforms, parents, mut_uniforms, copied)
 
 
 def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
               eta_mut: float, indpb: float, low: np.ndarray, up: np.ndarray,
-              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+              rng: np.random.Generator | None,
+              draws: VariationDraws | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``algorithms.varOr`` as array code.
 
     Returns the offspring genes (λ, n) and, per offspring, the index of the parent it is an
-    unchanged copy of (reproduction) or -1 (new, must be evaluated).
+    unchanged copy of (reproduction) or -1 (new, must be evaluated). ``draws`` are the
+    random numbers drawn beforehand by :func:`draw_variation` (``rng`` is then not used).
 
     Pseudocode (each offspring draws u once)::
 
@@ -272,25 +351,29 @@ def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: 
             otherwise:          a copy of a random parent (its fitness is reused)
     """
     mu = pop.shape[0]
-    u = rng.random(lambda_)
-    cx = u < cxpb
-    mut = (~cx) & (u < cxpb + mutpb)
+    if draws is None:
+        if rng is None:
+            raise ValueError("give a generator or the numbers drawn from one")
+        draws = draw_variation(rng, mu, lambda_, cxpb, mutpb, pop.shape[1])
+    elif draws.mu != mu or draws.u.shape != (lambda_,):
+        raise ValueError(f"draws for {draws.mu} parents and {draws.u.size} offspring, "
+                         f"given {mu} and {lambda_}")
+    cx = draws.u < cxpb
+    mut = (~cx) & (draws.u < cxpb + mutpb)
     out = np.empty((lambda_, pop.shape[1]))
     source = np.full(lambda_, -1, dtype=np.int64)
     rows = np.flatnonzero(cx)
     if rows.size:
-        a = rng.integers(0, mu, rows.size)
-        b = (a + rng.integers(1, mu, rows.size)) % mu  # two distinct parents, as random.sample
-        np_sbx_bounded(pop, a, b, eta_cx, low, up, rng, out=out, rows=rows)
+        np_sbx_bounded(pop, draws.cx_first, draws.cx_second, eta_cx, low, up, None, out=out,
+                       rows=rows, draws=draws.cx_uniforms)
     rows = np.flatnonzero(mut)
     if rows.size:
-        np_poly_bounded(pop, rng.integers(0, mu, rows.size), eta_mut, low, up, indpb, rng,
-                        out=out, rows=rows)
+        np_poly_bounded(pop, draws.mut_parents, eta_mut, low, up, indpb, None, out=out,
+                        rows=rows, draws=draws.mut_uniforms)
     rows = np.flatnonzero(~(cx | mut))
     if rows.size:
-        idx = rng.integers(0, mu, rows.size)
-        out[rows] = pop.take(idx, axis=0)
-        source[rows] = idx
+        out[rows] = pop.take(draws.copied, axis=0)
+        source[rows] = draws.copied
     return out, source
 
 

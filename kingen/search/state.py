@@ -139,10 +139,12 @@ def checked_state(arrays: dict[str, np.ndarray], cfg: FitConfig, n_protocols: in
     return s, python_state, np_state, pcg_state
 
 
-def encode(state: dict[str, Any], rng: np.random.Generator, evaluations: int,
-           python_random: random.Random | None = None) -> dict[str, np.ndarray]:
+def encode(state: dict[str, Any], rng: np.random.Generator | dict[str, Any],
+           evaluations: int, python_random: random.Random | None = None
+           ) -> dict[str, np.ndarray]:
     """The resume state as of now, as the plain arrays of :func:`state_fields`.
 
+    ``rng`` is the engine's generator, or the state of its bit generator to record.
     ``python_random`` is the generator DEAP's operators draw from (the module's own by
     default).
 
@@ -164,7 +166,7 @@ def encode(state: dict[str, Any], rng: np.random.Generator, evaluations: int,
     _, key, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002
     out.update(np_global_key=np.array(key, dtype=np.uint32), np_global_pos=np.int64(pos),
                np_global_has_gauss=np.int64(has_gauss), np_global_gauss=np.float64(cached))
-    st = rng.bit_generator.state
+    st = rng if isinstance(rng, dict) else rng.bit_generator.state
     words128 = [st["state"]["state"], st["state"]["inc"]]
     out["rng_pcg64"] = np.array([w >> s & _U64 for w in words128 for s in (64, 0)],
                                 dtype=np.uint64)

@@ -139,7 +139,11 @@ ENTRIES: tuple[Entry, ...] = (
           '(G, 32) summary statistics (`best`, `median`, `mean`, `n_failed`, …), column '
           'names in `stats_names`'),
     Entry('`/generations/timings`, `timings_names`',
-          '(G, 32) seconds per generation (`solver_s`, `ga_s`, `io_s`, `total_s`, …)'),
+          '(G, 32) seconds per generation: `total_s`; `solver_s` (of which `kernel_s`, and '
+          "the host's `solver_prepare_s` and `solver_finish_s`), `objective_s` (of which "
+          '`params_s`, genes to rate constants), `ga_s` (of which `ga_variation_s`, '
+          '`ga_hof_s`, `ga_select_s`, `ga_stats_s`), `io_s`; in a sharded fit `dask_s`, '
+          '`dask_send_s`, `dask_worker_s`, `dask_return_s`'),
     Entry('`/generations/free_mask`',
           '(P,) true for each rate constant the fit searched; attribute `population_size` on '
           'the group'),
