@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from test_fit_helpers import standard_errors
+from test_fit_helpers import FOUR_STATE, standard_errors
 
 from kingen.data import Recording
 from kingen.features import edge_half_width
@@ -24,30 +24,6 @@ from kingen.scheme import Scheme
 from kingen.search.polish import polish
 from kingen.solve import simulate_exact
 
-FOUR_STATE = """
-[model]
-name = "four-state test scheme"
-channels = 100
-[states]
-C0 = { conductance = 0 }
-C1 = { conductance = 0 }
-O = { conductance = 10 }
-D = { conductance = 0 }
-[parameters]
-kon = { value = 5.0, unit = "mM^-1 ms^-1", bounds = [0.5, 50] }
-koff = { value = 2.0, unit = "ms^-1", bounds = [0.2, 20] }
-beta = { value = 4.0, unit = "ms^-1", bounds = [0.4, 40] }
-alpha = { value = 1.0, unit = "ms^-1", bounds = [0.1, 10] }
-d = { value = 0.2, unit = "ms^-1", bounds = [0.02, 2] }
-r = { value = 0.01, unit = "ms^-1", bounds = [0.001, 0.1] }
-[transitions]
-"C0 -> C1" = "kon * glu"
-"C1 -> C0" = "koff"
-"C1 -> O" = "beta"
-"O -> C1" = "alpha"
-"O -> D" = "d"
-"D -> O" = "r"
-"""
 SCHEME = Scheme.loads(FOUR_STATE, "four_state.toml")
 NOISE = 0.02  # of the peak, Gaussian, white
 SEEDS = range(4)

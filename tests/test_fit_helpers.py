@@ -15,6 +15,32 @@ ROOT = Path(__file__).resolve().parents[1]
 TRUTH_MODEL = ROOT / "data" / "jonas_1993_reversible.toml"
 NOISE_SEED = 4242
 
+# A small scheme with one open state and one desensitized state, for tests that need one
+FOUR_STATE = """
+[model]
+name = "four-state test scheme"
+channels = 100
+[states]
+C0 = { conductance = 0 }
+C1 = { conductance = 0 }
+O = { conductance = 10 }
+D = { conductance = 0 }
+[parameters]
+kon = { value = 5.0, unit = "mM^-1 ms^-1", bounds = [0.5, 50] }
+koff = { value = 2.0, unit = "ms^-1", bounds = [0.2, 20] }
+beta = { value = 4.0, unit = "ms^-1", bounds = [0.4, 40] }
+alpha = { value = 1.0, unit = "ms^-1", bounds = [0.1, 10] }
+d = { value = 0.2, unit = "ms^-1", bounds = [0.02, 2] }
+r = { value = 0.01, unit = "ms^-1", bounds = [0.001, 0.1] }
+[transitions]
+"C0 -> C1" = "kon * glu"
+"C1 -> C0" = "koff"
+"C1 -> O" = "beta"
+"O -> C1" = "alpha"
+"O -> D" = "d"
+"D -> O" = "r"
+"""
+
 
 def synthetic_recording(scheme: Scheme, protocol: Protocol, noise_fraction: float,
                         rng: np.random.Generator, peak: float | None = None

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_fit_helpers import FOUR_STATE
 
 import kingen.solve.rest as rest_module
 from kingen.errors import KingenError
@@ -11,29 +12,9 @@ from kingen.scheme import Scheme
 from kingen.solve.rest import rest_occupancy_batch, resting_class
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
-TWO_RESTS = """
-[model]
-name = "two resting states"
-[states]
-C0 = { conductance = 0 }
-C1 = { conductance = 0 }
-O = { conductance = 10 }
-D = { conductance = 0 }
-[parameters]
-kon = { value = 5.0, unit = "mM^-1 ms^-1", bounds = [0.5, 50] }
-koff = { value = 2.0, unit = "ms^-1", bounds = [0.2, 20] }
-beta = { value = 4.0, unit = "ms^-1", bounds = [0.4, 40] }
-alpha = { value = 1.0, unit = "ms^-1", bounds = [0.1, 10] }
-d = { value = 0.2, unit = "ms^-1", bounds = [0.02, 2] }
-r = { value = 0.01, unit = "mM^-1 ms^-1", bounds = [0.001, 0.1] }
-[transitions]
-"C0 -> C1" = "kon * glu"
-"C1 -> C0" = "koff"
-"C1 -> O" = "beta"
-"O -> C1" = "alpha"
-"O -> D" = "d"
-"D -> O" = "r * glu"
-"""
+# D has no agonist-free exit either: two places to rest
+TWO_RESTS = FOUR_STATE.replace('"D -> O" = "r"', '"D -> O" = "r * glu"').replace(
+    'r = { value = 0.01, unit = "ms^-1"', 'r = { value = 0.01, unit = "mM^-1 ms^-1"')
 
 
 @pytest.mark.parametrize("model", ["robert_howe_2003", "coombs_2017"])
