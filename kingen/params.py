@@ -36,9 +36,17 @@ _MAX_THREADS = 8
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 
 
+def _cores() -> int:
+    """The cores this process may run on (a batch system's share, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def _row_pieces(n: int) -> list[slice]:
     """Row slices of a batch of ``n`` rows, one per thread (one slice below 2 pieces)."""
-    k = min(n // ROWS_PER_PIECE, _MAX_THREADS, os.cpu_count() or 1)
+    k = min(n // ROWS_PER_PIECE, _MAX_THREADS, _cores())
     if k < 2:
         return [slice(0, n)]
     bounds = np.linspace(0, n, k + 1).round().astype(int)
@@ -49,8 +57,7 @@ def _pool() -> ThreadPoolExecutor:
     """This process's pool (a child process made by fork builds its own)."""
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
-        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=min(_MAX_THREADS,
-                                                                 os.cpu_count() or 1),
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=min(_MAX_THREADS, _cores()),
                                                  thread_name_prefix="kingen-params"))
     return _POOL[1]
 

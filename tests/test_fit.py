@@ -20,6 +20,7 @@ from kingen.fit_config import load_config
 from kingen.search.operators import np_poly_bounded, np_sbx_bounded, np_sel_tournament
 from kingen.search.result import Progress
 from kingen.search.run import fit, resume
+from kingen.store import RunStore
 
 
 @pytest.fixture
@@ -89,6 +90,21 @@ def test_numpy_operators_and_cmaes_are_deterministic(tmp_path):
             progress=False)
     assert r.generations == 4 and np.isfinite(r.fitness)
     assert r.history["best"][-1] <= r.history["best"][0]
+
+
+def test_numbers_drawn_during_the_solve_are_those_drawn_in_turn(tmp_path, monkeypatch):
+    from kingen.search.engine import Engine
+
+    ga = 'operators = "numpy"\noffspring = 12\ngenerations = 5'
+    ahead = fit(write_problem(tmp_path, ga=ga), progress=False)
+    monkeypatch.setattr(Engine, "_start_draws", lambda self: None)  # drawn in turn
+    (tmp_path / "turn").mkdir()
+    in_turn = fit(write_problem(tmp_path / "turn", ga=ga), progress=False)
+    np.testing.assert_array_equal(ahead.params, in_turn.params)
+    with RunStore.open(ahead.path) as a, RunStore.open(in_turn.path) as b:
+        np.testing.assert_array_equal(a.history()["population"], b.history()["population"])
+        np.testing.assert_array_equal(a.last_state()[1]["rng_pcg64"],
+                                      b.last_state()[1]["rng_pcg64"])
 
 
 def test_numpy_operators_follow_deaps_formulas():

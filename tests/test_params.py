@@ -71,7 +71,7 @@ def test_a_large_batch_cut_across_threads_is_the_same_bit_for_bit(monkeypatch):
     genes[::11, read[0]] = -np.inf  # a rate of 0 that the rule reads: its rate NaN
     one_piece = pmap.to_params(genes, clip=False)
     monkeypatch.setattr(params_module, "ROWS_PER_PIECE", 500)
-    monkeypatch.setattr(params_module.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(params_module, "_cores", lambda: 4)
     assert len(params_module._row_pieces(genes.shape[0])) == 4
     for clip in (False, True):
         rows = np.vstack([pmap.to_params(g[None, :], clip=clip) for g in genes])

@@ -51,6 +51,11 @@ def test_one_thread_and_all_threads_give_the_same_bits(monkeypatch):
         results.append(rest_occupancy_batch(scheme, params))
     np.testing.assert_array_equal(results[0], results[1])
     assert np.isfinite(results[0]).all()
+    # two functions, so that numba's cache (keyed by a function's name and code, not by
+    # its options) keeps the parallel build and the serial one apart
+    parallel, serial = rest_module._stationary_parallel, rest_module._stationary_serial
+    assert parallel.py_func.__code__ is not serial.py_func.__code__
+    assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get("parallel")
 
 
 def test_the_resting_class_is_the_closed_class_of_the_agonist_free_transitions():

@@ -35,7 +35,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -526,12 +526,14 @@ class Engine:
                         state = self.mu_plus_lambda_generation(state)
                     self._show(state, self.record(state, t0))
             finally:
-                self.flush()
-                self._writer = self._drawer = None
-                if self._drawn is not None:  # numbers for a generation that never came
-                    self._drawn.result()
-                    self._drawn = None
-                    self.rng.bit_generator.state = self._rng_mark
+                try:
+                    self.flush()
+                finally:
+                    self._writer = self._drawer = None
+                    if self._drawn is not None:  # numbers for a generation that never came
+                        wait([self._drawn])  # its error, if any, is no longer the run's
+                        self._drawn = None
+                        self.rng.bit_generator.state = self._rng_mark
 
     def _show(self, state: dict, stats: dict[str, float]) -> None:
         t = self.timings[-1]

@@ -18,65 +18,78 @@ import numpy as np
 from kingen.scheme import Scheme, closed_classes
 
 
-def _stationary(params: np.ndarray, rate_param: np.ndarray, source: np.ndarray,
-                target: np.ndarray, param: np.ndarray, factor: np.ndarray,
-                states: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    n = params.shape[0]
+@numba.njit(cache=True, nogil=True, inline="always")
+def _solve_one(params: np.ndarray, rate_param: np.ndarray, source: np.ndarray,
+               target: np.ndarray, param: np.ndarray, factor: np.ndarray,
+               states: np.ndarray, out: np.ndarray, c: int
+               ) -> None:  # pragma: no cover - compiled
     s = states.size
-    for c in numba.prange(n):
-        ok = True
-        for m in range(rate_param.size):  # every agonist-free rate a positive number
-            v = params[c, rate_param[m]]
-            if not (v > 0.0 and v < np.inf):
-                ok = False
-        a = np.zeros((s, s))
-        x = np.zeros(s)
-        if ok:
-            for m in range(source.size):
-                k = factor[m] * params[c, param[m]]
-                # Qᵀ: row j balances the flux into j against the flux out of it
-                a[target[m], source[m]] += k
-                a[source[m], source[m]] -= k
+    ok = True
+    for m in range(rate_param.size):  # every agonist-free rate a positive number
+        v = params[c, rate_param[m]]
+        if not (v > 0.0 and v < np.inf):
+            ok = False
+    a = np.zeros((s, s))
+    x = np.zeros(s)
+    if ok:
+        for m in range(source.size):
+            k = factor[m] * params[c, param[m]]
+            # Qᵀ: row j balances the flux into j against the flux out of it
+            a[target[m], source[m]] += k
+            a[source[m], source[m]] -= k
+        for j in range(s):
+            a[s - 1, j] = 1.0  # one balance equation replaced by Σp = 1
+        x[s - 1] = 1.0
+    for k in range(s if ok else 0):
+        piv = k
+        for i in range(k + 1, s):
+            if abs(a[i, k]) > abs(a[piv, k]):
+                piv = i
+        if not (abs(a[piv, k]) > 0.0):
+            ok = False
+            break
+        if piv != k:
             for j in range(s):
-                a[s - 1, j] = 1.0  # one balance equation replaced by Σp = 1
-            x[s - 1] = 1.0
-        for k in range(s if ok else 0):
-            piv = k
-            for i in range(k + 1, s):
-                if abs(a[i, k]) > abs(a[piv, k]):
-                    piv = i
-            if not (abs(a[piv, k]) > 0.0):
-                ok = False
-                break
-            if piv != k:
-                for j in range(s):
-                    a[k, j], a[piv, j] = a[piv, j], a[k, j]
-                x[k], x[piv] = x[piv], x[k]
-            for i in range(k + 1, s):
-                f = a[i, k] / a[k, k]
-                if f != 0.0:
-                    for j in range(k, s):
-                        a[i, j] -= f * a[k, j]
-                    x[i] -= f * x[k]
-        if not ok:
-            for j in range(out.shape[0]):
-                out[j, c] = np.nan
-            continue
-        for k in range(s - 1, -1, -1):
-            acc = x[k]
-            for j in range(k + 1, s):
-                acc -= a[k, j] * x[j]
-            x[k] = acc / a[k, k]
-        total = 0.0
-        for j in range(s):
-            x[j] = min(max(x[j], 0.0), 1.0)
-            total += x[j]
-        for j in range(s):
-            out[states[j], c] = x[j] / total
+                a[k, j], a[piv, j] = a[piv, j], a[k, j]
+            x[k], x[piv] = x[piv], x[k]
+        for i in range(k + 1, s):
+            f = a[i, k] / a[k, k]
+            if f != 0.0:
+                for j in range(k, s):
+                    a[i, j] -= f * a[k, j]
+                x[i] -= f * x[k]
+    if not ok:
+        for j in range(out.shape[0]):
+            out[j, c] = np.nan
+        return
+    for k in range(s - 1, -1, -1):
+        acc = x[k]
+        for j in range(k + 1, s):
+            acc -= a[k, j] * x[j]
+        x[k] = acc / a[k, k]
+    total = 0.0
+    for j in range(s):
+        x[j] = min(max(x[j], 0.0), 1.0)
+        total += x[j]
+    for j in range(s):
+        out[states[j], c] = x[j] / total
 
 
-_stationary_parallel = numba.njit(parallel=True, cache=True, nogil=True)(_stationary)
-_stationary_serial = numba.njit(cache=True, nogil=True)(_stationary)
+# Two functions, not one compiled twice: numba's cache keys a function by its name and
+# bytecode, not by ``parallel``, so one function's two builds would share one cache entry.
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _stationary_parallel(params, rate_param, source, target, param, factor, states,
+                         out) -> None:  # pragma: no cover - compiled
+    for c in numba.prange(params.shape[0]):
+        _solve_one(params, rate_param, source, target, param, factor, states, out, c)
+
+
+@numba.njit(cache=True, nogil=True)
+def _stationary_serial(params, rate_param, source, target, param, factor, states,
+                       out) -> None:  # pragma: no cover - compiled
+    for c in range(params.shape[0]):
+        _solve_one(params, rate_param, source, target, param, factor, states, out, c)
+
 
 # Below this much elimination work (candidates × states³), one thread: after the CPU idles
 # through a GPU solve, waking numba's threads costs about 10 ms on the H100 machine's host,
