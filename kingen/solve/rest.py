@@ -92,7 +92,8 @@ def _stationary_serial(params, rate_param, source, target, param, factor, states
 
 
 # Below this much elimination work (candidates × states³), one thread: after the CPU idles
-# through a GPU solve, waking numba's threads costs about 10 ms on the H100 machine's host,
+# through a GPU solve, waking numba's threads costs about 10 ms on the H100 machine's host
+# (the ga_step suite's figure for the GA's operators, benchmarks/results/h100/ga_step/),
 # more than the 2-state resting class of 65,536 R&H candidates takes on one core (5 ms on
 # one core of the 2-core CI machine).
 PARALLEL_FROM_WORK = 1 << 24
