@@ -1,13 +1,15 @@
-"""The resting occupancies of a batch of candidates, solved on all CPU cores.
+"""The resting occupancies of a batch of candidates, solved in compiled loops.
 
 Every generation the fit needs, for every candidate, the equilibrium of its scheme with no
 agonist: the row vector p with p·Q(0) = 0 and Σp = 1. NumPy's batched ``solve`` handles the
 small systems one after another on one core (230 ms for 65,536 16-state candidates, a
 third of a GPU generation's host time); here each candidate's system is eliminated in a
-``prange`` loop, with partial pivoting, giving NumPy's answer to rounding. The system is
-the resting class's alone (:func:`resting_class`): the states receptors can rest in, 2 of
-R&H's 16, where the whole 16-state system cost 10-20 ms of each 65,536-candidate solve on
-the H100 machine's 16-core host.
+compiled loop, with partial pivoting, giving NumPy's answer to rounding. The system is the
+resting class's alone (:func:`resting_class`): the states receptors can rest in, 2 of
+R&H's 16. The whole 16-state system took 36 ms of one process's 65,536-candidate solve on
+the H100 machine's host, and 21 ms of a 32,768-candidate shard's
+(``solver_prepare_s`` in ``benchmarks/results/h100/dask_scaling/session11_shard_*``).
+Small systems run on one thread, large ones on all cores (:data:`PARALLEL_FROM_WORK`).
 """
 
 from __future__ import annotations
