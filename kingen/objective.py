@@ -58,6 +58,7 @@ and its failure code; the rest of the batch is unaffected.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -685,7 +686,8 @@ class Objective:
         """Number of protocols."""
         return len(self.items)
 
-    def evaluate(self, params: np.ndarray, *, complete: bool = True
+    def evaluate(self, params: np.ndarray, *, complete: bool = True,
+                 while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, BatchResult]:
         """Score a batch: ONE solver call for all candidates and sweeps.
 
@@ -696,8 +698,12 @@ class Objective:
         complete
             False when the derived rates of ``params`` are already computed (see
             :meth:`guard`).
+        while_solving
+            Called once while the solver runs (see :meth:`kingen.solve.batch.Simulator.run`).
         """
-        result = self.simulator.run(self.guard(params, complete=complete), "objective")
+        # the guard leaves every derived rate computed: the solver need not redo them
+        result = self.simulator.run(self.guard(params, complete=complete), "objective",
+                                    complete=False, while_solving=while_solving)
         return self.reduce(result.sgg, result.sgd, result.windows, result.fail), result
 
     def reduce(self, sgg: np.ndarray, sgd: np.ndarray, windows: np.ndarray,

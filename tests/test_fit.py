@@ -107,6 +107,70 @@ def test_numbers_drawn_during_the_solve_are_those_drawn_in_turn(tmp_path, monkey
                                       b.last_state()[1]["rng_pcg64"])
 
 
+def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, monkeypatch):
+    # Started before, they would compete with the solve's preparation for the interpreter's
+    # lock: the background work of each generation starts between preparing and solving.
+    from kingen.search.engine import Engine
+
+    events: list[str] = []
+    start_write, start_draws = Engine._start_write, Engine._start_draws
+    inputs = batch.Simulator._inputs
+
+    def logged_write(self):
+        if self._queued is not None:
+            events.append("write")
+        start_write(self)
+
+    def logged_draws(self):
+        if self._drawn is None:
+            events.append("draws")
+        start_draws(self)
+
+    monkeypatch.setattr(Engine, "_start_write", logged_write)
+    monkeypatch.setattr(Engine, "_start_draws", logged_draws)
+    monkeypatch.setattr(batch.Simulator, "_inputs",
+                        lambda self, *a: (events.append("prepare"), inputs(self, *a))[1])
+    ga = 'operators = "numpy"\noffspring = 12\ngenerations = 3'
+    fit(write_problem(tmp_path, ga=ga), progress=False)
+    # the initial population, then each generation: prepare, then the last write and the
+    # next numbers; the last generation's write is the run's final flush (what follows,
+    # the best candidates' polish and traces, starts no background work)
+    expected = ["prepare", "draws"] + ["prepare", "write", "draws"] * 3 + ["write"]
+    assert events[:len(expected)] == expected
+    assert set(events[len(expected):]) <= {"prepare"}
+
+
+def test_an_evaluator_without_the_hook_gets_the_background_work_started_before_it(
+        tmp_path):
+    from kingen.objective import Evaluation
+    from kingen.search.engine import Engine
+
+    cfg = load_config(write_problem(tmp_path, ga='operators = "numpy"\noffspring = 8'))
+    seen: list[bool] = []
+
+    def by_sum(params):  # the shape of the Evaluate doctest: no while_solving
+        seen.append(engine._queued is None)
+        n = params.shape[0]
+        return Evaluation(fitness=params.sum(axis=1), errors=np.zeros((n, 1)),
+                          fail=np.zeros(n, dtype=np.int64), amplitudes=np.ones((n, 1))), {}
+
+    class Store:
+        def append_generation(self, **_):
+            pass
+
+    class Obj:
+        n_protocols = 1
+
+    engine = Engine(cfg, Obj(), Store(), Progress(2, enabled=False), evaluate=by_sum)
+    assert not engine._takes_hook
+    state = engine.initial()
+    engine.record(state, 0.0)
+    assert engine._queued is not None
+    state["generation"] += 1
+    engine.mu_plus_lambda_generation(state)
+    assert seen == [True, True]  # the queued write had started when it was called
+
+
 def test_numpy_operators_follow_deaps_formulas():
     rng = np.random.default_rng(0)
     low, up = np.zeros(5), np.ones(5)

@@ -132,6 +132,48 @@ def test_a_gpu_simulator_is_shared_safely_by_threads_and_copied_by_pickle():
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(backend):
+    # On the GPU it must start after the launch (the host then only waits), on the CPU
+    # before the solve; it runs once, and changes no result.
+    scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
+    protocols = _mini_protocols()
+    obj = _objective_case(scheme, protocols, np.random.default_rng(5))
+    params = scheme.complete(np.clip(np.vstack([scheme.values, scheme.values * 1.3]),
+                                     scheme.lower, scheme.upper))
+    sim = Simulator(scheme, protocols, backend=backend, objective=obj)
+    ref = sim.run(params, "objective")
+    events: list[str] = []
+    inputs, cpu_call, cuda_call = sim._inputs, sim._cpu_call, sim._cuda_call
+
+    def logged_cuda_call(*args, **kwargs):
+        call, out = cuda_call(*args, **kwargs)
+
+        def launch():
+            events.append("launch")
+            call()
+        return launch, out
+
+    sim._inputs = lambda *a: (events.append("prepare"), inputs(*a))[1]
+    sim._cpu_call = lambda *a: (events.append("solve"), cpu_call(*a))[1]
+    sim._cuda_call = logged_cuda_call
+    got = sim.run(params, "objective", while_solving=lambda: events.append("hook"))
+    assert events == (["prepare", "hook", "solve"] if backend == "cpu"
+                      else ["prepare", "launch", "hook"])
+    np.testing.assert_array_equal(got.sgg, ref.sgg)
+    np.testing.assert_array_equal(got.sgd, ref.sgd)
+    np.testing.assert_array_equal(got.fail, ref.fail)
+    # derived rates given as computed are taken as they are, and the caller's array is
+    # not written into, even where a row is refused
+    bad = params.copy()
+    bad[1, 0] = -1.0
+    given = bad.copy()
+    taken = sim.run(bad, "objective", complete=False)
+    np.testing.assert_array_equal(bad, given)
+    assert taken.fail[1].all() and not taken.fail[0].any()
+    np.testing.assert_array_equal(taken.sgg[0], ref.sgg[0])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
 def test_objective_mode_equals_error_computed_from_traces(backend):
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
     rng = np.random.default_rng(3)

@@ -21,6 +21,7 @@ import datetime as _dt
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,7 +148,8 @@ class ShardedEvaluator:
         return len(self.client.nthreads())
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, params: np.ndarray, *, complete: bool = True
+    def evaluate(self, params: np.ndarray, *, complete: bool = True,
+                 while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, ShardTimings]:
         """Score a batch: one task per shard, results in row order.
 
@@ -157,6 +159,8 @@ class ShardedEvaluator:
             (N, n_params) internal units.
         complete
             As :meth:`kingen.objective.Objective.evaluate`.
+        while_solving
+            Called once every shard is submitted, before waiting for them.
 
         Raises
         ------
@@ -191,6 +195,8 @@ class ShardedEvaluator:
                                               workers=[workers[i % len(workers)]],
                                               allow_other_workers=True))
         try:
+            if while_solving is not None:
+                while_solving()
             parts = self.client.gather(futures)
         except Exception as exc:
             raise KingenError(f"a shard of evaluation {self.calls} failed: {_one_line(exc)}",
@@ -214,10 +220,11 @@ class ShardedEvaluator:
         timings["shards"] = float(k)
         return ev, ShardTimings(self.backend, self.device, timings)
 
-    def __call__(self, params: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
+    def __call__(self, params: np.ndarray, while_solving: Callable[[], object] | None = None
+                 ) -> tuple[Evaluation, dict[str, float]]:
         """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
         with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``."""
-        ev, timing = self.evaluate(params, complete=False)
+        ev, timing = self.evaluate(params, complete=False, while_solving=while_solving)
         return ev, timing.timings
 
     def close(self) -> None:

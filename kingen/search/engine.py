@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import math
 import random
 import time
@@ -51,12 +52,18 @@ _SOLVER_PARTS = ("prepare_s", "finish_s")  # the host's parts of solver_s
 
 CMA_PENALTY = 1.0  # fitness added per unit of squared distance outside the [0, 1] box
 
-Evaluate = Callable[[np.ndarray], "tuple[Evaluation, Mapping[str, float]]"]
+Evaluate = Callable[..., "tuple[Evaluation, Mapping[str, float]]"]
 """Scores a batch: ``(N, n_params)`` rate constants (internal units, derived and tied
 rates already computed) -> ``(Evaluation, timings)``. ``timings`` may hold ``total_s``
 (the solver call) and ``solve_s`` (the kernel alone), in seconds; the engine adds them to
 the generation's timings. Called once per generation (twice at most: the initial
-population, or a polish)."""
+population, or a polish).
+
+An evaluator that also takes a keyword ``while_solving`` calls it once the solve is under
+way and nothing is left for this process but to wait (the GPU's kernels launched, the
+shards sent): the engine's background work (the last generation's write, the next
+generation's random numbers) starts then, and does not slow the solve's preparation. Any
+other evaluator is called after that work has started."""
 
 
 # The modules of DEAP that draw from the module ``random`` they import.
@@ -93,8 +100,9 @@ def in_process(objective: Objective) -> Evaluate:
         The run's objective.
     """
 
-    def evaluate(params: np.ndarray) -> tuple[Evaluation, Mapping[str, float]]:
-        ev, res = objective.evaluate(params, complete=False)
+    def evaluate(params: np.ndarray, while_solving: Callable[[], object] | None = None
+                 ) -> tuple[Evaluation, Mapping[str, float]]:
+        ev, res = objective.evaluate(params, complete=False, while_solving=while_solving)
         return ev, res.timings
 
     return evaluate
@@ -143,6 +151,7 @@ class Engine:
         # shards a lost worker held, since the last recorded generation (see record)
         self._lost_workers: list[dict[str, Any]] = []
         self._takes_reruns = callable(getattr(self._evaluate, "take_reruns", None))
+        self._takes_hook = _takes_keyword(self._evaluate, "while_solving")
         self.timings: list[dict[str, float]] = []
         self.evaluations = 0
         self._eval_clock: dict[str, float] = {}
@@ -165,11 +174,14 @@ class Engine:
         c = self._eval_clock
         c["params_s"] = c.get("params_s", 0.0) + time.perf_counter() - t0
         # The last generation's write runs during the solve, not during the array work here,
-        # and so does the drawing of the next generation's random numbers.
-        self._start_write()
-        self._start_draws()
-        # to_params has just computed the derived rates, from the objective's scheme
-        ev, timings = self._evaluate(params)
+        # and so does the drawing of the next generation's random numbers. to_params has
+        # just computed the derived rates, from the objective's scheme.
+        if self._takes_hook:
+            ev, timings = self._evaluate(params, while_solving=self._start_background)
+        else:
+            self._start_background()
+            ev, timings = self._evaluate(params)
+        self._start_background()  # in case the evaluator did not: nothing if it did
         c["solver_s"] = c.get("solver_s", 0.0) + timings.get("total_s", 0.0)
         c["kernel_s"] = c.get("kernel_s", 0.0) + timings.get("solve_s", 0.0)
         for key in timings:  # a sharded evaluator's overhead (kingen.distributed)
@@ -474,6 +486,12 @@ class Engine:
         self._queued = write
         return stats
 
+    def _start_background(self) -> None:
+        """Start the last generation's write and the drawing of the next generation's
+        numbers, on their threads (each at most once per generation)."""
+        self._start_write()
+        self._start_draws()
+
     def _start_write(self) -> None:
         if self._queued is not None:
             job, self._queued = self._queued, None
@@ -545,6 +563,16 @@ class Engine:
         if self.stop.wall_time > 0:
             eta = min(eta, max(self.stop.wall_time - state["elapsed"], 0.0))
         self.progress.update(state["generation"], stats["best"], stats["median"], rate, eta)
+
+
+def _takes_keyword(func: Callable, name: str) -> bool:
+    """Whether ``func`` can be called with the keyword ``name``."""
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):  # a builtin or extension callable: assume not
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                                 for p in params.values())
 
 
 def _no_single_evaluation(*_args: Any) -> None:

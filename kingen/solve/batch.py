@@ -12,6 +12,7 @@ import logging
 import math
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numba
@@ -165,14 +166,15 @@ class Simulator:
         return len(self.sweeps)
 
     def run(self, params: np.ndarray, mode: str = "objective", *,
-            with_occupancy: bool = False, launch_config=None) -> BatchResult:
+            with_occupancy: bool = False, launch_config=None, complete: bool = True,
+            while_solving: Callable[[], object] | None = None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
         ----------
         params
-            (N, n_params) parameters, internal units. Derived rates are recomputed; rows
-            with non-finite or non-positive values fail with code 4 and are not simulated.
+            (N, n_params) parameters, internal units. Rows with non-finite or non-positive
+            values fail with code 4 and are not simulated.
         mode
             ``objective`` (needs ``objective`` inputs) or ``traces``.
         with_occupancy
@@ -180,6 +182,15 @@ class Simulator:
         launch_config
             GPU launch variant (:class:`kingen.solve.cuda.LaunchConfig`); default: the one
             ``kingen tune`` recorded for this device, else 128 threads per block.
+        complete
+            Recompute the derived rates (default). False: ``params`` holds them already
+            (:meth:`kingen.scheme.Scheme.complete` has run on it), and they are taken as
+            they are.
+        while_solving
+            Called once while the solver runs: on the GPU once its kernels are launched
+            (the host is idle until they finish), on the CPU before the solve. Work this
+            starts on other threads then no longer competes with the host's preparation
+            of the solve for the interpreter's lock.
         """
         import time
 
@@ -190,7 +201,7 @@ class Simulator:
             raise KingenError("objective mode needs data: build the Simulator with "
                               "objective=...", field="mode", value=mode)
         t_start = time.perf_counter()
-        P, S0, bad = self._inputs(params)
+        P, S0, bad = self._inputs(params, complete)
         n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
@@ -213,6 +224,8 @@ class Simulator:
                                    stage_rows=self.propagator_plan().stage_rows,
                                    n_windows=self._n_windows(mode), span=config.span)
             t_compile = time.perf_counter()
+            if while_solving is not None:
+                while_solving()
             self._cpu_call(module, config, P, S0, extra, fail)
             results = list(extra) + [fail]
             t_run = time.perf_counter()
@@ -225,7 +238,11 @@ class Simulator:
                 t_compile = time.perf_counter()
                 call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
                 call()
-                cuda.synchronize()
+                try:
+                    if while_solving is not None:
+                        while_solving()
+                finally:  # the kernels write the simulator's buffers: they must finish
+                    cuda.synchronize()
                 t_run = time.perf_counter()
                 if mode == "objective":  # the inputs (data, weights, windows) stay there
                     results = [*extra[:3], dev_out[3].copy_to_host(),
@@ -314,7 +331,8 @@ class Simulator:
         return self._config
 
     # ------------------------------------------------------------------ internals
-    def _inputs(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _inputs(self, params: np.ndarray, complete: bool = True
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Parameters and initial occupancies in the device layout, and the invalid rows."""
         p = np.atleast_2d(np.asarray(params, dtype=np.float64))
         if p.ndim != 2 or p.shape[-1] != self.scheme.n_params:
@@ -322,9 +340,12 @@ class Simulator:
                               f"({', '.join(self.scheme.param_names)})", field="params",
                               value=f"shape {p.shape}")
         with np.errstate(all="ignore"):
-            p = self.scheme.complete(p)
+            if complete:
+                p = self.scheme.complete(p)
             bad = ~np.all(np.isfinite(p) & (p > 0), axis=1)
         if bad.any():
+            if not complete:  # the caller's array is never written into
+                p = p.copy()
             p[bad] = self.scheme.values
         init = rest_occupancy_batch(self.scheme, p)
         unusable = ~np.all(np.isfinite(init), axis=1)
