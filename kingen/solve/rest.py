@@ -8,8 +8,10 @@ compiled loop, with partial pivoting, giving NumPy's answer to rounding. The sys
 resting class's alone (:func:`resting_class`): the states receptors can rest in, 2 of
 R&H's 16. The whole 16-state system took 36 ms of one process's 65,536-candidate solve on
 the H100 machine's host, and 21 ms of a 32,768-candidate shard's
-(``solver_prepare_s`` in ``benchmarks/results/h100/dask_scaling/session11_shard_*``).
-Small systems run on one thread, large ones on all cores (:data:`PARALLEL_FROM_WORK`).
+(``solver_prepare_s`` in ``benchmarks/results/h100/dask_scaling/session11_shard_*``);
+the resting class takes 1.4 ms there on all cores
+(``benchmarks/results/h100/rest_state/session12_65536.json``).
+Small batches run on one thread, large ones on all cores (:data:`PARALLEL_FROM_WORK`).
 """
 
 from __future__ import annotations
@@ -93,12 +95,16 @@ def _stationary_serial(params, rate_param, source, target, param, factor, states
         _solve_one(params, rate_param, source, target, param, factor, states, out, c)
 
 
-# Below this much elimination work (candidates × states³), one thread: after the CPU idles
-# through a GPU solve, waking numba's threads costs about 10 ms on the H100 machine's host
-# (the ga_step suite's figure for the GA's operators, benchmarks/results/h100/ga_step/),
-# more than the 2-state resting class of 65,536 R&H candidates takes on one core (5 ms on
-# one core of the 2-core CI machine).
-PARALLEL_FROM_WORK = 1 << 24
+# From this much elimination work (candidates × states³) on, all cores: 32,768 R&H
+# candidates (2 resting states) and up. The rest_state suite, R&H
+# (benchmarks/results/<device>/rest_state/session12_*.json), one thread against all:
+# - a GPU host, after 0.3 s of sleep as through a GPU solve: waking numba's threads costs
+#   less than one core's loop. On the H100 machine's 16-core host 65,536 candidates take
+#   19.8 against 2.2 ms, 32,768 take 11.1 against 4.4.
+# - a CPU fit, threads awake from the solve: on the 2-core CI machine 65,536 take 6.0
+#   against 2.3 ms. (After idling there, all threads lose by 1 ms: 6.4 against 7.4.)
+# Smaller batches stay on one thread, where the wake-up would weigh more.
+PARALLEL_FROM_WORK = 1 << 18
 
 
 def rest_occupancy_batch(scheme: Scheme, params: np.ndarray) -> np.ndarray:
