@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kingen"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model", ("kingen._version", "kingen.errors", "kingen.files", "kingen.console",
                "kingen.units",
-               "kingen.fields", "kingen.limits",
+               "kingen.fields", "kingen.limits", "kingen.allocator",
                "kingen.scheme", "kingen.shipped",
                # scheme import/export (NEURON .mod, Myokit .mmt): the model layer (DESIGN.md)
                "kingen.interop")),

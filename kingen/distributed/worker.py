@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kingen.allocator import keep_freed_memory
 from kingen.objective import Objective, ProtocolData
 from kingen.scheme import Scheme
 
@@ -50,6 +51,7 @@ class SolverPlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
 
     def setup(self, worker: Any = None) -> None:
         t0 = time.perf_counter()
+        keep_freed_memory()  # the nanny started it trimming freed memory at once
         threads = os.environ.get("NUMBA_NUM_THREADS")
         if threads:  # the worker's share of the cores (kingen.distributed.cluster)
             import numba

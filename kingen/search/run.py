@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import numba
 import numpy as np
 
+from kingen.allocator import keep_freed_memory
 from kingen.errors import KingenError
 from kingen.fit_config import FitConfig, GASettings, StopSettings, load_config, loads_config
 from kingen.objective import Objective
@@ -226,6 +227,7 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
             blob: dict[str, np.ndarray] | None,
             show: bool, stream: TextIO | None, evaluator: Evaluator | None) -> FitResult:
     wall0 = time.perf_counter()
+    keep_freed_memory()  # each generation's arrays reuse the last one's memory
     progress = Progress(cfg.ga.generations, stream=stream, enabled=show)
     engine = Engine(cfg, objective, store, progress,
                     evaluate=None if evaluator is None else evaluator(objective))

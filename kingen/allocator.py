@@ -1,0 +1,73 @@
+"""The process's memory allocator, set up for a fit: freed memory is kept for reuse.
+
+A fit allocates and frees the same large arrays every generation: the offspring, their
+rate constants, the solver's inputs and results, the next population (megabytes each at
+tens of thousands of candidates). glibc's ``malloc`` gives blocks above its mmap threshold
+back to the system when they are freed, and trims the free top of its heap, so each
+generation's arrays come back as fresh pages, and the first write to each 4 KiB page costs
+a page fault (dearer still in a virtual machine). A Dask nanny even starts its workers
+with ``MALLOC_TRIM_THRESHOLD_=65536``, trimming as much as it can.
+
+:func:`keep_freed_memory` raises both limits (``mallopt``), so the process reuses the
+memory it freed: after its first generations a fit's memory stays at its peak instead of
+going back and forth. On the 2-core CI machine the GA's own array work around a
+65,536-candidate generation fell from 11–12 ms to 4–5 ms; on the H100 machine's host see
+``benchmarks/results/h100/fit_gpu/session12_heap_*.json``.
+
+Other C libraries (macOS, musl) are left as they are.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+# mallopt's parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+MMAP_THRESHOLD = 32 * 2**20
+"""Blocks up to this size come from the heap: glibc's largest threshold on 64-bit
+(``HEAP_MAX_SIZE / 2``); larger ones are still mapped and unmapped."""
+TRIM_THRESHOLD = 2**30
+"""The free top of the heap the process keeps (1 GiB) before it gives any back."""
+
+_kept: bool | None = None
+
+
+def keep_freed_memory() -> bool:
+    """Keep the memory a fit frees for its next generation (glibc only; once per process).
+
+    Returns
+    -------
+    bool
+        Whether glibc took both settings (False on other C libraries).
+
+    Examples
+    --------
+    >>> from kingen.allocator import keep_freed_memory
+    >>> keep_freed_memory() in (True, False)
+    True
+    """
+    global _kept
+    if _kept is None:
+        _kept = _set_thresholds()
+    return _kept
+
+
+def _set_thresholds() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        if not hasattr(libc, "gnu_get_libc_version"):  # musl's mallopt does nothing
+            return False
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    # mallopt returns 1 on success; the mmap threshold first (it also stops glibc's own
+    # adjustment of both thresholds)
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+                and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

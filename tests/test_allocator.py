@@ -1,0 +1,59 @@
+"""The allocator settings a fit runs with: freed memory is reused, not faulted in afresh."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from kingen.allocator import keep_freed_memory
+
+# A generation's worth of arrays, allocated, written, freed, five times over; the minor page
+# faults of the last four. Arrays under 4 MB: numpy asks for huge pages from 4 MB on.
+_GENERATIONS = """
+import resource, sys
+import numpy as np
+if sys.argv[1] == "kept":
+    from kingen.allocator import keep_freed_memory
+    assert keep_freed_memory()
+faults = []
+for _ in range(5):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    arrays = [np.ones(3 * 2**20 // 8) for _ in range(12)]
+    del arrays
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(sum(faults[1:]))
+"""
+
+
+def _faults(mode: str) -> int:
+    out = subprocess.run([sys.executable, "-c", _GENERATIONS, mode], capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not keep_freed_memory(), reason="glibc's mallopt only")
+def test_a_process_that_keeps_freed_memory_reuses_it_without_page_faults():
+    default, kept = _faults("default"), _faults("kept")
+    # by default the heap's freed top (36 MB) is trimmed and faulted in again each time
+    assert default > 1000
+    assert kept < default / 20
+
+
+def test_the_fit_and_the_sharded_workers_set_it_up(tmp_path, monkeypatch):
+    from test_fit_helpers import write_problem
+
+    from kingen.distributed import worker
+    from kingen.fit_config import load_config
+    from kingen.search import run
+
+    calls: list[str] = []
+    monkeypatch.setattr(run, "keep_freed_memory", lambda: calls.append("fit"))
+    monkeypatch.setattr(worker, "keep_freed_memory", lambda: calls.append("worker"))
+    path = write_problem(tmp_path, ga="generations = 1")
+    run.fit(path, progress=False)
+    cfg = load_config(path)
+    worker.SolverPlugin(cfg.scheme, cfg.protocols, backend="cpu", precision="float64",
+                        step=None, courant=2.5).setup()
+    assert calls == ["fit", "worker"]
