@@ -8,7 +8,8 @@ the hall-of-fame update, the tournament, and the rest of the generation (gatheri
 population, statistics, the resume snapshot). ``--threads`` sets numba's thread count for
 the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to see whether
 collections explain the outliers; ``--parallel-from`` moves the size from which the operators use
-all threads (0: always)::
+all threads (0: always); ``--allocator default`` leaves the C library's allocator as it is
+(a fit keeps its freed memory, :mod:`kingen.allocator`)::
 
     python -m benchmarks ga_step --populations 8192,65536 --generations 40 --name idle \\
         --solver-s 0.1
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import kingen.search.operators as operators  # noqa: E402
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from kingen.allocator import keep_freed_memory  # noqa: E402
 from kingen.fit_config import demo_config, load_config  # noqa: E402
 from kingen.objective import Evaluation  # noqa: E402
 from kingen.search.engine import Engine  # noqa: E402
@@ -127,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="override kingen.search.operators.PARALLEL_FROM_GENES "
                          "(0: always all threads)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--allocator", choices=("kept", "default"), default="kept",
+                    help="kept: freed memory kept for reuse, as in a fit "
+                         "(kingen.allocator); default: the C library's own behaviour")
     add_output_options(ap, "ga_step")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
@@ -134,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         numba.set_num_threads(args.threads)
     if args.no_gc:
         gc.disable()
+    if args.allocator == "kept":
+        keep_freed_memory()
     if args.parallel_from is not None:
         operators.PARALLEL_FROM_GENES = args.parallel_from
     results = []
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"benchmark": "ga_step",
            "provenance": provenance("ga_step", argv),
            "threads": numba.get_num_threads(), "threading_layer": numba.threading_layer(),
-           "gc": not args.no_gc, "solver_s": args.solver_s,
+           "gc": not args.no_gc, "solver_s": args.solver_s, "allocator": args.allocator,
            "parallel_from_genes": operators.PARALLEL_FROM_GENES, "results": results}
     write(out, output_path(args, "ga_step"))
     return 0

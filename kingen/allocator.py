@@ -10,9 +10,14 @@ with ``MALLOC_TRIM_THRESHOLD_=65536``, trimming as much as it can.
 
 :func:`keep_freed_memory` raises both limits (``mallopt``), so the process reuses the
 memory it freed: after its first generations a fit's memory stays at its peak instead of
-going back and forth. On the 2-core CI machine the GA's own array work around a
-65,536-candidate generation fell from 11–12 ms to 4–5 ms; on the H100 machine's host see
-``benchmarks/results/h100/fit_gpu/session12_heap_*.json``.
+going back and forth. Measured at 65,536 candidates:
+- the GA's step on the 2-core CI machine, 46.2 → 35.8 ms (median; the work around the
+  operators 27.5 → 19.1 ms; ``benchmarks/results/cpu-2core/ga_step/
+  session12_allocator_{default,kept}.json``);
+- on the H100 machine's host, the solver's host work: preparation 11.1–11.3 → 9.4–9.7
+  ms, results 12.3–14.6 → 7.1–7.6 ms; the generation as a whole did not change beyond
+  that host's noise (median 0.441–0.443 s against 0.441 s;
+  ``benchmarks/results/h100/fit_gpu/session12_heap_{old,new}_65536_{1,2}.json``).
 
 Other C libraries (macOS, musl) are left as they are.
 """

@@ -9,7 +9,7 @@ resting class's alone (:func:`resting_class`): the states receptors can rest in,
 R&H's 16. The whole 16-state system took 36 ms of one process's 65,536-candidate solve on
 the H100 machine's host, and 21 ms of a 32,768-candidate shard's
 (``solver_prepare_s`` in ``benchmarks/results/h100/dask_scaling/session11_shard_*``);
-the resting class takes 1.4 ms there on all cores
+the resting class takes 1.4–2.2 ms there on all cores (back to back, after idling)
 (``benchmarks/results/h100/rest_state/session12_65536.json``).
 Small batches run on one thread, large ones on all cores (:data:`PARALLEL_FROM_WORK`).
 """
