@@ -83,7 +83,7 @@ class ShardedEvaluator:
                  step: float | None = None, courant: float = 2.5,
                  warm: np.ndarray | None = None, shards: int | None = None,
                  pieces: int = 1) -> None:
-        from kingen.distributed.worker import SolverPlugin
+        from kingen.distributed.worker import SolverPlugin, workers_per_host
 
         self.client = client
         self.token = uuid.uuid4().hex[:12]
@@ -101,7 +101,8 @@ class ShardedEvaluator:
         self.backend, self.device = "", ""
         client.subscribe_topic("all", self._on_event)
         plugin = SolverPlugin(scheme, items, backend=backend, precision=precision, step=step,
-                              courant=courant, warm=warm)
+                              courant=courant, warm=warm,
+                              workers_per_host=workers_per_host(client))
         try:
             client.register_plugin(plugin, name=self.plugin)
         except Exception as exc:
