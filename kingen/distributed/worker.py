@@ -89,6 +89,9 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
     objective = built.objective
     if built.threads:  # numba's thread count is the calling thread's: set it in this one
         numba.set_num_threads(built.threads)
+    # Dask hands a task's array argument over in its message's buffer, at any byte offset:
+    # unaligned, every array operation on it is slower, and numba compiles its loops apart
+    params = np.require(params, np.float64, ("C", "A"))
     t0 = time.perf_counter()
     ev, res = objective.evaluate(params, complete=complete)
     scored = time.perf_counter() - t0
