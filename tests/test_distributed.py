@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,23 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
     for name in ("fitness", "errors", "fail", "amplitudes"):
         np.testing.assert_array_equal(getattr(sharded, name), getattr(local, name))
         np.testing.assert_array_equal(getattr(pieced, name), getattr(local, name))
+
+
+def test_large_shards_pass_as_arguments_without_dasks_scatter_advice(client):
+    # Dask warns about task arguments above a size (10 MB by default, 32,768 R&H candidates
+    # a shard): passing them is the design, so the user must not see the warning
+    import dask
+
+    cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
+    params = cfg.pmap.to_params(np.repeat(cfg.pmap.start_genes()[None], 4, axis=0))
+    with ShardedEvaluator.for_config(client, cfg) as ev, \
+            dask.config.set({"distributed.admin.large-graph-warning-threshold": "1B"}), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        client.submit(len, params, pure=False).result()  # the warning, outside kingen
+        ev.evaluate(params)
+    said = [str(w.message) for w in caught if "Sending large graph" in str(w.message)]
+    assert len(said) == 1  # Dask's own submit above warned; the shards did not
 
 
 def _small_config(tmp_path: Path, name: str):

@@ -21,6 +21,7 @@ import datetime as _dt
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,18 +184,23 @@ class ShardedEvaluator:
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         futures = []
         keys = []
-        for i in range(k):
-            key = f"kingen-shard-{self.token}-{self.calls}-{i}"
-            rows = int(bounds[i + 1] - bounds[i])
-            with self._lock:
-                self._keys[key] = (self.calls, i, rows)
-            keys.append(key)
-            # each worker its share, but loosely: a lost worker's shards run elsewhere
-            futures.append(self.client.submit(evaluate_shard, self.plugin,
-                                              params[bounds[i]:bounds[i + 1]], complete,
-                                              key=key, pure=False, retries=0,
-                                              workers=[workers[i % len(workers)]],
-                                              allow_other_workers=True))
+        with warnings.catch_warnings():
+            # Dask's advice for large task arguments is to scatter them: by design they are
+            # not (a lost worker would take them with it), so its warning is no news
+            warnings.filterwarnings("ignore", message="Sending large graph",
+                                    category=UserWarning)
+            for i in range(k):
+                key = f"kingen-shard-{self.token}-{self.calls}-{i}"
+                rows = int(bounds[i + 1] - bounds[i])
+                with self._lock:
+                    self._keys[key] = (self.calls, i, rows)
+                keys.append(key)
+                # each worker its share, but loosely: a lost worker's shards run elsewhere
+                futures.append(self.client.submit(evaluate_shard, self.plugin,
+                                                  params[bounds[i]:bounds[i + 1]], complete,
+                                                  key=key, pure=False, retries=0,
+                                                  workers=[workers[i % len(workers)]],
+                                                  allow_other_workers=True))
         try:
             if while_solving is not None:
                 while_solving()
