@@ -11,6 +11,7 @@ with ``MALLOC_TRIM_THRESHOLD_=65536``, trimming as much as it can.
 :func:`keep_freed_memory` raises both limits (``mallopt``), so the process reuses the
 memory it freed: after its first generations a fit's memory stays at its peak instead of
 going back and forth. Measured at 65,536 candidates:
+
 - the GA's step on the 2-core CI machine, 46.2 → 35.8 ms (median; the work around the
   operators 27.5 → 19.1 ms; ``benchmarks/results/cpu-2core/ga_step/
   session12_allocator_{default,kept}.json``);
@@ -19,12 +20,15 @@ going back and forth. Measured at 65,536 candidates:
   that host's noise (median 0.441–0.443 s against 0.441 s;
   ``benchmarks/results/h100/fit_gpu/session12_heap_{old,new}_65536_{1,2}.json``).
 
-Other C libraries (macOS, musl) are left as they are.
+Other C libraries (macOS, musl) are left as they are, and so is glibc where
+``KINGEN_KEEP_FREED_MEMORY=0`` is set: the memory a process holds then falls back when a fit
+frees it (a Dask worker's memory limits, for one, watch what a process holds).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
 # mallopt's parameters (malloc.h)
@@ -46,7 +50,8 @@ def keep_freed_memory() -> bool:
     Returns
     -------
     bool
-        Whether glibc took both settings (False on other C libraries).
+        Whether glibc took both settings (False on other C libraries, or where
+        ``KINGEN_KEEP_FREED_MEMORY=0``).
 
     Examples
     --------
@@ -60,15 +65,29 @@ def keep_freed_memory() -> bool:
     return _kept
 
 
-def _set_thresholds() -> bool:
+def is_glibc() -> bool:
+    """Whether this process runs on glibc (whose ``mallopt`` :func:`keep_freed_memory`
+    sets); asks only, sets nothing."""
+    return _mallopt() is not None
+
+
+def _mallopt():
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
         if not hasattr(libc, "gnu_get_libc_version"):  # musl's mallopt does nothing
-            return False
+            return None
+        return libc.mallopt
     except (OSError, AttributeError):
+        return None
+
+
+def _set_thresholds() -> bool:
+    if os.environ.get("KINGEN_KEEP_FREED_MEMORY", "").strip() == "0":
+        return False
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from kingen.allocator import keep_freed_memory
+from kingen.allocator import is_glibc
 
 # A generation's worth of arrays, allocated, written, freed, five times over; the minor page
 # faults of the last four. Arrays under 4 MB: numpy asks for huge pages from 4 MB on.
@@ -17,6 +19,9 @@ import numpy as np
 if sys.argv[1] == "kept":
     from kingen.allocator import keep_freed_memory
     assert keep_freed_memory()
+elif sys.argv[1] == "kept-off":  # KINGEN_KEEP_FREED_MEMORY=0 in the environment
+    from kingen.allocator import keep_freed_memory
+    assert not keep_freed_memory()
 faults = []
 for _ in range(5):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -33,12 +38,30 @@ def _faults(mode: str) -> int:
     return int(out.stdout.split()[-1])
 
 
-@pytest.mark.skipif(not keep_freed_memory(), reason="glibc's mallopt only")
-def test_a_process_that_keeps_freed_memory_reuses_it_without_page_faults():
+def _huge_pages_always() -> bool:
+    try:
+        return "[always]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+
+
+# Asked without setting anything: this test process keeps its own allocator as it is. With
+# huge pages always on, or malloc tuned from the environment, the default faults differ.
+@pytest.mark.skipif(not is_glibc() or _huge_pages_always()
+                    or any(k.startswith("MALLOC_") for k in os.environ),
+                    reason="glibc's mallopt, with the kernel's and the C library's defaults")
+def test_a_process_that_keeps_freed_memory_reuses_it_without_page_faults(monkeypatch):
+    monkeypatch.delenv("KINGEN_KEEP_FREED_MEMORY", raising=False)
     default, kept = _faults("default"), _faults("kept")
     # by default the heap's freed top (36 MB) is trimmed and faulted in again each time
     assert default > 1000
     assert kept < default / 20
+
+
+@pytest.mark.skipif(not is_glibc(), reason="glibc's mallopt only")
+def test_kingen_keep_freed_memory_0_leaves_the_allocator_as_it_is(monkeypatch):
+    monkeypatch.setenv("KINGEN_KEEP_FREED_MEMORY", "0")
+    assert _faults("kept-off") > 1000 or _huge_pages_always()
 
 
 def test_the_fit_and_the_sharded_workers_set_it_up(tmp_path, monkeypatch):

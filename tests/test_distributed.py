@@ -116,6 +116,20 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
         np.testing.assert_array_equal(getattr(pieced, name), getattr(local, name))
 
 
+def test_the_sharded_evaluator_calls_back_once_the_shards_are_sent(client):
+    # the engine starts its background work there; an error in it is the caller's own
+    cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
+    params = cfg.pmap.to_params(np.repeat(cfg.pmap.start_genes()[None], 6, axis=0))
+    calls: list[int] = []
+    with ShardedEvaluator.for_config(client, cfg) as ev:
+        ev(params, while_solving=lambda: calls.append(len(ev._keys)))
+        assert calls == [2]  # once, with both shards out
+        with pytest.raises(OSError, match="disk full"):
+            ev(params, while_solving=lambda: (_ for _ in ()).throw(OSError("disk full")))
+        assert ev._keys == {}
+        ev(params)  # and the evaluator goes on
+
+
 def test_large_shards_pass_as_arguments_without_dasks_scatter_advice(client):
     # Dask warns about task arguments above a size (10 MB by default, 32,768 R&H candidates
     # a shard): passing them is the design, so the user must not see the warning

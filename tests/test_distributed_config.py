@@ -299,18 +299,25 @@ def test_the_readme_slurm_example(tmp_path):
 
 def test_each_worker_of_a_host_takes_its_share_of_the_cores(monkeypatch):
     # a GPU host's workers (one per GPU) must not each start a thread per core
-    import numba
-
+    import kingen.distributed.worker as worker
     from kingen.distributed.worker import SolverPlugin, solver_threads
 
     monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
-    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 64)
+    monkeypatch.setattr(worker, "_numba_pool", lambda: 64)
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(32)), raising=False)
     assert solver_threads("tcp://10.0.0.7:40123", {"10.0.0.7": 2}) == 16
     assert solver_threads("tcp://10.0.0.7:40123", {"10.0.0.7": 8, "10.0.0.8": 1}) == 4
     assert solver_threads("tcp://10.0.0.9:1", {"10.0.0.7": 2}) == 32  # alone on its host
     assert solver_threads("tcp://10.0.0.7:1", {"10.0.0.7": 64}) == 1
-    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)  # numba's pool caps it
+    assert solver_threads("ucx://10.0.0.7:1", {"10.0.0.7": 2}) >= 1  # whatever ucx names
+    assert solver_threads("", {"10.0.0.7": 2}) == 32
+    # pinned to its GPU's NUMA node (half the host), as dask-cuda does: 8 workers on two
+    # nodes share each node four ways
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    assert solver_threads("tcp://10.0.0.7:1", {"10.0.0.7": 8}) == 4
+    assert solver_threads("tcp://10.0.0.7:1", {"10.0.0.7": 2}) == 16
+    monkeypatch.setattr(worker, "_numba_pool", lambda: 8)  # numba's pool caps it
     assert solver_threads("tcp://10.0.0.9:1", {}) == 8
     monkeypatch.setenv("NUMBA_NUM_THREADS", "3")  # kingen's local CPU cluster set the share
     assert solver_threads("tcp://10.0.0.7:1", {"10.0.0.7": 2}) == 3
@@ -319,9 +326,9 @@ def test_each_worker_of_a_host_takes_its_share_of_the_cores(monkeypatch):
         address = "tcp://10.0.0.7:40123"
 
     monkeypatch.delenv("NUMBA_NUM_THREADS")
-    monkeypatch.setattr(numba, "set_num_threads", lambda n: None)  # no real pool of 8 here
+    monkeypatch.setattr(worker.numba, "set_num_threads", lambda n: None)  # no pool of 8 here
     cfg = kingen.load_config(kingen.demo_config())
     plugin = SolverPlugin(cfg.scheme, cfg.protocols, backend="cpu", precision="float64",
-                          step=None, courant=2.5, workers_per_host={"10.0.0.7": 16})
+                          step=None, courant=2.5, workers_per_host={"10.0.0.7": 8})
     plugin.setup(Worker())
-    assert plugin.threads == 2 and plugin.objective is not None
+    assert plugin.threads == 4 and plugin.objective is not None  # its node, shared 4 ways

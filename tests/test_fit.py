@@ -128,16 +128,21 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
 
     monkeypatch.setattr(Engine, "_start_write", logged_write)
     monkeypatch.setattr(Engine, "_start_draws", logged_draws)
+    cpu_call = batch.Simulator._cpu_call
     monkeypatch.setattr(batch.Simulator, "_inputs",
                         lambda self, *a: (events.append("prepare"), inputs(self, *a))[1])
+    monkeypatch.setattr(batch.Simulator, "_cpu_call",
+                        lambda self, *a: (events.append("solve"), cpu_call(self, *a))[1])
     ga = 'operators = "numpy"\noffspring = 12\ngenerations = 3'
     fit(write_problem(tmp_path, ga=ga), progress=False)
-    # the initial population, then each generation: prepare, then the last write and the
-    # next numbers; the last generation's write is the run's final flush (what follows,
-    # the best candidates' polish and traces, starts no background work)
-    expected = ["prepare", "draws"] + ["prepare", "write", "draws"] * 3 + ["write"]
+    # the initial population, then each generation: prepare, the last write and the next
+    # numbers, solve (on the CPU the work starts just before the solve, on the GPU once its
+    # kernels are launched); the last generation's write is the run's final flush (what
+    # follows, the best candidate's polish and traces, starts no background work)
+    expected = (["prepare", "draws", "solve"] + ["prepare", "write", "draws", "solve"] * 3
+                + ["write"])
     assert events[:len(expected)] == expected
-    assert set(events[len(expected):]) <= {"prepare"}
+    assert set(events[len(expected):]) <= {"prepare", "solve"}
 
 
 def test_an_evaluator_without_the_hook_gets_the_background_work_started_before_it(

@@ -21,7 +21,6 @@ import datetime as _dt
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,6 +169,8 @@ class ShardedEvaluator:
             A shard failed on every worker it was given to (``[cluster] retries``
             exceeded), or the cluster has no worker.
         """
+        import dask
+
         from kingen.distributed.worker import evaluate_shard
 
         t0 = time.perf_counter()
@@ -184,11 +185,9 @@ class ShardedEvaluator:
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         futures = []
         keys = []
-        with warnings.catch_warnings():
-            # Dask's advice for large task arguments is to scatter them: by design they are
-            # not (a lost worker would take them with it), so its warning is no news
-            warnings.filterwarnings("ignore", message="Sending large graph",
-                                    category=UserWarning)
+        # Dask's advice for large task arguments is to scatter them: by design they are not
+        # (a lost worker would take them with it), so its warning would be no news
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1 PiB"}):
             for i in range(k):
                 key = f"kingen-shard-{self.token}-{self.calls}-{i}"
                 rows = int(bounds[i + 1] - bounds[i])
@@ -201,9 +200,15 @@ class ShardedEvaluator:
                                                   key=key, pure=False, retries=0,
                                                   workers=[workers[i % len(workers)]],
                                                   allow_other_workers=True))
-        try:
-            if while_solving is not None:
+        if while_solving is not None:
+            try:  # its errors are the caller's, not a shard's
                 while_solving()
+            except BaseException:
+                with self._lock:
+                    for key in keys:
+                        self._keys.pop(key, None)
+                raise
+        try:
             parts = self.client.gather(futures)
         except Exception as exc:
             raise KingenError(f"a shard of evaluation {self.calls} failed: {_one_line(exc)}",
@@ -230,7 +235,8 @@ class ShardedEvaluator:
     def __call__(self, params: np.ndarray, while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, dict[str, float]]:
         """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
-        with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``."""
+        with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``;
+        ``while_solving`` is called once the shards are sent (see :meth:`evaluate`)."""
         ev, timing = self.evaluate(params, complete=False, while_solving=while_solving)
         return ev, timing.timings
 

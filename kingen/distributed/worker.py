@@ -109,37 +109,80 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
 
 
 def workers_per_host(client: Any) -> dict[str, int]:
-    """How many workers each host of ``client``'s cluster runs now (host -> count)."""
-    from distributed.comm import get_address_host
+    """How many workers each host of a cluster runs now.
 
-    return dict(Counter(get_address_host(address) for address in client.nthreads()))
+    Parameters
+    ----------
+    client
+        A connected ``distributed.Client``.
+
+    Returns
+    -------
+    dict
+        Host -> number of workers. A worker whose address names no host (a protocol
+        without one) is left out: it is taken as alone on its host.
+    """
+    counts: Counter[str] = Counter()
+    for address in client.nthreads():
+        host = _host(address)
+        if host:
+            counts[host] += 1
+    return dict(counts)
 
 
 def solver_threads(address: str, per_host: Mapping[str, int]) -> int:
-    """The threads a worker at ``address`` gives the solver and the GA's compiled loops.
+    """The threads a worker gives its compiled loops (the resting occupancies; on a CPU
+    worker the solver too).
 
     ``NUMBA_NUM_THREADS`` where it is set (kingen's local CPU cluster sets each worker's
-    share); otherwise the cores this process may use, divided among the workers of its
-    host. Without that share, every worker of a GPU host would start a thread per core:
-    two workers on a 32-core host ran 64 threads on 32 cores, and one worker's resting
-    occupancies of 32,768 candidates took 8.1 ms against the other's 0.6.
+    share). Otherwise the cores this process may use, divided among the workers that share
+    them. Without that share every worker of a GPU host started a thread per core: two
+    workers on a 32-core host ran 64 threads. A worker pinned to part of the host (dask-cuda
+    pins each to its GPU's NUMA node) shares its part with the workers pinned alike: as
+    many as the host's workers times the part's fraction of the host.
+
+    Parameters
+    ----------
+    address
+        The worker's address (``tcp://host:port``); empty: alone on its host.
+    per_host
+        Workers per host (:func:`workers_per_host`), as the fit saw them when it began.
+
+    Returns
+    -------
+    int
+        Between 1 and the size of numba's thread pool.
 
     Examples
     --------
     >>> solver_threads("tcp://10.0.0.7:40123", {"10.0.0.7": 4}) >= 1
     True
     """
+    pool = _numba_pool()
     if os.environ.get("NUMBA_NUM_THREADS"):
-        wanted = int(os.environ["NUMBA_NUM_THREADS"])
-    else:
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # not on Linux
-            cores = os.cpu_count() or 1
-        sharing = 1
-        if address:
-            from distributed.comm import get_address_host
+        return max(1, min(int(os.environ["NUMBA_NUM_THREADS"]), pool))
+    total = os.cpu_count() or 1
+    try:
+        mine = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux: no pinning to see
+        mine = total
+    workers = max(1, int(per_host.get(_host(address), 1))) if address else 1
+    sharing = max(1, round(workers * mine / total))
+    return max(1, min(mine // sharing, pool))
 
-            sharing = max(1, int(per_host.get(get_address_host(address), 1)))
-        wanted = cores // sharing
-    return max(1, min(wanted, numba.config.NUMBA_NUM_THREADS))
+
+def _host(address: str) -> str:
+    from distributed.comm import get_address_host
+
+    try:
+        return str(get_address_host(address))
+    except Exception:  # a protocol whose addresses name no host (ucx://, inproc://)
+        return ""
+
+
+def _numba_pool() -> int:
+    """The size of numba's thread pool, which ``set_num_threads`` may not exceed (fixed
+    when numba started its threads; ``numba.config`` can be reloaded since)."""
+    from numba.np.ufunc import parallel
+
+    return int(getattr(parallel, "NUM_THREADS", numba.config.NUMBA_NUM_THREADS))

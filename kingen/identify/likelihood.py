@@ -122,8 +122,9 @@ class Likelihood:
         obj = self.objective
         g = np.atleast_2d(np.asarray(genes, dtype=float))
         t0 = time.perf_counter()
+        # to_params computes the derived rates, the guard checks them: taken as they are
         res = obj.simulator.run(obj.guard(self.pmap.to_params(g, clip=True), complete=False),
-                                "traces")
+                                "traces", complete=False)
         if _count:
             self.calls += 1
             self.candidates += g.shape[0]

@@ -62,8 +62,9 @@ population, or a polish).
 An evaluator that also takes a keyword ``while_solving`` calls it once the solve is under
 way and nothing is left for this process but to wait (the GPU's kernels launched, the
 shards sent): the engine's background work (the last generation's write, the next
-generation's random numbers) starts then, and does not slow the solve's preparation. Any
-other evaluator is called after that work has started."""
+generation's random numbers) starts then, and does not slow the solve's preparation. It
+calls it at most once, on the thread that called the evaluator, before returning. Any other
+evaluator is called after that work has started."""
 
 
 # The modules of DEAP that draw from the module ``random`` they import.

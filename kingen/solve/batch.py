@@ -223,9 +223,9 @@ class Simulator:
                                    with_occupancy=with_occupancy, form=config.form,
                                    stage_rows=self.propagator_plan().stage_rows,
                                    n_windows=self._n_windows(mode), span=config.span)
-            t_compile = time.perf_counter()
             if while_solving is not None:
                 while_solving()
+            t_compile = time.perf_counter()  # the callback's time is not the solve's
             self._cpu_call(module, config, P, S0, extra, fail)
             results = list(extra) + [fail]
             t_run = time.perf_counter()
@@ -237,8 +237,8 @@ class Simulator:
             with self._gpu_lock:
                 t_compile = time.perf_counter()
                 call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
-                call()
                 try:
+                    call()
                     if while_solving is not None:
                         while_solving()
                 finally:  # the kernels write the simulator's buffers: they must finish
