@@ -55,8 +55,10 @@ def keep_freed_memory() -> bool:
 
     Examples
     --------
-    >>> from kingen.allocator import keep_freed_memory
-    >>> keep_freed_memory() in (True, False)
+    On glibc it takes (unless ``KINGEN_KEEP_FREED_MEMORY=0``), elsewhere it does nothing:
+
+    >>> from kingen.allocator import is_glibc, keep_freed_memory
+    >>> keep_freed_memory() == is_glibc()
     True
     """
     global _kept

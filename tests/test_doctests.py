@@ -56,6 +56,8 @@ PUBLIC_MODULES = {
     "kingen.distributed.tomlout": True,
     "kingen.distributed.summary": True,
     "kingen.distributed.shard": False,
+    "kingen.distributed.worker": True,
+    "kingen.allocator": True,
     "kingen.distributed.batch": False,
 }
 

@@ -155,7 +155,12 @@ def solver_threads(address: str, per_host: Mapping[str, int]) -> int:
 
     Examples
     --------
-    >>> solver_threads("tcp://10.0.0.7:40123", {"10.0.0.7": 4}) >= 1
+    More workers on a host than it has cores: one thread each.
+
+    >>> solver_threads("tcp://10.0.0.7:40123", {"10.0.0.7": 10**6})
+    1
+    >>> solver_threads("tcp://10.0.0.7:40123", {"10.0.0.7": 1}) == min(
+    ...     len(os.sched_getaffinity(0)), _numba_pool())  # alone: every core it may use
     True
     """
     pool = _numba_pool()
