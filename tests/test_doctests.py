@@ -30,6 +30,7 @@ PUBLIC_MODULES = {
     "kingen.codegen.propagator": True,
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
+    "kingen.solve.inputs": True,
     "kingen.solve.plan": True,
     "kingen.console": True,
     "kingen.interop": True,

@@ -17,7 +17,12 @@ import kingen.search.operators
 import kingen.solve.batch as batch
 from kingen.fit_cli import demo_config
 from kingen.fit_config import load_config
-from kingen.search.operators import np_poly_bounded, np_sbx_bounded, np_sel_tournament
+from kingen.search.operators import (
+    np_poly_bounded,
+    np_sbx_bounded,
+    np_sel_tournament,
+    take_survivors,
+)
 from kingen.search.result import Progress
 from kingen.search.run import fit, resume
 from kingen.store import RunStore
@@ -263,6 +268,25 @@ def test_tournament_picks_as_argmin_with_ties_infinities_and_nans():
     aspirants = np.random.default_rng(5).integers(0, 50, size=(2000, 3))
     expected = aspirants[np.arange(2000), np.argmin(fitness[aspirants], axis=1)]
     np.testing.assert_array_equal(chosen, expected)
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["one-thread", "all-threads"])
+def test_survivors_are_the_pools_rows_without_building_the_pool(monkeypatch, parallel):
+    monkeypatch.setattr(kingen.search.operators, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
+    rng = np.random.default_rng(6)
+    mu, lam = 40, 70
+    chosen = rng.integers(0, mu + lam, mu)
+    chosen[:2] = [mu - 1, mu]  # the last parent and the first child
+    for parents, offspring in ((rng.random((mu, 5)), rng.random((lam, 5))),
+                               (rng.random((mu, 2, 3)), rng.random((lam, 2, 3))),
+                               (rng.integers(0, 9, mu), rng.integers(0, 9, lam))):
+        got = take_survivors(parents, offspring, chosen)
+        assert got.dtype == parents.dtype
+        np.testing.assert_array_equal(got, np.concatenate([parents, offspring]).take(chosen, 0))
+    with pytest.raises(IndexError):
+        take_survivors(parents, offspring, [mu + lam])
+    with pytest.raises(ValueError, match="differ in shape"):
+        take_survivors(np.zeros((3, 2)), np.zeros((3, 4)), [0])
 
 
 def test_resume_ends_as_an_uninterrupted_run(tmp_path):

@@ -25,6 +25,7 @@ from kingen.protocol import Protocol
 from kingen.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
+from kingen.solve.inputs import checked_transpose
 from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.rest import rest_occupancy_batch
 from kingen.solve.schedule import DEFAULT_COURANT, Schedule, build_schedule, protocol_sweeps
@@ -339,22 +340,22 @@ class Simulator:
             raise KingenError(f"params must have {self.scheme.n_params} columns "
                               f"({', '.join(self.scheme.param_names)})", field="params",
                               value=f"shape {p.shape}")
-        with np.errstate(all="ignore"):
-            if complete:
+        if complete:
+            with np.errstate(all="ignore"):
                 p = self.scheme.complete(p)
-            bad = ~np.all(np.isfinite(p) & (p > 0), axis=1)
+        dtype = np.dtype(self.precision)
+        P, bad = checked_transpose(p, dtype)
         if bad.any():
             if not complete:  # the caller's array is never written into
                 p = p.copy()
             p[bad] = self.scheme.values
+            P[:, bad] = self.scheme.values.astype(dtype)[:, None]
         init = rest_occupancy_batch(self.scheme, p)
         unusable = ~np.all(np.isfinite(init), axis=1)
         if unusable.any():
             bad |= unusable
             init[unusable] = self.scheme.rest_occupancy(self.scheme.values)
-        dtype = np.dtype(self.precision)
-        return (np.ascontiguousarray(p.T, dtype=dtype), np.ascontiguousarray(init.T, dtype=dtype),
-                bad)
+        return P, np.ascontiguousarray(init.T, dtype=dtype), bad
 
     def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
         s = self.schedule
