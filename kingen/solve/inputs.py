@@ -3,10 +3,11 @@
 The solvers read parameters as (n_params, N): one row per rate constant, candidates along
 it. Every generation the host turns the (N, n_params) batch into that layout and marks the
 candidates whose rates are not all positive numbers. As NumPy array code that was two
-passes on one core, and on the H100 machine's host, after the idling of a GPU solve, they
-took 5.6 ms of a 65,536-candidate generation (the check 3.3 ms, the transpose 2.3 ms). Here
-they are one pass over the batch, on all cores from :data:`kingen.solve.rest.
-PARALLEL_FROM_WORK` values on.
+passes over the batch on one core; here it is one, on all cores from
+:data:`kingen.solve.rest.PARALLEL_FROM_WORK` values on. With the survivors of the GA taken
+without building their pool (:func:`kingen.search.operators.take_survivors`), the solver's
+host preparation of a 65,536-candidate R&H generation on the H100 machine fell from
+12.7–15.1 to 6.8–8.5 ms (``benchmarks/results/h100/fit_gpu/session13_*_65536_*.json``).
 """
 
 from __future__ import annotations
