@@ -321,7 +321,9 @@ def take_survivors(parents: np.ndarray, offspring: np.ndarray, chosen: np.ndarra
     >>> take_survivors(np.array([0.5, 0.25]), np.array([0.125]), np.array([1, 2])).tolist()
     [0.25, 0.125]
     """
-    a, b = np.ascontiguousarray(parents), np.ascontiguousarray(offspring, dtype=parents.dtype)
+    dtype = np.result_type(parents, offspring)  # concatenate's
+    a = np.ascontiguousarray(parents, dtype=dtype)
+    b = np.ascontiguousarray(offspring, dtype=dtype)
     if a.shape[1:] != b.shape[1:]:
         raise ValueError(f"parents {a.shape} and offspring {b.shape} differ in shape")
     chosen = _indices(chosen, a.shape[0] + b.shape[0], "chosen")
