@@ -11,6 +11,10 @@ recorded::
 
     python -m benchmarks dask_scaling batch --workers 1,2,4,8 --fits 16 --name batch
 
+``--repeats 3`` runs the counts in turn three times (1, 2, 1, 2, ...) and gives the speed-up
+of the median walls: a batch of demo fits lasts seconds, and one run's figure moves with
+how evenly its fits happened to fall on the workers (``busy_s_per_worker``).
+
 ``shard``: one fit, each generation's candidates sharded over ``--workers`` workers, against
 the same fit in one process (same seed: the result must be the same, and it is checked).
 Per generation (the initial population left out): candidates per second, and Dask's share
@@ -78,37 +82,56 @@ stop = {{ patience = 0 }}
     return p
 
 
+def _batch_run(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    """One batch of ``args.fits`` demo fits on a fresh local cluster of ``n`` workers."""
+    settings = ClusterSettings(workers=n, gpus=args.backend != "cpu")
+    plan = local_plan(settings)
+    with tempfile.TemporaryDirectory(prefix="kingen-dask-bench-") as tmp:
+        (Path(tmp) / "warm").mkdir()
+        warm = load_manifest(_manifest(Path(tmp) / "warm", n, 1, 8, args.backend))
+        m = load_manifest(_manifest(Path(tmp), args.fits, args.generations,
+                                    args.population, args.backend))
+        t0 = time.perf_counter()
+        with open_client(settings) as client:
+            client.wait_for_workers(n, timeout=120)
+            started = time.perf_counter() - t0
+            # one tiny fit per worker first: imports and solver compilation off the clock
+            run_batch(warm, client=client, progress=False)
+            t1 = time.perf_counter()
+            rows = run_batch(m, client=client, progress=False)
+            wall = time.perf_counter() - t1
+    ok = sum(1 for r in rows if r["status"] == "ok")
+    by_worker: dict[str, float] = {}
+    for r in rows:
+        by_worker[r.get("worker", "")] = by_worker.get(r.get("worker", ""), 0.0) + (
+            r.get("wall_s") or 0.0)
+    print(f"{n} worker(s): {len(rows)} fits in {wall:.2f} s ({len(rows) / wall:.3f} fits/s)"
+          f", cluster start {started:.1f} s", flush=True)
+    return {"workers": n, "cluster": plan["cluster"], "threads_per_worker": plan["threads"],
+            "gpus": plan["gpus"], "fits": len(rows), "ok": ok, "cluster_start_s": started,
+            "wall_s": wall, "fits_per_s": len(rows) / wall,
+            "fit_wall_s": [r.get("wall_s") for r in rows],
+            # the fits' own time per worker process: how evenly the batch was shared
+            "busy_s_per_worker": sorted(by_worker.values(), reverse=True)}
+
+
 def bench_batch(args: argparse.Namespace) -> dict[str, Any]:
-    runs = []
-    for n in _counts(args.workers):
-        settings = ClusterSettings(workers=n, gpus=args.backend != "cpu")
-        plan = local_plan(settings)
-        with tempfile.TemporaryDirectory(prefix="kingen-dask-bench-") as tmp:
-            (Path(tmp) / "warm").mkdir()
-            warm = load_manifest(_manifest(Path(tmp) / "warm", n, 1, 8, args.backend))
-            m = load_manifest(_manifest(Path(tmp), args.fits, args.generations,
-                                        args.population, args.backend))
-            t0 = time.perf_counter()
-            with open_client(settings) as client:
-                client.wait_for_workers(n, timeout=120)
-                started = time.perf_counter() - t0
-                # one tiny fit per worker first: imports and solver compilation off the clock
-                run_batch(warm, client=client, progress=False)
-                t1 = time.perf_counter()
-                rows = run_batch(m, client=client, progress=False)
-                wall = time.perf_counter() - t1
-        ok = sum(1 for r in rows if r["status"] == "ok")
-        runs.append({"workers": n, "cluster": plan["cluster"], "threads_per_worker":
-                     plan["threads"], "gpus": plan["gpus"], "fits": len(rows), "ok": ok,
-                     "cluster_start_s": started, "wall_s": wall, "fits_per_s": len(rows) / wall,
-                     "fit_wall_s": [r.get("wall_s") for r in rows]})
-        print(f"{n} worker(s): {len(rows)} fits in {wall:.2f} s ({len(rows) / wall:.3f} fits/s)"
-              f", cluster start {started:.1f} s", flush=True)
-    base = runs[0]["wall_s"]
+    """Each worker count in turn, ``args.repeats`` times (alternating, so that the host's
+    drifts fall on every count); the speed-up of each count is over the first count's,
+    from the median walls."""
+    import numpy as np
+
+    counts = _counts(args.workers)
+    runs = [_batch_run(args, n) for _ in range(args.repeats) for n in counts]
+    median = {n: float(np.median([r["wall_s"] for r in runs if r["workers"] == n]))
+              for n in counts}
     for r in runs:
-        r["speedup"] = base / r["wall_s"]
+        r["speedup"] = median[counts[0]] / r["wall_s"]
     return {"benchmark": "batch", "fits": args.fits, "generations": args.generations,
-            "population": args.population, "backend": args.backend, "runs": runs}
+            "population": args.population, "backend": args.backend,
+            "repeats": args.repeats, "runs": runs,
+            "median_wall_s": {str(n): median[n] for n in counts},
+            "speedup_of_medians": {str(n): median[counts[0]] / median[n] for n in counts}}
 
 
 def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
@@ -175,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default=None,
                     help="worker counts, comma separated (batch 1,2,4,8; shard 1,2)")
     ap.add_argument("--fits", type=int, default=16, help="batch: fits in the batch")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="batch: runs of every worker count, alternating")
     ap.add_argument("--generations", type=int, default=None, help="batch 20, shard 5")
     ap.add_argument("--population", type=int, default=None, help="batch 48, shard 65536")
     ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
