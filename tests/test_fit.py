@@ -270,9 +270,7 @@ def test_tournament_picks_as_argmin_with_ties_infinities_and_nans():
     np.testing.assert_array_equal(chosen, expected)
 
 
-@pytest.mark.parametrize("parallel", [False, True], ids=["one-thread", "all-threads"])
-def test_survivors_are_the_pools_rows_without_building_the_pool(monkeypatch, parallel):
-    monkeypatch.setattr(kingen.search.operators, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
+def test_survivors_are_the_pools_rows_without_building_the_pool():
     rng = np.random.default_rng(6)
     mu, lam = 40, 70
     chosen = rng.integers(0, mu + lam, mu)

@@ -1,18 +1,14 @@
 """The batch's rates in the solvers' layout: one compiled pass gives NumPy's transpose and
-its check of the rates, in both builds and both precisions."""
+its check of the rates, in both precisions."""
 
 import numpy as np
 import pytest
 
-import kingen.solve.inputs as inputs_module
-import kingen.solve.rest as rest_module
 from kingen.solve.inputs import checked_transpose
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("work", [0, 1 << 60], ids=["all_threads", "one_thread"])
-def test_the_pass_is_numpys_transpose_and_check(monkeypatch, dtype, work):
-    monkeypatch.setattr(rest_module, "PARALLEL_FROM_WORK", work)
+def test_the_pass_is_numpys_transpose_and_check(dtype):
     rng = np.random.default_rng(4)
     p = np.exp(rng.uniform(-20, 20, (1000, 11)))
     p[3, 2], p[10, 0], p[11, 10], p[12, 5], p[13, 7] = np.nan, 0.0, -2.0, np.inf, -np.inf
@@ -33,6 +29,3 @@ def test_a_strided_batch_and_an_empty_one():
     assert out.shape == (3, 0) and bad.shape == (0,)
     with pytest.raises(ValueError, match="2-D"):
         checked_transpose(np.ones(3))
-    # two functions, not one compiled twice (numba's cache would mix their builds)
-    assert inputs_module._parallel.targetoptions.get("parallel")
-    assert not inputs_module._serial.targetoptions.get("parallel")

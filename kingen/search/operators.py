@@ -292,11 +292,13 @@ def draw_aspirants(rng: np.random.Generator, pool: int, k: int, tournsize: int
     return rng.integers(0, pool, size=(k, tournsize))
 
 
-@numba.njit(**_KERNEL)
+# On the calling thread: a copy with no arithmetic, which on all cores lost to waking
+# them (see kingen.solve.inputs).
+@numba.njit(cache=True, nogil=True)
 def _survivor_rows(parents: np.ndarray, offspring: np.ndarray, chosen: np.ndarray,
                    out: np.ndarray) -> None:
     mu = parents.shape[0]
-    for i in numba.prange(chosen.size):
+    for i in range(chosen.size):
         c = chosen[i]
         if c < mu:
             for j in range(out.shape[1]):
@@ -329,9 +331,8 @@ def take_survivors(parents: np.ndarray, offspring: np.ndarray, chosen: np.ndarra
     chosen = _indices(chosen, a.shape[0] + b.shape[0], "chosen")
     out = np.empty((chosen.size,) + a.shape[1:], dtype=a.dtype)
     width = int(np.prod(a.shape[1:], dtype=np.int64))
-    with _threads_for(chosen.size * width):
-        _survivor_rows(a.reshape(a.shape[0], width), b.reshape(b.shape[0], width), chosen,
-                       out.reshape(chosen.size, width))
+    _survivor_rows(a.reshape(a.shape[0], width), b.reshape(b.shape[0], width), chosen,
+                   out.reshape(chosen.size, width))
     return out
 
 

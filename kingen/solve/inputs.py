@@ -3,11 +3,14 @@
 The solvers read parameters as (n_params, N): one row per rate constant, candidates along
 it. Every generation the host turns the (N, n_params) batch into that layout and marks the
 candidates whose rates are not all positive numbers. As NumPy array code that was two
-passes over the batch on one core; here it is one, on all cores from
-:data:`kingen.solve.rest.PARALLEL_FROM_WORK` values on. With the survivors of the GA taken
-without building their pool (:func:`kingen.search.operators.take_survivors`), the solver's
-host preparation of a 65,536-candidate R&H generation on the H100 machine fell from
-12.7–15.1 to 6.8–8.5 ms (``benchmarks/results/h100/fit_gpu/session13_*_65536_*.json``).
+passes over the batch and their temporaries; here it is one compiled pass.
+
+It stays on the calling thread: the pass moves memory and does little arithmetic, and a
+GPU fit's threads would first have to wake from the solve's idling (a Dask worker's share
+the host with the other workers' and the driver's). On all cores it did not pay in the
+one device call that tried it: two workers sharing the H100, a shard's host preparation
+13.8–13.9 ms with NumPy's passes, 17.3–18.7 ms with the all-cores pass
+(``benchmarks/results/h100/dask_scaling/session13_cores_{old,new}_one_gpu_*.json``).
 """
 
 from __future__ import annotations
@@ -15,31 +18,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from kingen.solve import rest
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _one_row(params, out, bad, c) -> None:  # pragma: no cover - compiled
-    ok = True
-    for j in range(params.shape[1]):
-        v = params[c, j]
-        ok = ok and v > 0.0 and v < np.inf  # NaN fails both
-        out[j, c] = v
-    bad[c] = not ok
-
-
-# Two functions, not one compiled twice: numba's cache keys a function by its name and
-# bytecode, not by ``parallel`` (as in kingen.solve.rest).
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _parallel(params, out, bad) -> None:  # pragma: no cover - compiled
-    for c in numba.prange(params.shape[0]):
-        _one_row(params, out, bad, c)
-
 
 @numba.njit(cache=True, nogil=True)
-def _serial(params, out, bad) -> None:  # pragma: no cover - compiled
+def _checked_transpose(params, out, bad) -> None:  # pragma: no cover - compiled
     for c in range(params.shape[0]):
-        _one_row(params, out, bad, c)
+        ok = True
+        for j in range(params.shape[1]):
+            v = params[c, j]
+            ok = ok and v > 0.0 and v < np.inf  # NaN fails both
+            out[j, c] = v
+        bad[c] = not ok
 
 
 def checked_transpose(params: np.ndarray, dtype: np.dtype | str = np.float64
@@ -65,6 +53,5 @@ def checked_transpose(params: np.ndarray, dtype: np.dtype | str = np.float64
     out = np.empty((p.shape[1], p.shape[0]), dtype=dtype)
     bad = np.empty(p.shape[0], dtype=np.bool_)
     if p.size:
-        run = _parallel if p.size >= rest.PARALLEL_FROM_WORK else _serial
-        run(p, out, bad)
+        _checked_transpose(p, out, bad)
     return out, bad
