@@ -292,8 +292,8 @@ def draw_aspirants(rng: np.random.Generator, pool: int, k: int, tournsize: int
     return rng.integers(0, pool, size=(k, tournsize))
 
 
-# On the calling thread: a copy with no arithmetic, which on all cores lost to waking
-# them (see kingen.solve.inputs).
+# On the calling thread, as kingen.solve.inputs' pass and for its reason: a copy with no
+# arithmetic gains little from cores that must first wake from the solve's idling.
 @numba.njit(cache=True, nogil=True)
 def _survivor_rows(parents: np.ndarray, offspring: np.ndarray, chosen: np.ndarray,
                    out: np.ndarray) -> None:

@@ -5,11 +5,11 @@ it. Every generation the host turns the (N, n_params) batch into that layout and
 candidates whose rates are not all positive numbers. As NumPy array code that was two
 passes over the batch and their temporaries; here it is one compiled pass.
 
-It stays on the calling thread: the pass moves memory and does little arithmetic, and a
-GPU fit's threads would first have to wake from the solve's idling (a Dask worker's share
-the host with the other workers' and the driver's). On all cores it did not pay in the
-one device call that tried it: two workers sharing the H100, a shard's host preparation
-13.8–13.9 ms with NumPy's passes, 17.3–18.7 ms with the all-cores pass
+It stays on the calling thread: the pass moves memory and does little arithmetic, a GPU
+fit's threads would first have to wake from the solve's idling, and a Dask worker's
+threads share the host with the other workers' and the driver's. On all cores it did not
+pay in the one device call that tried it: two workers sharing the H100, a shard's host
+preparation 13.8–13.9 ms with NumPy's passes, 17.3–18.7 ms with the all-cores pass
 (``benchmarks/results/h100/dask_scaling/session13_cores_{old,new}_one_gpu_*.json``).
 """
 
