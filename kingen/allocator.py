@@ -6,11 +6,16 @@ tens of thousands of candidates). glibc's ``malloc`` gives blocks above its mmap
 back to the system when they are freed, and trims the free top of its heap, so each
 generation's arrays come back as fresh pages, and the first write to each 4 KiB page costs
 a page fault (dearer still in a virtual machine). A Dask nanny even starts its workers
-with ``MALLOC_TRIM_THRESHOLD_=65536``, trimming as much as it can.
+with ``MALLOC_TRIM_THRESHOLD_=65536``, trimming as much as it can. A thread other than
+the main one (a Dask worker's task: a shard, a batch's fit) allocates from an arena of its
+own, made of heaps of 64 MiB, and glibc unmaps each heap it added to such an arena as soon
+as that heap is wholly free, whatever the trim threshold: a thread whose generation needs
+more than one heap faults the others in afresh every generation.
 
-:func:`keep_freed_memory` raises both limits (``mallopt``), so the process reuses the
-memory it freed: after its first generations a fit's memory stays at its peak instead of
-going back and forth. Measured at 65,536 candidates:
+:func:`keep_freed_memory` raises both limits and pads the top of every heap by a heap's
+size (``mallopt``), so the process reuses the memory it freed, on every thread: after its
+first generations a fit's memory stays at its peak instead of going back and forth.
+Measured at 65,536 candidates:
 
 - the GA's step on the 2-core CI machine, 46.2 → 35.8 ms (median; the work around the
   operators 27.5 → 19.1 ms; ``benchmarks/results/cpu-2core/ga_step/
@@ -33,6 +38,7 @@ import sys
 
 # mallopt's parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 
 MMAP_THRESHOLD = 32 * 2**20
@@ -40,6 +46,10 @@ MMAP_THRESHOLD = 32 * 2**20
 (``HEAP_MAX_SIZE / 2``); larger ones are still mapped and unmapped."""
 TRIM_THRESHOLD = 2**30
 """The free top of the heap the process keeps (1 GiB) before it gives any back."""
+TOP_PAD = 64 * 2**20
+"""The free space kept at the top of every heap (a thread's arena's heap size, 64 MiB on
+64-bit): glibc then never finds a thread's heap free enough to unmap. It is address space,
+not memory: a page is resident only once written."""
 
 _kept: bool | None = None
 
@@ -50,7 +60,7 @@ def keep_freed_memory() -> bool:
     Returns
     -------
     bool
-        Whether glibc took both settings (False on other C libraries, or where
+        Whether glibc took the settings (False on other C libraries, or where
         ``KINGEN_KEEP_FREED_MEMORY=0``).
 
     Examples
@@ -96,4 +106,5 @@ def _set_thresholds() -> bool:
     # mallopt returns 1 on success; the mmap threshold first (it also stops glibc's own
     # adjustment of both thresholds)
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-                and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+                and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+                and mallopt(_M_TOP_PAD, TOP_PAD))

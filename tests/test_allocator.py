@@ -12,9 +12,11 @@ import pytest
 from kingen.allocator import is_glibc
 
 # A generation's worth of arrays, allocated, written, freed, five times over; the minor page
-# faults of the last four. Arrays under 4 MB: numpy asks for huge pages from 4 MB on.
+# faults of the last four. Arrays under 4 MB: numpy asks for huge pages from 4 MB on. With
+# "thread" the generations run on a thread of their own, with twice the arrays: more than
+# one heap of that thread's arena (64 MiB each).
 _GENERATIONS = """
-import resource, sys
+import resource, sys, threading
 import numpy as np
 if sys.argv[1] == "kept":
     from kingen.allocator import keep_freed_memory
@@ -22,19 +24,27 @@ if sys.argv[1] == "kept":
 elif sys.argv[1] == "kept-off":  # KINGEN_KEEP_FREED_MEMORY=0 in the environment
     from kingen.allocator import keep_freed_memory
     assert not keep_freed_memory()
+threaded = sys.argv[2:] == ["thread"]
 faults = []
-for _ in range(5):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    arrays = [np.ones(3 * 2**20 // 8) for _ in range(12)]
-    del arrays
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+def generations():
+    for _ in range(5):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        arrays = [np.ones(3 * 2**20 // 8) for _ in range(24 if threaded else 12)]
+        del arrays
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+if threaded:
+    worker = threading.Thread(target=generations)
+    worker.start()
+    worker.join()
+else:
+    generations()
 print(sum(faults[1:]))
 """
 
 
-def _faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", _GENERATIONS, mode], capture_output=True,
-                         text=True, check=True)
+def _faults(mode: str, *where: str) -> int:
+    out = subprocess.run([sys.executable, "-c", _GENERATIONS, mode, *where],
+                         capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1])
 
 
@@ -56,6 +66,19 @@ def test_a_process_that_keeps_freed_memory_reuses_it_without_page_faults(monkeyp
     # by default the heap's freed top (36 MB) is trimmed and faulted in again each time
     assert default > 1000
     assert kept < default / 20
+
+
+@pytest.mark.skipif(not is_glibc() or _huge_pages_always()
+                    or any(k.startswith("MALLOC_") for k in os.environ),
+                    reason="glibc's mallopt, with the kernel's and the C library's defaults")
+def test_a_thread_of_its_own_reuses_freed_memory_beyond_its_arenas_first_heap(monkeypatch):
+    # a Dask worker runs each shard, and each fit of a batch, on a thread of its own
+    monkeypatch.delenv("KINGEN_KEEP_FREED_MEMORY", raising=False)
+    default, kept = _faults("default", "thread"), _faults("kept", "thread")
+    # 72 MB a generation: without the top pad its arena's second heap is unmapped and
+    # faulted in again each time (about 3,000 faults of 4 KiB a generation)
+    assert default > 1000
+    assert kept < 100
 
 
 @pytest.mark.skipif(not is_glibc(), reason="glibc's mallopt only")

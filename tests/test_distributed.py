@@ -335,3 +335,22 @@ def test_batch_rerun_skips_finished_fits_and_resumes_unfinished(client, tmp_path
                       for k, v in first.items()}
     assert {j.id: j.run_path.stat().st_mtime_ns for j in m.jobs} == done   # not touched
     assert all("finished already" in j.log_path.read_text() for j in m.jobs)
+
+
+def _sleep_then(seconds: float, value: str) -> str:
+    time.sleep(seconds)
+    return value
+
+
+def test_the_batch_driver_wakes_when_a_fit_ends_not_at_its_next_poll(client):
+    from kingen.distributed.batch import finished_queue, next_finished
+
+    quick = client.submit(_sleep_then, 0.1, "quick", pure=False)
+    slow = client.submit(_sleep_then, 3.0, "slow", pure=False)
+    finished = finished_queue([quick, slow])
+    # a wait of a minute returns with the first fit to end, as soon as it ends: had it
+    # waited out its minute, both would be there
+    assert next_finished(finished, timeout=60.0) == [quick]
+    assert next_finished(finished, timeout=0.01) == []
+    assert next_finished(finished, timeout=60.0) == [slow]
+    assert slow.result() == "slow"

@@ -59,7 +59,7 @@ PUBLIC_MODULES = {
     "kingen.distributed.shard": False,
     "kingen.distributed.worker": True,
     "kingen.allocator": True,
-    "kingen.distributed.batch": False,
+    "kingen.distributed.batch": True,
 }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import queue
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -243,22 +244,19 @@ def run_batch(manifest: str | os.PathLike[str] | Manifest, *,
 def _run(m: Manifest, client: Any, bar: BatchProgress) -> list[dict[str, Any]]:
     import uuid
 
-    from distributed import as_completed
-
     title = f"kingen batch {m.path.name}"
     token = uuid.uuid4().hex[:8]
     rows: dict[str, dict[str, Any]] = {}
     futures = {client.submit(run_fit, job.as_task(), key=f"kingen-fit-{token}-{job.id}",
                              pure=False, retries=0): job for job in m.jobs}
     pending = set(futures)
-    seq = as_completed(list(futures))
+    finished = finished_queue(list(futures))
     done_here = failed = 0
     try:
         while pending:
-            got = seq.next_batch(block=False)
-            if not got:
+            got = next_finished(finished, timeout=REFRESH_S)
+            if not got:  # nothing finished: the line's clock and running count move on
                 bar.update(len(rows), _running(client, pending), failed, done_here)
-                time.sleep(0.25)
                 continue
             for fut in got:
                 pending.discard(fut)
@@ -277,6 +275,44 @@ def _run(m: Manifest, client: Any, bar: BatchProgress) -> list[dict[str, Any]]:
     for line in ranking_lines(ordered):
         bar.message(line)
     return ordered
+
+
+REFRESH_S = 0.25
+"""Seconds between refreshes of the progress line while no fit finishes."""
+
+
+def finished_queue(futures: list[Any]) -> queue.SimpleQueue:
+    """A queue that each of ``futures`` enters as it finishes (done, failed or cancelled),
+    from Dask's callback thread: the driver wakes when a fit ends, not at its next poll."""
+    out: queue.SimpleQueue = queue.SimpleQueue()
+    for fut in futures:
+        fut.add_done_callback(out.put)
+    return out
+
+
+def next_finished(finished: queue.SimpleQueue, timeout: float) -> list[Any]:
+    """The futures that have finished since the last call: waits up to ``timeout`` seconds
+    for the first (an empty list if none came), then takes every other one waiting.
+
+    Examples
+    --------
+    >>> import queue
+    >>> q = queue.SimpleQueue()
+    >>> next_finished(q, timeout=0.01)
+    []
+    >>> q.put("a"); q.put("b")
+    >>> next_finished(q, timeout=0.01)
+    ['a', 'b']
+    """
+    try:
+        got = [finished.get(timeout=timeout)]
+    except queue.Empty:
+        return []
+    while True:
+        try:
+            got.append(finished.get_nowait())
+        except queue.Empty:
+            return got
 
 
 def _running(client: Any, pending: set) -> int:

@@ -1,0 +1,149 @@
+"""One objective evaluation's host work, on the main thread, on another thread and in a Dask worker.
+
+A one-process fit evaluates on its main thread; a Dask worker runs each shard (and each
+fit of a batch) on a thread of its own, whose memory comes from an arena of its own
+(:mod:`kingen.allocator`). This suite times the host's share of one evaluation of
+``--population`` candidates of a fit configuration (the solver's preparation and results,
+``prepare_ms`` and ``finish_ms``; the objective's checks and errors beyond them,
+``score_ms``) and counts the process's minor page faults during it (``faults``: pages
+written for the first time since the allocator got them), in each place::
+
+    python -m benchmarks.make_fit_problem --model robert_howe_2003 --out /tmp/rh03
+    python -m benchmarks host_work --config /tmp/rh03/fit.toml --population 32768 \\
+        --name rh03_32768
+
+(``benchmarks/results/<device>/host_work/rh03_32768.json``; ``--out FILE`` to choose).
+Each place runs in a fresh process (a worker: a one-worker ``LocalCluster``), ``--rounds``
+times in turn, so that the host's drifts fall on every place alike; medians over the
+evaluations after ``--warm-up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+
+PLACES = ("main", "thread", "worker")
+
+
+def evaluations(config: str, population: int, evaluations: int, backend: str,
+                seed: int = 0) -> dict[str, Any]:
+    """Evaluate one batch of candidates ``evaluations`` times in the calling thread, as a
+    fit's process does (freed memory kept); per evaluation its host work and page faults."""
+    from kingen.allocator import keep_freed_memory
+    from kingen.fit_config import load_config
+    from kingen.objective import Objective
+
+    kept = keep_freed_memory()
+    cfg = load_config(config, overrides={"backend": backend})
+    objective = Objective(cfg.scheme, cfg.protocols, backend=cfg.backend,
+                          precision=cfg.precision, step=cfg.step, courant=cfg.courant)
+    start = cfg.pmap.start_genes()
+    genes = start + np.random.default_rng(seed).normal(0.0, 0.2, (population, start.size))
+    params = objective.guard(cfg.pmap.to_params(genes))
+    rows = []
+    for _ in range(evaluations):
+        fresh = np.array(params)  # a new argument each time, as a shard arrives
+        time.sleep(0.05)  # the host idles between generations, its threads with it
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t0 = time.perf_counter()
+        _, res = objective.evaluate(fresh, complete=False)
+        wall = time.perf_counter() - t0
+        tm = res.timings
+        rows.append({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
+                     "prepare_ms": tm["prepare_s"] * 1e3, "finish_ms": tm["finish_s"] * 1e3,
+                     "solve_ms": tm["solve_s"] * 1e3,
+                     "score_ms": (wall - tm["total_s"]) * 1e3, "total_ms": wall * 1e3})
+    return {"thread": threading.current_thread().name, "allocator_kept": kept,
+            "backend": objective.simulator.backend, "device": objective.simulator.device,
+            "evaluations": rows}
+
+
+def _in_place(place: str, args: argparse.Namespace) -> dict[str, Any]:
+    run = (args.config, args.population, args.warm_up + args.evaluations, args.backend)
+    if place == "main":
+        return evaluations(*run)
+    if place == "thread":
+        out: list[dict[str, Any]] = []
+        worker = threading.Thread(target=lambda: out.append(evaluations(*run)))
+        worker.start()
+        worker.join()
+        return out[0]
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        return client.submit(evaluations, *run, pure=False).result()
+
+
+def _child(argv: list[str]) -> int:
+    """``--child PLACE``: one place's evaluations in this (fresh) process, JSON on stdout."""
+    ap = _parser()
+    args = ap.parse_args(argv)
+    print(json.dumps(_in_place(args.child, args)))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="a fit configuration")
+    ap.add_argument("--population", type=int, default=32768, help="candidates per evaluation")
+    ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--places", default=",".join(PLACES),
+                    help=f"comma separated, of {', '.join(PLACES)}")
+    ap.add_argument("--rounds", type=int, default=2, help="fresh processes per place")
+    ap.add_argument("--evaluations", type=int, default=8, help="timed, per process")
+    ap.add_argument("--warm-up", type=int, default=2, help="evaluations left out first")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    add_output_options(ap, "host_work")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    if args.child:
+        return _child(argv)
+    places = [p.strip() for p in args.places.split(",") if p.strip()]
+    unknown = sorted(set(places) - set(PLACES))
+    if unknown:
+        print(f"host_work: unknown place {unknown[0]!r} (use {', '.join(PLACES)})",
+              file=sys.stderr)
+        return 2
+    runs = []
+    for r in range(args.rounds):
+        for place in places:
+            done = subprocess.run([sys.executable, "-m", "benchmarks", "host_work", *argv,
+                                   "--child", place], capture_output=True, text=True,
+                                  cwd=ROOT)
+            if done.returncode != 0:
+                print(done.stderr[-4000:], file=sys.stderr)
+                return done.returncode
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            kept = got["evaluations"][args.warm_up:]
+            median = {k: float(np.median([e[k] for e in kept])) for k in kept[0]}
+            runs.append({"place": place, "round": r, **got, "median": median})
+            print(f"{place:>7} (round {r}): " + ", ".join(
+                f"{k} {v:.1f}" for k, v in median.items()), flush=True)
+    out = {"benchmark": "host_work", "provenance": provenance("host_work", argv),
+           "config": args.config, "population": args.population, "runs": runs}
+    print(f"wrote {write(out, output_path(args, 'host_work'))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
