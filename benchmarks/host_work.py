@@ -6,7 +6,17 @@ fit of a batch) on a thread of its own, whose memory comes from an arena of its 
 ``--population`` candidates of a fit configuration (the solver's preparation and results,
 ``prepare_ms`` and ``finish_ms``; the objective's checks and errors beyond them,
 ``score_ms``) and counts the process's minor page faults during it (``faults``: pages
-written for the first time since the allocator got them), in each place::
+written for the first time since the allocator got them), in each place:
+
+- ``main``: the calling thread of a fresh process, as ``kingen fit``;
+- ``thread``: another thread of a fresh process;
+- ``worker``: one task of a one-worker ``LocalCluster`` that builds the objective and
+  evaluates it (on the worker's task thread);
+- ``shard``: as a sharded fit does it: the objective built once on the worker by
+  :class:`~kingen.distributed.worker.SolverPlugin`, and each evaluation one task of
+  :func:`~kingen.distributed.worker.evaluate_shard` given the candidates as its argument.
+
+::
 
     python -m benchmarks.make_fit_problem --model robert_howe_2003 --out /tmp/rh03
     python -m benchmarks host_work --config /tmp/rh03/fit.toml --population 32768 \\
@@ -37,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 
-PLACES = ("main", "thread", "worker")
+PLACES = ("main", "thread", "worker", "shard")
 
 
 def evaluations(config: str, population: int, evaluations: int, backend: str,
@@ -73,6 +83,45 @@ def evaluations(config: str, population: int, evaluations: int, backend: str,
             "evaluations": rows}
 
 
+def _shard_task(plugin: str, params: np.ndarray) -> dict[str, Any]:
+    """:func:`~kingen.distributed.worker.evaluate_shard`, with the page faults it caused."""
+    from kingen.distributed.worker import evaluate_shard
+
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    got = evaluate_shard(plugin, params, False)
+    got["faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return got
+
+
+def _shards(client: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from kingen.distributed.worker import SolverPlugin, workers_per_host
+    from kingen.fit_config import load_config
+    from kingen.objective import Objective
+
+    cfg = load_config(args.config, overrides={"backend": args.backend})
+    start = cfg.pmap.start_genes()
+    genes = start + np.random.default_rng(0).normal(0.0, 0.2, (args.population, start.size))
+    guard = Objective(cfg.scheme, cfg.protocols, backend="cpu", precision=cfg.precision,
+                      step=cfg.step, courant=cfg.courant).guard
+    params = guard(cfg.pmap.to_params(genes))
+    client.register_plugin(SolverPlugin(
+        cfg.scheme, cfg.protocols, backend=cfg.backend, precision=cfg.precision,
+        step=cfg.step, courant=cfg.courant, warm=params[:1],
+        workers_per_host=workers_per_host(client)), name="host-work")
+    rows = []
+    info: dict[str, Any] = {}
+    for _ in range(args.warm_up + args.evaluations):
+        time.sleep(0.05)
+        got = client.submit(_shard_task, "host-work", params, pure=False).result()
+        info = {"backend": got["backend"], "device": got["device"]}
+        rows.append({"faults": got["faults"], "prepare_ms": got["prepare_s"] * 1e3,
+                     "finish_ms": got["finish_s"] * 1e3, "solve_ms": got["solve_s"] * 1e3,
+                     "score_ms": got["score_s"] * 1e3,
+                     "total_ms": (got["total_s"] + got["score_s"]) * 1e3})
+    return {"thread": "the worker's task thread", "allocator_kept": True, **info,
+            "evaluations": rows}
+
+
 def _in_place(place: str, args: argparse.Namespace) -> dict[str, Any]:
     run = (args.config, args.population, args.warm_up + args.evaluations, args.backend)
     if place == "main":
@@ -87,6 +136,8 @@ def _in_place(place: str, args: argparse.Namespace) -> dict[str, Any]:
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
+        if place == "shard":
+            return _shards(client, args)
         return client.submit(evaluations, *run, pure=False).result()
 
 
