@@ -13,7 +13,9 @@ recorded::
 
 ``--repeats 3`` runs the counts in turn three times (1, 2, 1, 2, ...) and gives the speed-up
 of the median walls: a batch of demo fits lasts seconds, and one run's figure moves with
-how evenly its fits happened to fall on the workers (``busy_s_per_worker``).
+how evenly its fits happened to fall on the workers (``busy_s_per_worker``). ``--one-gpu``
+puts every worker on GPU 0: a demo fit's 48 candidates leave the GPU mostly idle, so this
+measures what the batch layer itself allows on one host, GPU or not.
 
 ``shard``: one fit, each generation's candidates sharded over ``--workers`` workers, against
 the same fit in one process (same seed: the result must be the same, and it is checked).
@@ -31,6 +33,7 @@ shard's solve, split into the send, the worker's share beyond its solver and the
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -86,13 +89,14 @@ def _batch_run(args: argparse.Namespace, n: int) -> dict[str, Any]:
     """One batch of ``args.fits`` demo fits on a fresh local cluster of ``n`` workers."""
     settings = ClusterSettings(workers=n, gpus=args.backend != "cpu")
     plan = local_plan(settings)
+    env = {"CUDA_VISIBLE_DEVICES": "0"} if args.one_gpu else None
     with tempfile.TemporaryDirectory(prefix="kingen-dask-bench-") as tmp:
         (Path(tmp) / "warm").mkdir()
         warm = load_manifest(_manifest(Path(tmp) / "warm", n, 1, 8, args.backend))
         m = load_manifest(_manifest(Path(tmp), args.fits, args.generations,
                                     args.population, args.backend))
         t0 = time.perf_counter()
-        with open_client(settings) as client:
+        with open_client(settings, env=env) as client:
             client.wait_for_workers(n, timeout=120)
             started = time.perf_counter() - t0
             # one tiny fit per worker first: imports and solver compilation off the clock
@@ -107,8 +111,13 @@ def _batch_run(args: argparse.Namespace, n: int) -> dict[str, Any]:
             r.get("wall_s") or 0.0)
     print(f"{n} worker(s): {len(rows)} fits in {wall:.2f} s ({len(rows) / wall:.3f} fits/s)"
           f", cluster start {started:.1f} s", flush=True)
-    return {"workers": n, "cluster": plan["cluster"], "threads_per_worker": plan["threads"],
-            "gpus": plan["gpus"], "fits": len(rows), "ok": ok, "cluster_start_s": started,
+    return {"workers": n, "cluster": ("distributed.LocalCluster, every worker on GPU 0"
+                                      if env else plan["cluster"]),
+            # with env: plain processes, each with its share of the cores for the solver
+            "threads_per_worker": (max(1, (os.cpu_count() or 1) // n) if env
+                                   else plan["threads"]),
+            "gpus": plan["gpus"][:1] if env else plan["gpus"], "fits": len(rows), "ok": ok,
+            "cluster_start_s": started,
             "wall_s": wall, "fits_per_s": len(rows) / wall,
             "fit_wall_s": [r.get("wall_s") for r in rows],
             # the fits' own time per worker process: how evenly the batch was shared
@@ -129,7 +138,7 @@ def bench_batch(args: argparse.Namespace) -> dict[str, Any]:
         r["speedup"] = median[counts[0]] / r["wall_s"]
     return {"benchmark": "batch", "fits": args.fits, "generations": args.generations,
             "population": args.population, "backend": args.backend,
-            "repeats": args.repeats, "runs": runs,
+            "one_gpu": args.one_gpu, "repeats": args.repeats, "runs": runs,
             "median_wall_s": {str(n): median[n] for n in counts},
             "speedup_of_medians": {str(n): median[counts[0]] / median[n] for n in counts}}
 
@@ -204,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--population", type=int, default=None, help="batch 48, shard 65536")
     ap.add_argument("--backend", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--config", type=Path, default=None, help="shard: the fit configuration")
-    ap.add_argument("--one-gpu", action="store_true", help="shard: every worker on GPU 0")
+    ap.add_argument("--one-gpu", action="store_true", help="every worker on GPU 0")
     ap.add_argument("--pieces", default="1",
                     help="shard: shards per worker, comma separated (1, 2, ...)")
     add_output_options(ap, "dask_scaling")
