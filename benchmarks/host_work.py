@@ -51,7 +51,7 @@ PLACES = ("main", "thread", "worker", "shard")
 
 
 def evaluations(config: str, population: int, evaluations: int, backend: str,
-                seed: int = 0) -> dict[str, Any]:
+                pause_s: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Evaluate one batch of candidates ``evaluations`` times in the calling thread, as a
     fit's process does (freed memory kept); per evaluation its host work and page faults."""
     from kingen.allocator import keep_freed_memory
@@ -68,7 +68,7 @@ def evaluations(config: str, population: int, evaluations: int, backend: str,
     rows = []
     for _ in range(evaluations):
         fresh = np.array(params)  # a new argument each time, as a shard arrives
-        time.sleep(0.05)  # the host idles between generations, its threads with it
+        time.sleep(pause_s)  # a worker idles between its shards
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         _, res = objective.evaluate(fresh, complete=False)
@@ -111,7 +111,7 @@ def _shards(client: Any, args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     info: dict[str, Any] = {}
     for _ in range(args.warm_up + args.evaluations):
-        time.sleep(0.05)
+        time.sleep(args.pause_s)
         got = client.submit(_shard_task, "host-work", params, pure=False).result()
         info = {"backend": got["backend"], "device": got["device"]}
         rows.append({"faults": got["faults"], "prepare_ms": got["prepare_s"] * 1e3,
@@ -123,7 +123,8 @@ def _shards(client: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _in_place(place: str, args: argparse.Namespace) -> dict[str, Any]:
-    run = (args.config, args.population, args.warm_up + args.evaluations, args.backend)
+    run = (args.config, args.population, args.warm_up + args.evaluations, args.backend,
+           args.pause_s)
     if place == "main":
         return evaluations(*run)
     if place == "thread":
@@ -159,6 +160,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=2, help="fresh processes per place")
     ap.add_argument("--evaluations", type=int, default=8, help="timed, per process")
     ap.add_argument("--warm-up", type=int, default=2, help="evaluations left out first")
+    ap.add_argument("--pause-s", type=float, default=0.05,
+                    help="seconds slept before each evaluation (a worker idles between "
+                         "shards while the driver runs the GA)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_output_options(ap, "host_work")
     return ap
@@ -191,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{place:>7} (round {r}): " + ", ".join(
                 f"{k} {v:.1f}" for k, v in median.items()), flush=True)
     out = {"benchmark": "host_work", "provenance": provenance("host_work", argv),
-           "config": args.config, "population": args.population, "runs": runs}
+           "config": args.config, "population": args.population, "pause_s": args.pause_s,
+           "runs": runs}
     print(f"wrote {write(out, output_path(args, 'host_work'))}")
     return 0
 
