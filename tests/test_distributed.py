@@ -354,3 +354,65 @@ def test_the_batch_driver_wakes_when_a_fit_ends_not_at_its_next_poll(client):
     assert next_finished(finished, timeout=0.01) == []
     assert next_finished(finished, timeout=60.0) == [slow]
     assert slow.result() == "slow"
+
+
+# ---------------------------------------------------------------------- a batch system
+# Slurm's commands, stood in for: `sbatch` starts the job script on this host after a
+# queue wait (as its own process group, which `scancel` ends), or refuses it.
+
+_SBATCH = """#!/usr/bin/env bash
+copy="{jobs}/job-$$.sh"
+cp "$1" "$copy"
+setsid bash -c "sleep {wait}; exec bash $copy" > "{jobs}/job-$$.log" 2>&1 < /dev/null &
+echo "Submitted batch job $!"
+"""
+_SCANCEL = """#!/usr/bin/env bash
+for job in "$@"; do kill -- "-$job" 2>/dev/null || kill "$job" 2>/dev/null; done
+exit 0
+"""
+_REFUSE = """#!/usr/bin/env bash
+echo "sbatch: error: invalid partition specified: gpux" >&2
+exit 1
+"""
+
+
+def _fake_slurm(tmp_path: Path, monkeypatch, sbatch: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", sbatch), ("scancel", _SCANCEL)):
+        (bin_dir / name).write_text(text.format(jobs=tmp_path, wait=3))
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cluster = tmp_path / "slurm.toml"
+    cluster.write_text('[cluster]\nkind = "slurm"\ncores = 1\nmemory = "2GB"\n'
+                       'walltime = "00:10:00"\n')
+    return cluster
+
+
+def test_a_sharded_fit_on_a_batch_system_waits_for_its_queued_job(tmp_path, monkeypatch,
+                                                                  capsys, one_process):
+    from kingen.distributed.cluster import parse_cluster_option
+
+    reference, _ = one_process
+    settings = parse_cluster_option(str(_fake_slurm(tmp_path, monkeypatch, _SBATCH)))
+    result = fit_on_cluster(_small_config(tmp_path, "slurm"), settings, progress=False)
+    # the job waited 3 s in the "queue": the fit waited for its worker, and said so
+    assert "waiting for the batch system to start a worker (1 job submitted" in \
+        capsys.readouterr().err
+    assert result.fitness == reference.fitness
+    np.testing.assert_array_equal(result.params, reference.params)
+
+
+def test_a_batch_system_refusing_the_jobs_is_one_line(tmp_path, monkeypatch, capsys):
+    from test_fit_helpers import write_problem
+
+    from kingen.cli import main as cli
+
+    cluster = _fake_slurm(tmp_path, monkeypatch, _REFUSE)
+    path = write_problem(tmp_path, ga="generations = 2")
+    out = tmp_path / "never.h5"
+    assert cli(["fit", str(path), "--cluster", str(cluster), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kingen: error: {cluster}: cluster: the batch system refused the worker "
+                   "jobs: sbatch: error: invalid partition specified: gpux"]
+    assert not out.exists()

@@ -23,6 +23,7 @@ from kingen.distributed.summary import aic_bic, csv_text, html_text, ranking
 from kingen.distributed.tomlout import dumps_toml
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
+from kingen.scheme import Scheme
 
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
@@ -47,7 +48,9 @@ def test_slurm_job_script_from_a_cluster_table():
     lines = script.splitlines()
     assert "#SBATCH -p gpu" in lines
     assert "#SBATCH -A lab42" in lines
+    # the job asks for all its cores and memory ...
     assert "#SBATCH --cpus-per-task=16" in lines
+    assert "#SBATCH --mem=60G" in lines             # 64 GB, rounded up in GiB
     assert "#SBATCH -t 04:00:00" in lines
     assert "#SBATCH --gres=gpu:2" in lines
     assert "#SBATCH --constraint=h100" in lines
@@ -55,6 +58,20 @@ def test_slurm_job_script_from_a_cluster_table():
     # one `dask cuda worker` per job: one worker process per GPU of the job
     command = [line for line in lines if " -m dask cuda worker " in line]
     assert len(command) == 1 and "--resources GPU=2" in command[0]
+    # ... and each of its GPU workers runs one task at a time, with its GPU's share of the
+    # memory (`dask cuda worker` gives every worker it starts these)
+    assert "--nthreads 1 " in command[0] and "--memory-limit 29.80GiB" in command[0]
+
+
+def test_kingen_info_gives_a_batch_systems_workers_in_all():
+    from kingen.distributed.cluster import describe
+
+    lines = describe(cluster_settings(SLURM, "batch.toml"))
+    assert lines[0].startswith("cluster: slurm (4 jobs), each job 2 GPUs (one worker per GPU)")
+    assert lines[1] == "  8 workers on 8 GPUs in all"
+    adaptive = describe(cluster_settings({"kind": "pbs", "workers_per_job": 2, "cores": 4,
+                                          "adaptive": True, "maximum_jobs": 5}, "b.toml"))
+    assert adaptive[1] == "  up to 10 workers in all"
 
 
 def test_slurm_cpu_workers_and_pbs_gpus():
@@ -73,6 +90,13 @@ def test_slurm_cpu_workers_and_pbs_gpus():
         pbs.close()
     assert "#PBS -q gpuq" in script
     assert "#PBS -l select=1:ncpus=8:ngpus=1:mem=32GB" in script
+    # PBS has no days- prefix: the hours run on
+    days = jobqueue_cluster(cluster_settings({"kind": "pbs", "walltime": "1-12:00:00"},
+                                             "b.toml"))
+    try:
+        assert "#PBS -l walltime=36:00:00" in days.job_script().splitlines()
+    finally:
+        days.close()
 
 
 @pytest.mark.parametrize("table, message", [
@@ -80,9 +104,24 @@ def test_slurm_cpu_workers_and_pbs_gpus():
                       "slurm, pbs"),
     ({"kind": "slurm", "jobs": 0}, "batch.toml: cluster.jobs = 0: must be >= 1"),
     ({"kind": "slurm", "walltime": "4h"}, "batch.toml: cluster.walltime = '4h': must be a "
-                                          "time such as \"02:00:00\""),
+                                          "time above zero such as \"02:00:00\""),
+    # Slurm reads a zero limit as none at all; minutes and seconds run to 59
+    ({"kind": "slurm", "walltime": "00:00:00"}, "batch.toml: cluster.walltime = '00:00:00': "
+                                                "must be a time above zero"),
+    ({"kind": "pbs", "walltime": "1:99:99"}, "batch.toml: cluster.walltime = '1:99:99': "
+                                             "must be a time above zero"),
     ({"kind": "slurm", "memory": "lots"}, "batch.toml: cluster.memory = 'lots': must be a "
-                                          "size such as \"32GB\""),
+                                          "size above zero such as \"32GB\""),
+    ({"kind": "slurm", "memory": "0GB"}, "batch.toml: cluster.memory = '0GB': must be a "
+                                         "size above zero"),
+    # dask-jobqueue would start each worker with cores // workers = 0 threads
+    ({"kind": "slurm", "cores": 1, "workers_per_job": 4},
+     "batch.toml: cluster.workers_per_job = 4: must be <= cores (1)"),
+    ({"address": "tcp://10.0.0.5:notaport"}, "batch.toml: cluster.address = "
+                                             "'tcp://10.0.0.5:notaport': must be a scheduler "
+                                             "address"),
+    ({"address": "tcp://10.0.0.5:99999"}, "batch.toml: cluster.address = "
+                                          "'tcp://10.0.0.5:99999': the port must be between"),
     ({"kind": "slurm", "gpus_per_job": "2"}, "batch.toml: cluster.gpus_per_job = '2': must "
                                              "be an integer"),
     ({"kind": "slurm", "gpu": 2}, "batch.toml: cluster.gpu: unknown field"),
@@ -115,7 +154,10 @@ def test_cluster_option(tmp_path):
     f.write_text('[cluster]\nkind = "slurm"\njobs = 2\n')
     assert parse_cluster_option(str(f)).jobs == 2
     for bad, message in (("local:0", "--cluster = 'local:0': local:N needs"),
-                         ("tcp://a b", "--cluster = 'tcp://a b': not a scheduler address"),
+                         ("tcp://a b", "--cluster = 'tcp://a b': must be a scheduler "
+                                       "address"),
+                         ("tcp://127.0.0.1:notaport", "--cluster = 'tcp://127.0.0.1:notaport'"
+                                                      ": must be a scheduler address"),
                          ("nowhere.toml", "--cluster = 'nowhere.toml': must be local")):
         with pytest.raises(KingenError) as exc:
             parse_cluster_option(bad)
@@ -293,7 +335,11 @@ def test_the_readme_slurm_example(tmp_path):
         assert line in script.splitlines()
     job = loads_toml(m.jobs[-1].config_text, "<job>")
     assert job["model"] == str(tmp_path / "models" / "robert_howe_2003.toml")
-    assert job["parameters"] == {"fixed": ["k34"]}
+    assert job["parameters"] == {"fixed": ["gamma0"]}
+    # the example's fixed parameters are the scheme's own: its fits can run
+    shipped = Scheme.load(Path(__file__).resolve().parents[1] / "models" /
+                          "robert_howe_2003.toml")
+    assert set(job["parameters"]["fixed"]) <= set(shipped.param_names)
     assert job["protocols"][2]["targets"] == str(tmp_path / "cell02" / "recovery.csv")
 
 

@@ -32,8 +32,10 @@ kingen.errors.KingenError: batch.toml: cluster.jobs = 0: must be >= 1
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,9 +49,12 @@ _KEYS = {"kind", "address", "workers", "threads", "gpus", "queue", "account", "j
          "gpus_per_job", "workers_per_job", "cores", "memory", "walltime", "adaptive",
          "minimum_jobs", "maximum_jobs", "job_extra", "prologue", "python", "local_directory",
          "log_directory", "interface", "retries"}
-_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://[^\s/]+(:\d+)?/?$")
-_WALLTIME = re.compile(r"^(\d+-)?\d{1,3}:\d{2}(:\d{2})?$")
-_MEMORY = re.compile(r"^\d+(\.\d+)?\s*([kKMGTP]i?B|[kKMGTP])$")
+# a host name, an IPv4 address or a bracketed IPv6 one; the port, if any, in digits
+_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\])"
+                      r"(:(?P<port>\d+))?/?$")
+_WALLTIME = re.compile(r"^((?P<days>\d+)-)?(?P<hours>\d{1,3}):(?P<minutes>\d{2})"
+                       r"(:(?P<seconds>\d{2}))?$")
+_MEMORY = re.compile(r"^(?P<size>\d+(\.\d+)?)\s*([kKMGTP]i?B|[kKMGTP])$")
 
 
 @dataclass
@@ -107,9 +112,8 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
         if not address:
             raise c.error("missing: the scheduler's address (tcp://host:8786)",
                           join(where, "address"))
-        if not _ADDRESS.match(address):
-            raise c.error("must be a scheduler address such as tcp://host:8786",
-                          join(where, "address"), address)
+        if address_problem(address):
+            raise c.error(address_problem(address), join(where, "address"), address)
     elif address:
         raise c.error(f"only for kind = \"address\" (this is kind = \"{kind}\")",
                       join(where, "address"), address)
@@ -129,11 +133,14 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
     s.workers_per_job = c.integer(table, "workers_per_job", where, 1, ge=1, le=1024)
     s.cores = c.integer(table, "cores", where, 4, ge=1, le=4096)
     s.memory = c.string(table, "memory", where, "16GB")
-    if not _MEMORY.match(s.memory.strip()):
-        raise c.error("must be a size such as \"32GB\"", join(where, "memory"), s.memory)
+    size = _MEMORY.match(s.memory.strip())
+    if not size or float(size.group("size")) <= 0:
+        raise c.error("must be a size above zero such as \"32GB\"", join(where, "memory"),
+                      s.memory)
     s.walltime = c.string(table, "walltime", where, "01:00:00")
-    if not _WALLTIME.match(s.walltime.strip()):
-        raise c.error("must be a time such as \"02:00:00\" (hours:minutes:seconds)",
+    if walltime_seconds(s.walltime) is None:
+        raise c.error("must be a time above zero such as \"02:00:00\" (hours:minutes:seconds, "
+                      "minutes and seconds below 60; a days- prefix as in \"1-12:00:00\")",
                       join(where, "walltime"), s.walltime)
     s.adaptive = c.boolean(table, "adaptive", where, False)
     s.minimum_jobs = c.integer(table, "minimum_jobs", where, 0, ge=0, le=100_000)
@@ -144,6 +151,9 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
     if s.gpus_per_job and "workers_per_job" in table:
         raise c.error("with gpus_per_job, each job runs one worker per GPU; leave "
                       "workers_per_job out", join(where, "workers_per_job"), s.workers_per_job)
+    if s.workers_per_job > s.cores:
+        raise c.error(f"must be <= cores ({s.cores}): each worker needs a core of the job",
+                      join(where, "workers_per_job"), s.workers_per_job)
     for key in ("job_extra", "prologue"):
         items = c.array(table, key, where)
         for i, item in enumerate(items):
@@ -154,6 +164,68 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
     for key in ("python", "local_directory", "log_directory", "interface"):
         setattr(s, key, c.string(table, key, where, ""))
     return s
+
+
+def address_problem(address: str) -> str:
+    """Why ``address`` is not a scheduler address (empty if it is one).
+
+    Examples
+    --------
+    >>> address_problem("tcp://10.0.0.5:8786")
+    ''
+    >>> address_problem("tcp://10.0.0.5:notaport")
+    'must be a scheduler address such as tcp://host:8786'
+    >>> address_problem("tcp://10.0.0.5:99999")
+    'the port must be between 1 and 65535'
+    """
+    m = _ADDRESS.match(address.strip())
+    if not m:
+        return "must be a scheduler address such as tcp://host:8786"
+    if m.group("port") is not None and not 1 <= int(m.group("port")) <= 65535:
+        return "the port must be between 1 and 65535"
+    return ""
+
+
+def walltime_seconds(text: str) -> int | None:
+    """A ``[cluster] walltime`` in seconds; None if it is not a time above zero with minutes
+    and seconds below 60.
+
+    Examples
+    --------
+    >>> walltime_seconds("1-12:00:00"), walltime_seconds("02:30"), walltime_seconds("1:99:99")
+    (129600, 9000, None)
+    >>> walltime_seconds("00:00:00") is None
+    True
+    """
+    m = _WALLTIME.match(str(text).strip())
+    if not m:
+        return None
+    minutes, seconds = int(m.group("minutes")), int(m.group("seconds") or 0)
+    if minutes > 59 or seconds > 59:
+        return None
+    total = (int(m.group("days") or 0) * 24 + int(m.group("hours"))) * 3600 + \
+        minutes * 60 + seconds
+    return total or None
+
+
+def _per_gpu(memory: str, gpus: int) -> str:
+    """A job's memory divided among its GPU workers (``"60GB"``, 2 -> ``"30GB"``)."""
+    from dask.utils import format_bytes, parse_bytes
+
+    return format_bytes(parse_bytes(memory.replace(" ", "")) // max(1, gpus)).replace(" ", "")
+
+
+def _slurm_memory(memory: str) -> str:
+    """A size as ``#SBATCH --mem`` takes it, rounded up as dask-jobqueue rounds its own."""
+    from dask.utils import parse_bytes
+    from dask_jobqueue.slurm import slurm_format_bytes_ceil
+
+    return str(slurm_format_bytes_ceil(parse_bytes(memory.replace(" ", ""))))
+
+
+def _hours_minutes_seconds(total: int) -> str:
+    """``HH:MM:SS``, hours past 24 included: the walltime PBS reads (it has no days)."""
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
 
 
 def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings:
@@ -170,9 +242,8 @@ def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings
                               value=text)
         return ClusterSettings(workers=n, source=flag)
     if "://" in text:
-        if not _ADDRESS.match(text):
-            raise KingenError("not a scheduler address (tcp://host:8786)", field=flag,
-                              value=text)
+        if address_problem(text):
+            raise KingenError(address_problem(text), field=flag, value=text)
         return ClusterSettings(kind="address", address=text, source=flag)
     path = Path(text)
     if not path.is_file():
@@ -273,8 +344,17 @@ def describe(s: ClusterSettings) -> list[str]:
                if s.gpus_per_job else f"{s.workers_per_job} CPU worker(s)")
     scale = (f"adaptive, {s.minimum_jobs} to {s.maximum_jobs} jobs" if s.adaptive
              else f"{s.jobs} job{'s' if s.jobs != 1 else ''}")
-    return [f"cluster: {s.kind} ({scale}), each job {per_job}, {s.cores} cores, {s.memory}, "
-            f"walltime {s.walltime}" + (f", queue {s.queue}" if s.queue else "")]
+    per = s.gpus_per_job or s.workers_per_job
+    jobs = s.maximum_jobs if s.adaptive else s.jobs
+    total = (f"{'up to ' if s.adaptive else ''}{jobs * per} worker{'s' if jobs * per != 1 else ''}"
+             + (f" on {jobs * per} GPU{'s' if jobs * per != 1 else ''}" if s.gpus_per_job
+                else "") + " in all")
+    lines = [f"cluster: {s.kind} ({scale}), each job {per_job}, {s.cores} cores, {s.memory}, "
+             f"walltime {s.walltime}" + (f", queue {s.queue}" if s.queue else ""),
+             f"  {total}"]
+    if s.gpus_per_job:
+        lines.append("  the nodes need kingen and dask-cuda installed ('kingen[dask]')")
+    return lines
 
 
 def connected_lines(client: Any) -> list[str]:
@@ -304,7 +384,10 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
     except ImportError:
         raise KingenError("dask-jobqueue is not installed (pip install 'kingen[dask]')",
                           file=s.source, field="cluster.kind", value=s.kind) from None
-    kwargs: dict[str, Any] = {"cores": s.cores, "memory": s.memory, "walltime": s.walltime,
+    walltime = s.walltime
+    if s.kind == "pbs":  # PBS reads hours:minutes:seconds, with no days- prefix
+        walltime = _hours_minutes_seconds(walltime_seconds(s.walltime) or 0)
+    kwargs: dict[str, Any] = {"cores": s.cores, "memory": s.memory, "walltime": walltime,
                               "name": "kingen-worker"}
     if s.queue:
         kwargs["queue"] = s.queue
@@ -315,6 +398,15 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
         # One `dask cuda worker` per job starts one worker process per GPU it is given,
         # each with CUDA_VISIBLE_DEVICES set to its own GPU.
         kwargs["processes"] = 1
+        # Each worker takes one task at a time, as on a local cluster: dask-jobqueue gives
+        # a worker cores / processes threads and memory / processes, and `dask cuda worker`
+        # gives every one of its workers that much. The job still asks for all its cores
+        # (the solver's threads use them) and all its memory.
+        kwargs["cores"] = 1
+        kwargs["memory"] = _per_gpu(s.memory, s.gpus_per_job)
+        if s.kind == "slurm":
+            kwargs["job_cpu"] = s.cores
+            kwargs["job_mem"] = _slurm_memory(s.memory)
         kwargs["worker_command"] = "dask cuda worker"
         kwargs["worker_extra_args"] = ["--resources", f"GPU={s.gpus_per_job}"]
         directives.insert(0, (f"--gres=gpu:{s.gpus_per_job}" if s.kind == "slurm" else
@@ -370,6 +462,86 @@ def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any
                              **(env or {})})
 
 
+class _RefusedSubmissions(logging.Filter):
+    """Drops the event loop's tracebacks of a refused job submission, keeping what the
+    batch system said (``said``): :func:`submit_jobs` reports it in one line instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        text = f"{record.getMessage()} {exc or ''}"
+        if "Command exited with non-zero exit code" not in text:
+            return True
+        lines = [line.strip() for line in str(exc or text).split("stderr:", 1)[-1]
+                 .splitlines() if line.strip()]
+        self.said = lines[0] if lines else ""
+        return False
+
+
+_REFUSED = _RefusedSubmissions()
+
+
+def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
+    """Scale a batch-system cluster to ``s`` and wait until its jobs are submitted (not
+    started: they may wait in the queue).
+
+    Raises
+    ------
+    KingenError
+        The batch system refused every job (``sbatch``/``qsub`` failed): one line with
+        what it said.
+    """
+    from distributed.core import Status
+
+    for name in ("tornado.application", "asyncio", "distributed.deploy.spec"):
+        logging.getLogger(name).addFilter(_REFUSED)
+    _REFUSED.said = ""
+    if s.adaptive:
+        cluster.adapt(minimum_jobs=s.minimum_jobs, maximum_jobs=s.maximum_jobs)
+    else:
+        cluster.scale(jobs=s.jobs)
+    error = ""
+    try:
+        cluster.sync(cluster._correct_state)  # the submissions, awaited
+    except RuntimeError as exc:
+        error = str(exc)
+    jobs = list(getattr(cluster, "workers", {}).values())
+    # a job whose submission failed was never given an id, and is not being submitted
+    refused = [j for j in jobs if getattr(j, "job_id", "") is None
+               and j.status == Status.created and not j.lock.locked()]
+    if not jobs or len(refused) < len(jobs):
+        return
+    for job in refused:
+        job.status = Status.failed  # nothing to cancel when the cluster closes
+    said = _REFUSED.said or next((line.strip() for line in error.split("stderr:", 1)[-1]
+                                  .splitlines() if line.strip()), "")
+    command = "sbatch" if s.kind == "slurm" else "qsub"
+    reason = (said if said.startswith(command) else
+              f"{command} failed ({said or 'kingen -v shows more'})")
+    raise KingenError(f"the batch system refused the worker jobs: {reason}", file=s.source,
+                      field="cluster")
+
+
+def wait_for_a_worker(client: Any, say: Any = None, poll_s: float = 1.0,
+                      remind_s: float = 60.0) -> None:
+    """Wait until the cluster has a worker: a batch system's jobs may wait in its queue for
+    as long as it takes (stop with Ctrl-C). ``say`` (a callable taking a line) hears that it
+    waits, and again every ``remind_s`` seconds."""
+    t0 = time.monotonic()
+    told: float | None = None
+    while not client.nthreads():
+        waited = time.monotonic() - t0
+        if say is not None and (told is None or waited - told >= remind_s):
+            told = waited
+            jobs = len(getattr(getattr(client, "cluster", None), "workers", {}) or {})
+            say(f"waiting for the batch system to start a worker ({jobs} job"
+                f"{'s' if jobs != 1 else ''} submitted, {waited:.0f} s so far)")
+        time.sleep(poll_s)
+
+
 @contextlib.contextmanager
 def open_client(s: ClusterSettings, *, wait: bool = True,
                 env: dict[str, str] | None = None) -> Iterator[Any]:
@@ -403,10 +575,7 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                 cluster = (_local_cluster(s, env) if s.kind == "local" else
                            jobqueue_cluster(s))
                 if s.kind in ("slurm", "pbs"):
-                    if s.adaptive:
-                        cluster.adapt(minimum_jobs=s.minimum_jobs, maximum_jobs=s.maximum_jobs)
-                    else:
-                        cluster.scale(jobs=s.jobs)
+                    submit_jobs(cluster, s)
                 # The driver runs beside the scheduler (local, or the batch system's login
                 # node): results come straight from the workers, not through the scheduler.
                 client = Client(cluster, direct_to_workers=True)

@@ -9,9 +9,10 @@ process; each generation's candidates are scored by the workers, one shard each.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
-from kingen.distributed.cluster import ClusterSettings, open_client
+from kingen.distributed.cluster import ClusterSettings, open_client, wait_for_a_worker
 from kingen.distributed.shard import ShardedEvaluator
 
 
@@ -91,4 +92,10 @@ def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: An
     if client is not None:
         return run(client)
     with open_client(settings) as own:
+        if settings.kind in ("slurm", "pbs"):  # a shard needs a worker; jobs may queue
+            wait_for_a_worker(own, say=_say)
         return run(own)
+
+
+def _say(line: str) -> None:
+    print(f"kingen: {line}", file=sys.stderr, flush=True)
