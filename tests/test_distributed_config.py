@@ -276,6 +276,27 @@ def test_manifest_without_its_configuration(tmp_path):
         load_manifest(tmp_path / "missing.toml")
 
 
+def test_manifest_over_a_configuration_its_cells_cannot_address(tmp_path):
+    (tmp_path / "none.toml").write_text('model = "m.toml"\nprotocols = []\n')
+    p = tmp_path / "b.toml"
+    p.write_text('config = "none.toml"\n')
+    with pytest.raises(KingenError) as exc:
+        load_manifest(p)
+    assert _one_line(exc) == (f"{tmp_path / 'none.toml'}: protocols: must be a non-empty "
+                              "array of tables ([[protocols]])")
+    # two protocols called deactivation: a cell's deactivation recording would go to both
+    (tmp_path / "twice.toml").write_text(
+        'model = "m.toml"\n[[protocols]]\nprotocol = "deactivation"\n'
+        '[[protocols]]\nprotocol = "deactivation"\nexchange = 0.5\n')
+    p.write_text('config = "twice.toml"\n[[cells]]\nname = "c"\n'
+                 'recordings = { deactivation = "x.csv" }\n')
+    with pytest.raises(KingenError) as exc:
+        load_manifest(p)
+    assert _one_line(exc).startswith(
+        f"{tmp_path / 'twice.toml'}: protocols = 'deactivation': 2 protocols are called "
+        "'deactivation'")
+
+
 def test_toml_writer_round_trips_a_configuration():
     doc = loads_toml(kingen.demo_config().read_text(), "<demo>")
     doc["odd key"] = {"a \"b\"": [1.5, float("inf"), True, "x\ny\u00e9"]}

@@ -143,7 +143,9 @@ def result_row(store: Any) -> dict[str, Any]:
                                if p.recording is not None and p.amplitude is None)
     aic, bic = aic_bic(best["fitness"], n, k)
     row: dict[str, Any] = {"fitness": best["fitness"], "n_free": k, "n_samples": n,
-                           "aic": aic, "bic": bic, "generations": store.n_generations,
+                           "aic": aic, "bic": bic,
+                           # the GA's generations; generation 0 is the initial population
+                           "generations": max(store.n_generations - 1, 0),
                            "stopped": store.finished or "", "resumed": len(store.resumed)}
     for name, err in best["errors"].items():
         row[f"error:{name}"] = err

@@ -158,6 +158,7 @@ def load_manifest(path: str | Path) -> Manifest:
         raise c.error(f"{n:,} fits; a batch runs at most {MAX_FITS:,}", "cells")
     cluster = cluster_settings(doc["cluster"], name) if "cluster" in doc else None
 
+    _check_cell_keys(cells, base_doc, config_path)
     base = _absolute_config(base_doc, config_path.parent)
     jobs = []
     for cell_name, cell in cells:
@@ -195,10 +196,25 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise KingenError(f"cannot read: {exc}", file=str(path)) from None
     doc = loads_toml(text, str(path))
     protocols = doc.get("protocols")
-    if not isinstance(protocols, list) or not all(isinstance(t, dict) for t in protocols):
+    if not isinstance(protocols, list) or not protocols or \
+            not all(isinstance(t, dict) for t in protocols):
         raise KingenError("must be a non-empty array of tables ([[protocols]])",
                           file=str(path), field="protocols")
     return doc
+
+
+def _check_cell_keys(cells: list[tuple[str, dict]], base: dict, config_path: Path) -> None:
+    """A cell's recordings and targets go to the protocol of that name: two protocols of
+    the same name would both get them."""
+    keys = [_protocol_key(proto, i) for i, proto in enumerate(base["protocols"])]
+    named = {key for _, cell in cells for what in ("recording", "targets")
+             for key in cell[what]}
+    for key in sorted(named):
+        if keys.count(key) > 1:
+            raise KingenError(f"{keys.count(key)} protocols are called {key!r}, and a cell "
+                              "gives recordings or targets by that name: give each its own "
+                              "name (name = \"...\")", file=str(config_path),
+                              field="protocols", value=key)
 
 
 def _overrides(c: Fields, table: dict, where: str) -> dict[str, Any]:
