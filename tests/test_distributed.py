@@ -329,6 +329,7 @@ def test_batch_rerun_skips_finished_fits_and_resumes_unfinished(client, tmp_path
     assert first[victim.id]["resumed"] == 1 and first[twin.id]["resumed"] == 0
     # the GA's generations, as the configuration counts them (generation 0 left out)
     assert first[twin.id]["generations"] == 8
+    assert first[twin.id]["search_s"] > 0
     assert _params(first[victim.id]) == _params(first[twin.id])
     assert "resuming run.h5" in victim.log_path.read_text()
     done = {j.id: j.run_path.stat().st_mtime_ns for j in m.jobs}

@@ -147,6 +147,10 @@ def result_row(store: Any) -> dict[str, Any]:
                            # the GA's generations; generation 0 is the initial population
                            "generations": max(store.n_generations - 1, 0),
                            "stopped": store.finished or "", "resumed": len(store.resumed)}
+    try:  # the search's own seconds, as its run file counts them: the same on every rerun
+        row["search_s"] = float(store.last_state()[1]["elapsed"])
+    except (KingenError, KeyError):
+        row["search_s"] = math.nan
     for name, err in best["errors"].items():
         row[f"error:{name}"] = err
     values = to_file_units(cfg.scheme, best["params"])

@@ -30,8 +30,8 @@ from typing import Any
 from kingen.files import atomic_write
 
 FIRST_COLUMNS = ("id", "cell", "scheme", "seed", "status", "reason", "fitness", "n_free",
-                 "n_samples", "aic", "bic", "generations", "stopped", "resumed", "wall_s",
-                 "worker", "run_file")
+                 "n_samples", "aic", "bic", "generations", "stopped", "resumed", "search_s",
+                 "wall_s", "worker", "run_file")
 CSV_NAME = "batch_summary.csv"
 HTML_NAME = "batch_summary.html"
 
