@@ -379,15 +379,16 @@ exit 1
 """
 
 
-def _fake_slurm(tmp_path: Path, monkeypatch, sbatch: str) -> Path:
+def _fake_slurm(tmp_path: Path, monkeypatch, sbatch: str, kind: str = "slurm") -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("sbatch", sbatch), ("scancel", _SCANCEL)):
+    submit, cancel = ("sbatch", "scancel") if kind == "slurm" else ("qsub", "qdel")
+    for name, text in ((submit, sbatch), (cancel, _SCANCEL)):
         (bin_dir / name).write_text(text.format(jobs=tmp_path, wait=3))
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    cluster = tmp_path / "slurm.toml"
-    cluster.write_text('[cluster]\nkind = "slurm"\ncores = 1\nmemory = "2GB"\n'
+    cluster = tmp_path / f"{kind}.toml"
+    cluster.write_text(f'[cluster]\nkind = "{kind}"\ncores = 1\nmemory = "2GB"\n'
                        'walltime = "00:10:00"\n')
     return cluster
 
@@ -419,3 +420,15 @@ def test_a_batch_system_refusing_the_jobs_is_one_line(tmp_path, monkeypatch, cap
     assert err == [f"kingen: error: {cluster}: cluster: the batch system refused the worker "
                    "jobs: sbatch: error: invalid partition specified: gpux"]
     assert not out.exists()
+
+
+def test_a_pbs_system_refusing_the_jobs_without_a_word_is_one_line(tmp_path, monkeypatch,
+                                                                  capsys):
+    from kingen.cli import main as cli
+
+    cluster = _fake_slurm(tmp_path, monkeypatch, "#!/usr/bin/env bash\nexit 3\n", "pbs")
+    assert cli(["batch", str(_write_manifest(tmp_path, [1], "", generations=1)),
+                "--cluster", str(cluster)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"kingen: error: {cluster}: cluster: the batch system refused the worker jobs: qsub "
+        "failed (kingen -v shows more)"]

@@ -478,7 +478,8 @@ class _RefusedSubmissions(logging.Filter):
         lines = [line.strip() for line in str(exc or text).split("stderr:", 1)[-1]
                  .splitlines() if line.strip()]
         self.said = lines[0] if lines else ""
-        return False
+        # kingen -v keeps the whole traceback (the command, its exit code and output)
+        return logging.getLogger().getEffectiveLevel() <= logging.INFO
 
 
 _REFUSED = _RefusedSubmissions()
