@@ -432,3 +432,21 @@ def test_a_pbs_system_refusing_the_jobs_without_a_word_is_one_line(tmp_path, mon
     assert capsys.readouterr().err.strip().splitlines() == [
         f"kingen: error: {cluster}: cluster: the batch system refused the worker jobs: qsub "
         "failed (kingen -v shows more)"]
+
+
+def test_an_existing_scheduler_without_workers_is_one_line(tmp_path, monkeypatch, capsys):
+    from test_fit_helpers import write_problem
+
+    import kingen.distributed.cluster as cluster_module
+    from kingen.cli import main as cli
+
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 2.0)
+    path = write_problem(tmp_path, ga="generations = 2")
+    out = tmp_path / "never.h5"
+    with distributed.LocalCluster(n_workers=0, dashboard_address=None) as empty:
+        address = empty.scheduler_address
+        assert cli(["fit", str(path), "--cluster", address, "-o", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"kingen: error: --cluster = '{address}': the scheduler at {address} has no worker "
+        f"(start some with: dask worker {address}); waited 2 s")
+    assert not out.exists()

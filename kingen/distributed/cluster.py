@@ -543,6 +543,24 @@ def wait_for_a_worker(client: Any, say: Any = None, poll_s: float = 1.0,
         time.sleep(poll_s)
 
 
+WORKER_WAIT_S = 120.0
+"""Seconds a local cluster or an existing scheduler is given to show its first worker."""
+
+
+def _first_worker(client: Any, s: ClusterSettings) -> None:
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+    except (TimeoutError, OSError):  # Dask's WorkerStartTimeoutError is a TimeoutError
+        where = (f"the scheduler at {s.address} has no worker (start some with: dask worker "
+                 f"{s.address})" if s.kind == "address" else
+                 "the local cluster started no worker")
+        if s.source.startswith("--"):  # given on the command line
+            raise KingenError(f"{where}; waited {WORKER_WAIT_S:g} s", field=s.source,
+                              value=s.address or None) from None
+        raise KingenError(f"{where}; waited {WORKER_WAIT_S:g} s", file=s.source,
+                          field="cluster") from None
+
+
 @contextlib.contextmanager
 def open_client(s: ClusterSettings, *, wait: bool = True,
                 env: dict[str, str] | None = None) -> Iterator[Any]:
@@ -582,7 +600,7 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                 client = Client(cluster, direct_to_workers=True)
             try:
                 if wait and s.kind in ("local", "address"):
-                    client.wait_for_workers(1, timeout=120)
+                    _first_worker(client, s)
                 yield client
             finally:
                 client.close()
