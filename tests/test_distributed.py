@@ -450,3 +450,22 @@ def test_an_existing_scheduler_without_workers_is_one_line(tmp_path, monkeypatch
         f"kingen: error: --cluster = '{address}': the scheduler at {address} has no worker "
         f"(start some with: dask worker {address}); waited 2 s")
     assert not out.exists()
+
+
+def test_an_evaluator_that_cannot_be_built_leaves_the_run_files_as_they_were(tmp_path):
+    from kingen.errors import KingenError
+
+    # what a sharded fit's evaluator raises when the workers cannot build the solver
+    def workers_cannot(objective):
+        raise KingenError("the workers could not build the solver: no GPU",
+                          field="--cluster")
+
+    fresh = _small_config(tmp_path, "fresh")
+    with pytest.raises(KingenError, match="could not build the solver"):
+        kingen.fit(fresh, progress=False, evaluator=workers_cannot)
+    assert not Path(fresh.output).exists()          # no empty run file in the way
+    done = kingen.fit(_small_config(tmp_path, "done"), progress=False)
+    with pytest.raises(KingenError, match="could not build the solver"):
+        kingen.resume(done.path, generations=8, progress=False, evaluator=workers_cannot)
+    with RunStore.open(done.path) as store:          # still finished, never resumed
+        assert store.finished and store.resumed == [] and store.n_generations == 5

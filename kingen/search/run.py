@@ -76,6 +76,9 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     """
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     objective = _objective(cfg)
+    # built before the run file: an evaluator that cannot be built (workers that cannot
+    # build the solver) leaves no file behind
+    evaluate = None if evaluator is None else evaluator(objective)
     _warn(_start_warnings(cfg, objective), stream)
     mu = cfg.ga.lambda_ if cfg.ga.algorithm == "cmaes" else cfg.ga.population
     store = RunStore.create(
@@ -86,7 +89,7 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
         state_fields=state_fields(cfg, objective.n_protocols), inputs=_inputs(cfg),
         overwrite=overwrite)
     with store:
-        return _search(cfg, objective, store, None, progress, stream, evaluator)
+        return _search(cfg, objective, store, None, progress, stream, evaluate)
 
 
 def resume(path: str | os.PathLike[str], *, progress: bool = True,
@@ -128,12 +131,15 @@ def resume(path: str | os.PathLike[str], *, progress: bool = True,
     lock.acquire()
     try:
         cfg, objective, arrays = _read_for_resume(path, generations, stream)
+        # built before the file is opened for writing: one that cannot be built leaves
+        # the run as it was (a finished run stays finished)
+        evaluate = None if evaluator is None else evaluator(objective)
         store = RunStore.open(path, mode="a", verify=False, lock=lock)
     except BaseException:
         lock.release()
         raise
     with store:
-        return _search(cfg, objective, store, arrays, progress, stream, evaluator)
+        return _search(cfg, objective, store, arrays, progress, stream, evaluate)
 
 
 def _read_for_resume(path: str | os.PathLike[str], generations: int | None,
@@ -225,12 +231,11 @@ def _objective(cfg: FitConfig) -> Objective:
 
 def _search(cfg: FitConfig, objective: Objective, store: Any,
             blob: dict[str, np.ndarray] | None,
-            show: bool, stream: TextIO | None, evaluator: Evaluator | None) -> FitResult:
+            show: bool, stream: TextIO | None, evaluate: Any) -> FitResult:
     wall0 = time.perf_counter()
     keep_freed_memory()  # each generation's arrays reuse the last one's memory
     progress = Progress(cfg.ga.generations, stream=stream, enabled=show)
-    engine = Engine(cfg, objective, store, progress,
-                    evaluate=None if evaluator is None else evaluator(objective))
+    engine = Engine(cfg, objective, store, progress, evaluate=evaluate)
     state = engine.unpack(blob, cfg.output) if blob is not None else None
     state, reason = engine.run(state)
     progress.close()
