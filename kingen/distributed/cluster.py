@@ -506,7 +506,9 @@ def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
         cluster.scale(jobs=s.jobs)
     error = ""
     try:
-        cluster.sync(cluster._correct_state)  # the submissions, awaited
+        # SpecCluster's own step that submits the jobs: scale() only schedules it, and
+        # Dask has no public call that awaits the submissions
+        cluster.sync(cluster._correct_state)
     except RuntimeError as exc:
         error = str(exc)
     jobs = list(getattr(cluster, "workers", {}).values())
