@@ -112,8 +112,9 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
         if not address:
             raise c.error("missing: the scheduler's address (tcp://host:8786)",
                           join(where, "address"))
-        if address_problem(address):
-            raise c.error(address_problem(address), join(where, "address"), address)
+        problem = address_problem(address)
+        if problem:
+            raise c.error(problem, join(where, "address"), address)
     elif address:
         raise c.error(f"only for kind = \"address\" (this is kind = \"{kind}\")",
                       join(where, "address"), address)
@@ -242,8 +243,9 @@ def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings
                               value=text)
         return ClusterSettings(workers=n, source=flag)
     if "://" in text:
-        if address_problem(text):
-            raise KingenError(address_problem(text), field=flag, value=text)
+        problem = address_problem(text)
+        if problem:
+            raise KingenError(problem, field=flag, value=text)
         return ClusterSettings(kind="address", address=text, source=flag)
     path = Path(text)
     if not path.is_file():

@@ -231,7 +231,8 @@ def _objective(cfg: FitConfig) -> Objective:
 
 def _search(cfg: FitConfig, objective: Objective, store: Any,
             blob: dict[str, np.ndarray] | None,
-            show: bool, stream: TextIO | None, evaluate: Any) -> FitResult:
+            show: bool, stream: TextIO | None, evaluate: Evaluate | None
+            ) -> FitResult:
     wall0 = time.perf_counter()
     keep_freed_memory()  # each generation's arrays reuse the last one's memory
     progress = Progress(cfg.ga.generations, stream=stream, enabled=show)
