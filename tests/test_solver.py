@@ -332,3 +332,18 @@ def test_cpu_backend_keeps_occupancies_out_of_the_subnormal_range():
     nonzero = np.abs(occ[occ != 0])
     assert (occ == 0).sum() > 0.1 * occ.size  # the decayed states really reached zero
     assert nonzero.min() >= 0.5e-100
+
+
+def test_the_low_occupancy_warning_is_hidden_as_numba_cuda_words_it():
+    import warnings
+
+    from kingen.solve.batch import _LOW_OCCUPANCY
+
+    said = "Grid size 2 will likely result in GPU under-utilization due to low occupancy."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message=_LOW_OCCUPANCY)
+        warnings.warn(said, UserWarning, stacklevel=1)
+        warnings.warn(f"\x1b[1m{said}\x1b[0m", UserWarning, stacklevel=1)  # on Dask workers
+        warnings.warn("Grid size 2 is fine", UserWarning, stacklevel=1)  # others pass
+    assert [str(w.message) for w in caught] == ["Grid size 2 is fine"]

@@ -244,10 +244,14 @@ def run_batch(manifest: str | os.PathLike[str] | Manifest, *,
     if client is not None:
         return _run(m, client, bar)
     with open_client(settings) as own:
-        return _run(m, own, bar)
+        return _run(m, own, bar, queued=settings.kind in ("slurm", "pbs"))
 
 
-def _run(m: Manifest, client: Any, bar: BatchProgress) -> list[dict[str, Any]]:
+def _run(m: Manifest, client: Any, bar: BatchProgress, queued: bool = False
+         ) -> list[dict[str, Any]]:
+    """Submit the fits and follow them. ``queued``: the workers come from a batch system's
+    queue (wait for them however long; say so once a minute). Otherwise a cluster with no
+    worker for :data:`~kingen.distributed.cluster.WORKER_WAIT_S` stops the batch."""
     import uuid
 
     title = f"kingen batch {m.path.name}"
@@ -258,11 +262,17 @@ def _run(m: Manifest, client: Any, bar: BatchProgress) -> list[dict[str, Any]]:
     pending = set(futures)
     finished = finished_queue(list(futures))
     done_here = failed = 0
+    alone = _NoWorker(queued)
     try:
         while pending:
             got = next_finished(finished, timeout=REFRESH_S)
             if not got:  # nothing finished: the line's clock and running count move on
-                bar.update(len(rows), _running(client, pending), failed, done_here)
+                running = _running(client, pending)
+                if running is None:
+                    alone.check(bar, len(pending))
+                else:
+                    alone.reset()
+                bar.update(len(rows), running or 0, failed, done_here)
                 continue
             for fut in got:
                 pending.discard(fut)
@@ -321,13 +331,45 @@ def next_finished(finished: queue.SimpleQueue, timeout: float) -> list[Any]:
             return got
 
 
-def _running(client: Any, pending: set) -> int:
+def _running(client: Any, pending: set) -> int | None:
+    """How many of the ``pending`` fits run now; ``None`` when the cluster has no worker."""
     try:
         processing = client.processing()
     except Exception:  # noqa: BLE001 - the count is cosmetic
         return 0
+    if not processing:  # one entry per worker, busy or not
+        return None
     keys = {f.key for f in pending}
     return sum(1 for tasks in processing.values() for k in tasks if k in keys)
+
+
+class _NoWorker:
+    """Watches how long the batch's cluster has had no worker."""
+
+    def __init__(self, queued: bool) -> None:
+        self.queued = queued
+        self.since: float | None = None
+        self.told = 0.0
+
+    def reset(self) -> None:
+        self.since = None
+
+    def check(self, bar: BatchProgress, unfinished: int) -> None:
+        from kingen.distributed import cluster
+
+        now = time.monotonic()
+        if self.since is None:
+            self.since = self.told = now
+        waited = now - self.since
+        if self.queued:
+            if now - self.told >= cluster.REMIND_S:
+                self.told = now
+                bar.message(f"waiting for the batch system to start a worker ({waited:.0f} "
+                            "s so far)")
+        elif waited >= cluster.WORKER_WAIT_S:
+            raise KingenError(f"the cluster has had no worker for {waited:.0f} s, with "
+                              f"{unfinished} fit{'s' if unfinished != 1 else ''} unfinished: "
+                              "start workers, then run the batch again to resume them")
 
 
 def _collect(fut: Any, job: FitJob) -> dict[str, Any]:
@@ -335,8 +377,14 @@ def _collect(fut: Any, job: FitJob) -> dict[str, Any]:
         return fut.result()
     except Exception as exc:  # noqa: BLE001 - e.g. KilledWorker after the retries
         name = type(exc).__name__
-        reason = (f"lost its worker too many times ({name}); rerun the batch to resume it "
-                  "from its run file" if name == "KilledWorker" else f"{name}: {exc}")
+        if name == "KilledWorker":
+            reason = (f"lost its worker too many times ({name}); rerun the batch to resume "
+                      "it from its run file")
+        elif "scheduler-connection-lost" in str(exc):
+            reason = ("lost the scheduler before the fit ended; rerun the batch to resume "
+                      "it from its run file")
+        else:
+            reason = f"{name}: {exc}"
         return {"id": job.id, "cell": job.cell, "scheme": job.scheme, "seed": job.seed,
                 "status": "failed", "reason": " ".join(reason.split()),
                 "run_file": str(job.run_path), "fitness": math.nan}

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kingen.distributed.local_worker import PRELOAD
 from kingen.errors import KingenError
 from kingen.fields import Fields, join, loads_toml
 
@@ -382,6 +383,7 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
     the cluster is scaled (:func:`open_client` does that).
     """
     try:
+        import dask
         from dask_jobqueue import PBSCluster, SLURMCluster
     except ImportError:
         raise KingenError("dask-jobqueue is not installed (pip install 'kingen[dask]')",
@@ -431,6 +433,11 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
         kwargs["log_directory"] = s.log_directory
     if s.interface:
         kwargs["interface"] = s.interface
+    # A login node is shared: another user's Dask on the default dashboard port (8787)
+    # would cost a warning of five lines. A free port, unless Dask's own configuration
+    # names one.
+    kwargs["scheduler_options"] = {"dashboard_address": ":0", **dask.config.get(
+        f"jobqueue.{s.kind}.scheduler-options", {})}
     kwargs.update(extra)
     cls = SLURMCluster if s.kind == "slurm" else PBSCluster
     try:
@@ -452,14 +459,14 @@ def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any
 
         # n_workers takes the first GPUs of CUDA_VISIBLE_DEVICES, if the user has set it
         return LocalCUDACluster(n_workers=plan["workers"], threads_per_worker=1,
-                                dashboard_address=":0")
+                                dashboard_address=":0", preload=[PRELOAD])
     from distributed import LocalCluster
 
     # One task at a time per worker process; the solver's own threads (Numba) use the
     # worker's share of the cores, set by the worker plugin.
     hidden = {} if s.gpus else {"CUDA_VISIBLE_DEVICES": ""}
     return LocalCluster(n_workers=plan["workers"], threads_per_worker=1, processes=True,
-                        dashboard_address=":0",
+                        dashboard_address=":0", preload=[PRELOAD],
                         env={"NUMBA_NUM_THREADS": str(plan["threads"]), **hidden,
                              **(env or {})})
 
@@ -485,6 +492,53 @@ class _RefusedSubmissions(logging.Filter):
 
 
 _REFUSED = _RefusedSubmissions()
+
+
+class _ShutdownNoise(logging.Filter):
+    """Drops what Dask logs when a client stops waiting, each record with its traceback:
+
+    - asyncio's "Task exception was never retrieved" for ``AllExit``, the exception Dask's
+      ``gather`` uses to stop waiting (one per shard when Ctrl-C stops a gather);
+    - a ``CancelledError`` of the client's own tasks as it closes (its reconnection to a
+      lost scheduler, say);
+    - "Failed to reconnect to scheduler": the fit or batch then stops with its own line,
+      which says so.
+
+    ``kingen -v`` keeps the last two."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncio
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ == "AllExit":
+            return False
+        noise = (isinstance(exc, asyncio.CancelledError)
+                 or "Failed to reconnect to scheduler" in record.getMessage())
+        return not noise or logging.getLogger().getEffectiveLevel() <= logging.INFO
+
+
+_SHUTDOWN_NOISE = _ShutdownNoise()
+
+
+class _KilledOnClose(logging.Filter):
+    """Drops the nanny's "Worker process still alive after 4.0 seconds, killing" while
+    kingen closes its own local cluster: a worker still running a fit (a batch stopped by
+    Ctrl-C or by an error) is ended so, as intended; its run file is safe at any moment.
+    ``kingen -v`` keeps the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return ("still alive after" not in record.getMessage()
+                or logging.getLogger().getEffectiveLevel() <= logging.INFO)
+
+
+def _close_cluster(cluster: Any) -> None:
+    nanny = logging.getLogger("distributed.nanny")
+    quiet = _KilledOnClose()
+    nanny.addFilter(quiet)
+    try:
+        cluster.close()
+    finally:
+        nanny.removeFilter(quiet)
 
 
 def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
@@ -530,8 +584,12 @@ def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
                       field="cluster")
 
 
+REMIND_S = 60.0
+"""Seconds between the lines that say kingen still waits for a worker."""
+
+
 def wait_for_a_worker(client: Any, say: Any = None, poll_s: float = 1.0,
-                      remind_s: float = 60.0) -> None:
+                      remind_s: float = REMIND_S) -> None:
     """Wait until the cluster has a worker: a batch system's jobs may wait in its queue for
     as long as it takes (stop with Ctrl-C). ``say`` (a callable taking a line) hears that it
     waits, and again every ``remind_s`` seconds."""
@@ -548,7 +606,11 @@ def wait_for_a_worker(client: Any, say: Any = None, poll_s: float = 1.0,
 
 
 WORKER_WAIT_S = 120.0
-"""Seconds a local cluster or an existing scheduler is given to show its first worker."""
+"""Seconds a local cluster or an existing scheduler is given to show its first worker, and
+that a fit or batch waits while it has none."""
+
+CONNECT_TIMEOUT_S = 20.0
+"""Seconds given to reach an existing scheduler, and to reconnect to it when lost."""
 
 
 def _first_worker(client: Any, s: ClusterSettings) -> None:
@@ -585,12 +647,14 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
         # Dask tells of every worker and connection at INFO: for kingen -v only
         for name in ("distributed", "dask_jobqueue", "dask_cuda"):
             logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ("asyncio", "distributed.client", "distributed.utils"):
+        logging.getLogger(name).addFilter(_SHUTDOWN_NOISE)  # once: filters are a set
     with dask.config.set({"distributed.scheduler.allowed-failures": s.retries}):
         cluster = None
         try:
             if s.kind == "address":
                 try:
-                    client = Client(s.address, timeout="20s")
+                    client = Client(s.address, timeout=f"{CONNECT_TIMEOUT_S:g}s")
                 except OSError as exc:
                     raise KingenError(f"cannot reach the scheduler: {exc}", file=s.source,
                                       field="cluster.address", value=s.address) from None
@@ -610,4 +674,4 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                 client.close()
         finally:
             if cluster is not None:
-                cluster.close()
+                _close_cluster(cluster)

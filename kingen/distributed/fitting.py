@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+import kingen.distributed.cluster as cluster_module
 from kingen.distributed.cluster import ClusterSettings, open_client, wait_for_a_worker
-from kingen.distributed.shard import ShardedEvaluator
+from kingen.distributed.shard import ClusterLost, ShardedEvaluator
+from kingen.errors import KingenError
 
 
 class _Evaluators:
@@ -65,7 +68,7 @@ def fit_on_cluster(config: Any, settings: ClusterSettings, *, client: Any = None
 
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     return _run(settings, client, _options(cfg.settings),
-                lambda evaluators: fit(cfg, evaluator=evaluators, **kwargs))
+                lambda evaluators: fit(cfg, evaluator=evaluators, **kwargs), cfg.output)
 
 
 def resume_on_cluster(path: str | os.PathLike[str], settings: ClusterSettings, *,
@@ -78,14 +81,28 @@ def resume_on_cluster(path: str | os.PathLike[str], settings: ClusterSettings, *
     with RunStore.open(path, "r", verify=False) as reader:
         options = _options(reader.config)
     return _run(settings, client, options,
-                lambda evaluators: resume(path, evaluator=evaluators, **kwargs))
+                lambda evaluators: resume(path, evaluator=evaluators, **kwargs), path)
 
 
-def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: Any) -> Any:
+def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: Any,
+         run_file: str | os.PathLike[str]) -> Any:
+    # Workers of a batch system may end (walltime) and new jobs queue: wait for them,
+    # saying so. Elsewhere a cluster without a worker for two minutes stops the fit.
+    queued = settings.kind in ("slurm", "pbs")
+    options = {**options, "say": _say,
+               "no_worker_s": None if queued else cluster_module.WORKER_WAIT_S}
+
     def run(c: Any) -> Any:
         evaluators = _Evaluators(c, options)
         try:
             return go(evaluators)
+        except ClusterLost as exc:
+            if not Path(run_file).exists():
+                raise
+            raise KingenError(f"{exc.message}; the run file keeps every committed "
+                              f"generation: go on with kingen resume {run_file} --cluster "
+                              f"{_spec(settings)}",
+                              file=exc.file, field=exc.field, value=exc.value) from None
         finally:
             evaluators.close()
 
@@ -95,6 +112,15 @@ def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: An
         if settings.kind in ("slurm", "pbs"):  # a shard needs a worker; jobs may queue
             wait_for_a_worker(own, say=_say)
         return run(own)
+
+
+def _spec(settings: ClusterSettings) -> str:
+    """A ``--cluster`` value for these settings, as the user gave them."""
+    if not settings.source.startswith(("--", "<")):
+        return settings.source  # the file with the [cluster] table
+    if settings.kind == "address":
+        return settings.address
+    return f"local:{settings.workers}" if settings.workers else "local"
 
 
 def _say(line: str) -> None:

@@ -13,6 +13,11 @@ A worker lost while it holds a shard is Dask's to handle: the scheduler runs the
 again on another worker (up to ``[cluster] retries`` times). The evaluator hears of it from
 the scheduler's ``remove-worker`` events and keeps one record per shard run again
 (:meth:`ShardedEvaluator.take_reruns`), which the fit writes to its run file.
+
+A cluster that cannot go on stops the fit with one line (:class:`ClusterLost`), never a
+silent wait: the scheduler lost, or no worker left for ``no_worker_s`` seconds. The calls
+that every worker must answer (building and dropping the solver) are given a time limit: a
+worker stuck on its way out (Dask leaves one so when it fails to start) answers nothing.
 """
 
 from __future__ import annotations
@@ -27,9 +32,21 @@ from typing import Any
 
 import numpy as np
 
+from kingen.distributed.cluster import REMIND_S
 from kingen.errors import KingenError
 from kingen.objective import Evaluation, ProtocolData
 from kingen.scheme import Scheme
+
+BUILD_WAIT_S = 900.0
+"""Seconds the workers are given to build the solver (a cold compile takes minutes)."""
+
+DROP_WAIT_S = 30.0
+"""Seconds the scheduler is given to drop the solver from its workers at the fit's end."""
+
+class ClusterLost(KingenError):
+    """The cluster could not score a generation: the scheduler was lost, no worker was
+    left, or a shard failed on every worker it was given to. The run file keeps every
+    committed generation: the fit can be resumed."""
 
 
 @dataclass
@@ -66,6 +83,11 @@ class ShardedEvaluator:
         gave the same speed as one (``benchmarks/results/h100/dask_scaling/
         shard_one_worker_pieces.json``): Dask's send and return there are latency, not
         transfer.
+    no_worker_s
+        Seconds a generation waits while the cluster has no worker before the fit stops
+        (:class:`ClusterLost`); ``None``: as long as it takes (a batch system's jobs may
+        wait in its queue). ``say`` (a callable taking a line) hears of the wait once a
+        minute.
 
     Examples
     --------
@@ -82,7 +104,8 @@ class ShardedEvaluator:
                  backend: str = "auto", precision: str = "float64",
                  step: float | None = None, courant: float = 2.5,
                  warm: np.ndarray | None = None, shards: int | None = None,
-                 pieces: int = 1) -> None:
+                 pieces: int = 1, no_worker_s: float | None = 120.0,
+                 say: Callable[[str], object] | None = None) -> None:
         from kingen.distributed.worker import SolverPlugin, workers_per_host
 
         self.client = client
@@ -92,6 +115,8 @@ class ShardedEvaluator:
             raise KingenError("must be >= 1", field="pieces", value=pieces)
         self.shards = shards
         self.pieces = pieces
+        self.no_worker_s = no_worker_s
+        self.say = say
         self.calls = 0
         self._keys: dict[str, tuple[int, int, int]] = {}  # key -> (call, shard, rows)
         self._lost: list[dict[str, Any]] = []
@@ -103,11 +128,12 @@ class ShardedEvaluator:
         plugin = SolverPlugin(scheme, items, backend=backend, precision=precision, step=step,
                               courant=courant, warm=warm,
                               workers_per_host=workers_per_host(client))
-        try:
-            client.register_plugin(plugin, name=self.plugin)
-        except Exception as exc:
+        done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin, name=self.plugin)
+        if not done or error is not None:
             client.unsubscribe_topic("all")
-            raise KingenError(f"the workers could not build the solver: {_one_line(exc)}",
+            why = (_one_line(error) if done else f"no answer within {BUILD_WAIT_S:g} s")
+            why += _stuck_workers(client)
+            raise KingenError(f"the workers could not build the solver: {why}",
                               field="--cluster") from None
 
     @classmethod
@@ -178,7 +204,10 @@ class ShardedEvaluator:
         params = np.ascontiguousarray(np.atleast_2d(params), dtype=np.float64)
         self.calls += 1
         n = params.shape[0]
-        workers = sorted(self.client.nthreads())
+        try:
+            workers = sorted(self.client.nthreads())
+        except OSError as exc:  # Dask's CommClosedError too
+            raise self._lost_scheduler(exc) from None
         if not workers:
             raise KingenError("the cluster has no worker", field="--cluster")
         k = max(1, min(self.shards or len(workers) * self.pieces, n))
@@ -209,9 +238,14 @@ class ShardedEvaluator:
                         self._keys.pop(key, None)
                 raise
         try:
+            self._wait(futures)
             parts = self.client.gather(futures)
+        except ClusterLost:
+            raise
         except Exception as exc:
-            raise KingenError(f"a shard of evaluation {self.calls} failed: {_one_line(exc)}",
+            if isinstance(exc, OSError) or "scheduler-connection-lost" in str(exc):
+                raise self._lost_scheduler(exc) from None
+            raise ClusterLost(f"a shard of evaluation {self.calls} failed: {_one_line(exc)}",
                               field="--cluster") from None
         finally:
             with self._lock:
@@ -232,6 +266,42 @@ class ShardedEvaluator:
         timings["shards"] = float(k)
         return ev, ShardTimings(self.backend, self.device, timings)
 
+    def _lost_scheduler(self, exc: BaseException) -> ClusterLost:
+        address = getattr(getattr(self.client, "scheduler", None), "address", "") or "?"
+        why = ("the client could not reconnect" if "scheduler-connection-lost" in str(exc)
+               else _one_line(exc))
+        return ClusterLost(f"lost the scheduler at {address} ({why})", field="--cluster")
+
+    def _wait(self, futures: list[Any], poll_s: float = 2.0) -> None:
+        """Wait for the shards, watching that the cluster still has a worker to run them."""
+        from distributed import wait
+
+        alone_since: float | None = None
+        told = 0.0
+        while True:
+            try:
+                wait(futures, timeout=poll_s)
+                return
+            except TimeoutError:
+                pass
+            if self.client.status != "running":  # closed: the futures say why
+                return
+            if self.client.nthreads():
+                alone_since = None
+                continue
+            now = time.monotonic()
+            if alone_since is None:
+                alone_since, told = now, now
+            waited = now - alone_since + poll_s
+            if self.no_worker_s is not None and waited >= self.no_worker_s:
+                raise ClusterLost(f"the cluster has had no worker for {waited:.0f} s "
+                                  f"(evaluation {self.calls} waits for one)",
+                                  field="--cluster")
+            if self.say is not None and now - told >= REMIND_S:
+                told = now
+                self.say(f"evaluation {self.calls} waits for a worker: the cluster has "
+                         f"none ({waited:.0f} s so far)")
+
     def __call__(self, params: np.ndarray, while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, dict[str, float]]:
         """The engine's evaluator (:data:`kingen.search.engine.Evaluate`): rate constants
@@ -241,11 +311,15 @@ class ShardedEvaluator:
         return ev, timing.timings
 
     def close(self) -> None:
-        """Drop the workers' objectives and stop listening to the scheduler."""
-        try:
-            self.client.unregister_worker_plugin(self.plugin)
-        except Exception:  # the cluster may already be gone; nothing is left to free
-            pass
+        """Drop the workers' objectives and stop listening to the scheduler. A scheduler
+        that does not confirm it within :data:`DROP_WAIT_S` is left to it (``say`` hears
+        which workers did not answer): the fit itself is done."""
+        if self.client.status == "running":
+            done, _ = _within(DROP_WAIT_S, self.client.unregister_worker_plugin, self.plugin)
+            # an error means the cluster is gone: nothing is left to free
+            if not done and self.say is not None:
+                self.say(f"the scheduler did not confirm within {DROP_WAIT_S:g} s that its "
+                         f"workers dropped this fit's solver{_stuck_workers(self.client)}")
         try:
             self.client.unsubscribe_topic("all")
         except Exception:
@@ -285,6 +359,37 @@ def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
             "dask_send_s": max(first - submitted, 0.0),
             "dask_worker_s": max(last - first - busy, 0.0),
             "dask_return_s": max(gathered - last, 0.0)}
+
+
+def _within(seconds: float, call: Callable[..., object], *args: Any, **kwargs: Any
+            ) -> tuple[bool, BaseException | None]:
+    """Call ``call`` in a thread of its own and wait at most ``seconds``: (whether it
+    returned, what it raised). A daemon thread: one that never returns does not hold the
+    interpreter's exit."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call(*args, **kwargs)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="kingen-cluster-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return (True, outcome[0]) if outcome else (False, None)
+
+
+def _stuck_workers(client: Any) -> str:
+    """``; workers not running: ADDRESS (closing), ...`` for the workers a scheduler lists
+    that are not running (one that failed to start can stay so), or nothing."""
+    box: list[dict[str, Any]] = []
+    _within(10.0, lambda: box.append(client.scheduler_info(n_workers=-1)))
+    workers = box[0].get("workers", {}) if box else {}
+    stuck = [f"{address} ({w.get('status', '?')})" for address, w in sorted(workers.items())
+             if w.get("status", "running") != "running"]
+    return f"; workers not running: {', '.join(stuck)} (restart them)" if stuck else ""
 
 
 def _one_line(exc: BaseException) -> str:

@@ -38,7 +38,8 @@ TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
 # The CPU propagator builds its matrices in chunks of candidates of at most this many bytes.
 _CPU_D_BYTES = 64 * 2**20
 _BUILD_BLOCK = 128
-_LOW_OCCUPANCY = r"Grid size \d+ will likely result in GPU under-utilization"
+# matched from the message's start, which numba-cuda may open with a terminal's bold code
+_LOW_OCCUPANCY = r"(\x1b\[[0-9;]*m)?Grid size \d+ will likely result in GPU under-utilization"
 
 
 @dataclass

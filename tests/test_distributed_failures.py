@@ -1,0 +1,312 @@
+"""What a user sees when the cluster under a fit or batch fails: one line, never a wait
+without end, and a run file that resumes.
+
+Real Dask, no mocks: a scheduler and workers started as ``dask scheduler`` and ``dask
+worker`` would be (processes of their own, each worker in a process group of its own, so
+that killing the group takes its nanny too), and Ctrl-C sent to a whole process group as a
+terminal sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import cloudpickle  # noqa: E402
+
+import kingen  # noqa: E402
+import kingen.distributed.cluster as cluster_module  # noqa: E402
+import kingen.distributed.shard as shard_module  # noqa: E402
+from kingen.cli import main as cli  # noqa: E402
+from kingen.distributed.shard import ShardedEvaluator  # noqa: E402
+from kingen.errors import KingenError  # noqa: E402
+from kingen.store import RunStore  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+DASK_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+class Scheduler:
+    """A ``dask scheduler`` process, and ``dask worker`` processes joined to it."""
+
+    def __init__(self, folder: Path, env: dict[str, str] | None = None) -> None:
+        self.folder = folder
+        self.env = {**DASK_ENV, **(env or {})}
+        info = folder / "scheduler.json"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0",
+             "--dashboard-address", ":0", "--scheduler-file", str(info)], env=self.env,
+            stdout=subprocess.DEVNULL, stderr=open(folder / "scheduler.log", "w"),
+            start_new_session=True, cwd=folder)
+        self.workers: list[subprocess.Popen] = []
+        deadline = time.monotonic() + 60
+        while not info.exists() or not info.read_text().strip():
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                (folder / "scheduler.log").read_text()
+            time.sleep(0.1)
+        time.sleep(0.2)  # the file is written whole before the scheduler listens
+        self.address = json.loads(info.read_text())["address"]
+
+    def add_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+        n = len(self.workers)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", self.address,
+             "--nthreads", "1", "--dashboard-address", ":0"], env={**self.env, **(env or {})},
+            stdout=subprocess.DEVNULL, stderr=open(self.folder / f"worker{n}.log", "w"),
+            start_new_session=True, cwd=self.folder)  # not the checkout: kingen from env
+        self.workers.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in [*self.workers, self.proc]:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+@pytest.fixture
+def scheduler(tmp_path) -> Iterator[Scheduler]:
+    s = Scheduler(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _wait_for_workers(address: str, n: int) -> None:
+    with distributed.Client(address, timeout="30s") as c:
+        c.wait_for_workers(n, timeout=120)
+
+
+class AtEvaluation(distributed.WorkerPlugin):
+    """Kills ``pid``'s process group (``pid`` 0: the worker's own, its nanny with it) as a
+    worker starts a shard of evaluation ``evaluation``."""
+
+    def __init__(self, evaluation: int, pid: int = 0) -> None:
+        self.mark = f"-{evaluation}-"
+        self.pid = pid
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and str(key).startswith("kingen-shard-") \
+                and self.mark in str(key)[len("kingen-shard-") + 12:]:
+            os.killpg(os.getpgid(self.pid or os.getpid()), signal.SIGKILL)
+
+
+def _register(address: str, plugin: distributed.WorkerPlugin, name: str) -> None:
+    with distributed.Client(address, timeout="30s") as c:
+        c.register_plugin(plugin, name=name)
+
+
+def _unregister(address: str, name: str) -> None:
+    with distributed.Client(address, timeout="30s") as c:
+        c.unregister_worker_plugin(name)
+
+
+def _config(tmp_path: Path, generations: int, population: int = 8) -> Path:
+    demo = kingen.demo_config()
+    path = tmp_path / "fit.toml"
+    text = (demo.read_text().replace('"demo/', f'"{demo.parent}/demo/')
+            .replace("polish = true", "polish = false")
+            .replace("patience = 15", "patience = 0")
+            .replace("generations = 40", f"generations = {generations}")
+            .replace("population = 48", f"population = {population}")
+            .replace("offspring = 48", f"offspring = {population}"))
+    path.write_text(text)
+    return path
+
+
+def _fit_args(config: Path, run: Path, address: str) -> list[str]:
+    return ["fit", str(config), "--backend", "cpu", "-o", str(run), "-q",
+            "--cluster", address]
+
+
+# ---------------------------------------------------------------------- lost workers
+
+def test_a_fit_whose_workers_are_all_lost_stops_in_one_line_and_resumes(
+        scheduler, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 4.0)
+    config, run = _config(tmp_path, generations=6), tmp_path / "run.h5"
+    reference = kingen.fit(config, progress=False, overrides={
+        "backend": "cpu", "output": str(tmp_path / "one.h5")})
+    for _ in range(2):
+        scheduler.add_worker()
+    _wait_for_workers(scheduler.address, 2)
+    # both workers die (nanny and all) as they start evaluation 3, generation 2's
+    _register(scheduler.address, AtEvaluation(3), "kill-all")
+    assert cli(_fit_args(config, run, scheduler.address)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert re.fullmatch(
+        rf"kingen: error: --cluster: the cluster has had no worker for \d+ s \(evaluation 3 "
+        rf"waits for one\); the run file keeps every committed generation: go on with "
+        rf"kingen resume {re.escape(str(run))} --cluster {re.escape(scheduler.address)}",
+        err[0]), err[0]
+    with RunStore.open(run) as store:
+        assert store.n_generations == 2 and not store.finished
+    # what the line says to do works
+    _unregister(scheduler.address, "kill-all")
+    for _ in range(2):
+        scheduler.add_worker()
+    _wait_for_workers(scheduler.address, 2)
+    assert cli(["resume", str(run), "-q", "--cluster", scheduler.address]) == 0
+    with RunStore.open(run) as store:
+        assert store.finished and store.n_generations == 7 and len(store.resumed) == 1
+        best = store.best()
+    assert best["fitness"] == reference.fitness
+    np.testing.assert_array_equal(best["params"], reference.params)
+
+
+def test_a_batch_whose_workers_are_all_lost_stops_in_one_line(scheduler, tmp_path,
+                                                              monkeypatch, capsys):
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 4.0)
+    manifest = tmp_path / "batch.toml"
+    manifest.write_text(f'config = "{_config(tmp_path, generations=4)}"\noutput = "out"\n'
+                        'seeds = [1, 2]\n[overrides]\nbackend = "cpu"\n')
+    scheduler.add_worker()
+    _wait_for_workers(scheduler.address, 1)
+    with distributed.Client(scheduler.address, timeout="30s") as c:
+        # the worker dies as it starts its first fit
+        c.register_plugin(_KillOnFit(), name="kill-fit")
+    assert cli(["batch", str(manifest), "--cluster", scheduler.address]) == 2
+    err = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
+    assert err[-1] == ("kingen: error: the cluster has had no worker for 4 s, with 2 fits "
+                       "unfinished: start workers, then run the batch again to resume them")
+    assert [line for line in err[:-1] if not line.startswith("batch: ")] == []
+    _unregister(scheduler.address, "kill-fit")
+    scheduler.add_worker()
+    _wait_for_workers(scheduler.address, 1)
+    assert cli(["batch", str(manifest), "--cluster", scheduler.address]) == 0
+
+
+class _KillOnFit(distributed.WorkerPlugin):
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and str(key).startswith("kingen-fit-"):
+            os.killpg(os.getpgid(os.getpid()), signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------- lost scheduler
+
+def test_a_fit_whose_scheduler_is_lost_stops_in_one_line(scheduler, tmp_path, monkeypatch,
+                                                         capsys):
+    monkeypatch.setattr(cluster_module, "CONNECT_TIMEOUT_S", 3.0)
+    config, run = _config(tmp_path, generations=6), tmp_path / "run.h5"
+    scheduler.add_worker()
+    _wait_for_workers(scheduler.address, 1)
+    _register(scheduler.address, AtEvaluation(3, pid=scheduler.proc.pid), "kill-scheduler")
+    assert cli(_fit_args(config, run, scheduler.address)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"kingen: error: --cluster: lost the scheduler at "
+                             f"{scheduler.address} ("), err[0]
+    assert err[0].endswith(f"); the run file keeps every committed generation: go on with "
+                           f"kingen resume {run} --cluster {scheduler.address}")
+    with RunStore.open(run) as store:
+        assert store.n_generations == 2 and not store.finished
+
+
+# ---------------------------------------------------------------------- a stuck worker
+
+def test_a_worker_that_never_answers_does_not_hold_the_fit(tmp_path, monkeypatch):
+    # A worker that cannot import kingen joins while a fit's solver plugin is registered:
+    # it fails to start, and Dask (2026.8) leaves it "closing", answering nothing: the
+    # calls every worker must answer would wait for it without end.
+    fake = tmp_path / "no_kingen" / "kingen"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("kingen is not installed here")\n')
+    s = Scheduler(tmp_path)
+    try:
+        s.add_worker()
+        _wait_for_workers(s.address, 1)
+        monkeypatch.setattr(shard_module, "DROP_WAIT_S", 2.0)
+        monkeypatch.setattr(shard_module, "BUILD_WAIT_S", 3.0)
+        cfg = kingen.load_config(kingen.demo_config(), overrides={"backend": "cpu"})
+        said: list[str] = []
+        with distributed.Client(s.address, timeout="30s") as client:
+            ev = ShardedEvaluator.for_config(client, cfg, say=said.append)
+            stuck = s.add_worker(env={"PYTHONPATH": str(fake.parent)})
+            deadline = time.monotonic() + 60
+            while not _closing(client):
+                assert stuck.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            (address,) = _closing(client)
+            scores, _ = ev.evaluate(cfg.pmap.to_params(cfg.pmap.start_genes()[None]))
+            assert np.isfinite(scores.fitness).all()   # the fit goes on without it
+            t0 = time.monotonic()
+            ev.close()
+            assert time.monotonic() - t0 < 10
+            assert said == [f"the scheduler did not confirm within 2 s that its workers "
+                            f"dropped this fit's solver; workers not running: {address} "
+                            f"(closing) (restart them)"]
+            with pytest.raises(KingenError) as caught:   # the next fit's solver
+                ShardedEvaluator.for_config(client, cfg)
+            assert str(caught.value) == (
+                f"--cluster: the workers could not build the solver: no answer within 3 s; "
+                f"workers not running: {address} (closing) (restart them)")
+    finally:
+        s.close()
+
+
+def _closing(client) -> list[str]:
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return [a for a, w in workers.items() if w.get("status") == "closing"]
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+
+@pytest.mark.parametrize("command", ["fit", "batch"])
+def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command):
+    config = _config(tmp_path, generations=100000, population=64)
+    if command == "fit":
+        args = ["fit", str(config), "--backend", "cpu", "-o", str(tmp_path / "run.h5"),
+                "--cluster", "local:2"]
+        started = "gen 2/"
+    else:
+        manifest = tmp_path / "batch.toml"
+        manifest.write_text(f'config = "{config}"\noutput = "out"\nseeds = [1, 2]\n'
+                            '[overrides]\nbackend = "cpu"\n')
+        args, started = ["batch", str(manifest), "--cluster", "local:2"], "2 running"
+    err_path = tmp_path / "err.txt"
+    # as a terminal starts it: its own process group, Ctrl-C not ignored
+    proc = subprocess.Popen([sys.executable, "-m", "kingen", *args], env=DASK_ENV,
+                            stdout=subprocess.DEVNULL, stderr=open(err_path, "w"),
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 180
+        while started not in err_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.1)
+        time.sleep(1.0)  # the workers are mid-task
+        os.killpg(proc.pid, signal.SIGINT)  # to the driver and its workers, as Ctrl-C does
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = err_path.read_text().replace("\r", "\n").splitlines()
+    said = [line for line in lines
+            if line.strip() and not line.startswith(("gen ", "batch: ", "note: ",
+                                                      "strongly correlated"))]
+    assert said == ["kingen: interrupted"], said
+    deadline = time.monotonic() + 30
+    while True:  # no worker outlives the driver
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "a worker process is still running"
+        time.sleep(0.2)
