@@ -96,11 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``kingen`` command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(message)s")
     try:
+        # the parser imports every command's module (SciPy among them: a second or so, in
+        # which a Ctrl-C is as likely as in the command itself)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(message)s")
         return int(args.handler(args) or 0)
     except KingenError as exc:
         print(f"kingen: error: {exc}", file=sys.stderr)

@@ -10,11 +10,13 @@ terminal sends it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,6 +176,7 @@ def test_a_fit_whose_workers_are_all_lost_stops_in_one_line_and_resumes(
 def test_a_batch_whose_workers_are_all_lost_stops_in_one_line(scheduler, tmp_path,
                                                               monkeypatch, capsys):
     monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 4.0)
+    monkeypatch.setattr(cluster_module, "REMIND_S", 2.0)
     manifest = tmp_path / "batch.toml"
     manifest.write_text(f'config = "{_config(tmp_path, generations=4)}"\noutput = "out"\n'
                         'seeds = [1, 2]\n[overrides]\nbackend = "cpu"\n')
@@ -186,7 +189,10 @@ def test_a_batch_whose_workers_are_all_lost_stops_in_one_line(scheduler, tmp_pat
     err = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
     assert err[-1] == ("kingen: error: the cluster has had no worker for 4 s, with 2 fits "
                        "unfinished: start workers, then run the batch again to resume them")
-    assert [line for line in err[:-1] if not line.startswith("batch: ")] == []
+    waiting = [line for line in err[:-1] if not line.startswith("batch: ")]
+    assert waiting and all(re.fullmatch(r"the cluster has no worker \(\d s so far\): the "
+                                        r"batch stops at 4 s unless one joins", line)
+                           for line in waiting), waiting
     _unregister(scheduler.address, "kill-fit")
     scheduler.add_worker()
     _wait_for_workers(scheduler.address, 1)
@@ -268,8 +274,45 @@ def _closing(client) -> list[str]:
 
 # ---------------------------------------------------------------------- Ctrl-C
 
-@pytest.mark.parametrize("command", ["fit", "batch"])
-def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command):
+def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
+        tmp_path, monkeypatch, caplog):
+    def interrupted(seconds, call, *args, **kwargs):
+        threading.Thread(target=call, args=args, kwargs=kwargs, daemon=True).start()
+        time.sleep(0.5)  # the workers are building it
+        raise KeyboardInterrupt  # what the wait for them raises on Ctrl-C
+
+    cfg = kingen.load_config(_config(tmp_path, generations=2))
+    monkeypatch.setattr(shard_module, "_within", interrupted)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster) as client:
+            with pytest.raises(KeyboardInterrupt):
+                ShardedEvaluator.for_config(client, cfg)
+        time.sleep(0.5)  # the scheduler has seen the client leave
+    errors = [r.getMessage() for r in caplog.records
+              if r.name.startswith("distributed") and r.levelno >= logging.WARNING]
+    assert errors == []
+
+
+def _spawned_workers(pid: int) -> int:
+    """How many worker processes ``pid`` has spawned so far (Linux's /proc)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmdline:
+            count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+@pytest.mark.parametrize("command, when", [("fit", "mid-generation"), ("batch", "mid-fit"),
+                                           ("fit", "worker-starting"),
+                                           ("fit", "thrice-mid-generation")])
+def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command, when):
     config = _config(tmp_path, generations=100000, population=64)
     if command == "fit":
         args = ["fit", str(config), "--backend", "cpu", "-o", str(tmp_path / "run.h5"),
@@ -288,12 +331,19 @@ def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
-        while started not in err_path.read_text():
+        while (_spawned_workers(proc.pid) == 0 if when == "worker-starting" else
+               started not in err_path.read_text()):
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
-            time.sleep(0.1)
-        time.sleep(1.0)  # the workers are mid-task
+            time.sleep(0.005)
+        if when != "worker-starting":
+            time.sleep(1.0)  # the workers are mid-task
         os.killpg(proc.pid, signal.SIGINT)  # to the driver and its workers, as Ctrl-C does
-        assert proc.wait(timeout=60) == 130
+        for _ in range(2 if when.startswith("thrice") else 0):
+            time.sleep(0.2)  # impatient: again as the driver closes the cluster
+            os.killpg(proc.pid, signal.SIGINT)
+        # 130, or killed by the signal itself (a shell's $? is 130 either way): a press
+        # that lands after kingen's handler, as the interpreter exits, ends it so
+        assert proc.wait(timeout=60) in (130, -signal.SIGINT)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -361,15 +361,16 @@ class _NoWorker:
         if self.since is None:
             self.since = self.told = now
         waited = now - self.since
-        if self.queued:
-            if now - self.told >= cluster.REMIND_S:
-                self.told = now
-                bar.message(f"waiting for the batch system to start a worker ({waited:.0f} "
-                            "s so far)")
-        elif waited >= cluster.WORKER_WAIT_S:
+        if not self.queued and waited >= cluster.WORKER_WAIT_S:
             raise KingenError(f"the cluster has had no worker for {waited:.0f} s, with "
                               f"{unfinished} fit{'s' if unfinished != 1 else ''} unfinished: "
                               "start workers, then run the batch again to resume them")
+        if now - self.told >= cluster.REMIND_S:
+            self.told = now
+            bar.message(f"waiting for the batch system to start a worker ({waited:.0f} s so "
+                        "far)" if self.queued else
+                        f"the cluster has no worker ({waited:.0f} s so far): the batch stops "
+                        f"at {cluster.WORKER_WAIT_S:g} s unless one joins")
 
 
 def _collect(fut: Any, job: FitJob) -> dict[str, Any]:

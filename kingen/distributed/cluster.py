@@ -35,6 +35,8 @@ import contextlib
 import logging
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -531,14 +533,57 @@ class _KilledOnClose(logging.Filter):
                 or logging.getLogger().getEffectiveLevel() <= logging.INFO)
 
 
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold back Ctrl-C while a local cluster starts (seconds), and deliver it after.
+
+    Ctrl-C reaches the worker processes as well as the driver. A worker that takes it
+    while its interpreter starts, before kingen's preload ignores it, dies with a "Fatal
+    Python error" and two tracebacks; a driver that takes it inside Dask's start-up leaves
+    a half-started cluster that Dask's exit hook then fails to close, with a traceback.
+    So the signal is blocked in the driver's main thread, and in the threads Dask starts
+    from it and the worker processes they spawn, which inherit the blocked signal; one that
+    reaches another of the driver's threads (a BLAS pool) is only noted. On leaving, the
+    driver, which now has a cluster to close, raises :class:`KeyboardInterrupt`.
+    """
+    if not (hasattr(signal, "pthread_sigmask") and _in_main_thread()):
+        yield  # Windows, or a library caller's thread: Dask's own handling
+        return
+    import multiprocessing.resource_tracker
+
+    # Its first start unblocks every signal in the thread that starts it (Dask's event
+    # loop, as the first worker is spawned); started now, it is left running as is.
+    multiprocessing.resource_tracker.ensure_running()
+    pressed: list[int] = []
+    handler = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # one held back is noted now
+        signal.signal(signal.SIGINT, handler)
+        if pressed:
+            raise KeyboardInterrupt
+
+
 def _close_cluster(cluster: Any) -> None:
+    """Close a cluster kingen started. Another Ctrl-C meanwhile is ignored: it would leave
+    the closing half done, for Dask's exit hook to finish in silence and then a traceback
+    (the close itself is bounded by Dask's timeouts: seconds)."""
     nanny = logging.getLogger("distributed.nanny")
     quiet = _KilledOnClose()
     nanny.addFilter(quiet)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
     try:
         cluster.close()
     finally:
         nanny.removeFilter(quiet)
+        if handler is not None:
+            signal.signal(signal.SIGINT, handler)
 
 
 def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
@@ -610,7 +655,8 @@ WORKER_WAIT_S = 120.0
 that a fit or batch waits while it has none."""
 
 CONNECT_TIMEOUT_S = 20.0
-"""Seconds given to reach an existing scheduler, and to reconnect to it when lost."""
+"""Seconds given to reach an existing scheduler. (A fit or batch whose scheduler is lost
+stops at once: Dask cancels its tasks as the connection drops.)"""
 
 
 def _first_worker(client: Any, s: ClusterSettings) -> None:
@@ -659,8 +705,11 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                     raise KingenError(f"cannot reach the scheduler: {exc}", file=s.source,
                                       field="cluster.address", value=s.address) from None
             else:
-                cluster = (_local_cluster(s, env) if s.kind == "local" else
-                           jobqueue_cluster(s))
+                if s.kind == "local":
+                    with _ctrl_c_held():
+                        cluster = _local_cluster(s, env)
+                else:
+                    cluster = jobqueue_cluster(s)
                 if s.kind in ("slurm", "pbs"):
                     submit_jobs(cluster, s)
                 # The driver runs beside the scheduler (local, or the batch system's login

@@ -128,7 +128,12 @@ class ShardedEvaluator:
         plugin = SolverPlugin(scheme, items, backend=backend, precision=precision, step=step,
                               courant=courant, warm=warm,
                               workers_per_host=workers_per_host(client))
-        done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin, name=self.plugin)
+        try:
+            done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
+                                  name=self.plugin)
+        except BaseException:  # Ctrl-C: the scheduler must not write to a closing client
+            client.unsubscribe_topic("all")
+            raise
         if not done or error is not None:
             client.unsubscribe_topic("all")
             why = (_one_line(error) if done else f"no answer within {BUILD_WAIT_S:g} s")
@@ -268,7 +273,7 @@ class ShardedEvaluator:
 
     def _lost_scheduler(self, exc: BaseException) -> ClusterLost:
         address = getattr(getattr(self.client, "scheduler", None), "address", "") or "?"
-        why = ("the client could not reconnect" if "scheduler-connection-lost" in str(exc)
+        why = ("its connection dropped" if "scheduler-connection-lost" in str(exc)
                else _one_line(exc))
         return ClusterLost(f"lost the scheduler at {address} ({why})", field="--cluster")
 
