@@ -18,8 +18,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from kingen._version import __version__
 from kingen.errors import KingenError
 
@@ -97,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``kingen`` command; returns the exit status."""
     try:
-        # the parser imports every command's module (SciPy among them: a second or so, in
-        # which a Ctrl-C is as likely as in the command itself)
+        # The parser imports every command's module (SciPy among them: a second or so, in
+        # which a Ctrl-C is as likely as in the command itself). This module imports
+        # nothing heavy, so that the interpreter's start is all that precedes this line.
         parser = build_parser()
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -202,6 +201,7 @@ def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:
     # kingen.features says why a value is not determined (no steady state, an unbounded
     # bootstrap interval): that reason replaces the generic one.
     reasons = features.pop("not_determined", None) or {}
+    import numpy as np
 
     def clean(value, key: str):
         if isinstance(value, dict):
@@ -228,6 +228,8 @@ def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:
 
 
 def _show(value) -> str:
+    import numpy as np
+
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_show(v) for v in value) + "]"
     if isinstance(value, (float, np.floating)):
@@ -271,6 +273,7 @@ def cmd_info(args: argparse.Namespace) -> int:
                   f"{p.internal_unit:12s} [{p.lower:.4g}, {p.upper:.4g}] {flag}")
         return 0
     import numba
+    import numpy as np
 
     from kingen.solve.backends import cuda_status
 

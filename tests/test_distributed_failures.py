@@ -9,6 +9,7 @@ terminal sends it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -274,6 +275,24 @@ def _closing(client) -> list[str]:
 
 # ---------------------------------------------------------------------- Ctrl-C
 
+def test_a_local_worker_leaves_out_only_what_its_closing_causes():
+    from distributed.comm.core import CommClosedError
+
+    from kingen.distributed.local_worker import _DriverGone
+
+    def record(message: str, exc: BaseException | None = None) -> logging.LogRecord:
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, message,
+                                 None, (type(exc), exc, None) if exc else None)
+
+    heartbeat = "Failed to communicate with scheduler during heartbeat."
+    quiet = _DriverGone()
+    assert not quiet.filter(record(heartbeat, CommClosedError("ConnectionPool closing.")))
+    assert quiet.filter(record(heartbeat, OSError("Timed out trying to connect")))
+    assert not quiet.filter(record("failed during get data with tcp://a:1 -> None"))
+    assert quiet.filter(record("failed during get data with tcp://a:1 -> tcp://b:2"))
+    assert quiet.filter(record("Compute Failed"))
+
+
 def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
         tmp_path, monkeypatch, caplog):
     def interrupted(seconds, call, *args, **kwargs):
@@ -292,6 +311,47 @@ def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
     errors = [r.getMessage() for r in caplog.records
               if r.name.startswith("distributed") and r.levelno >= logging.WARNING]
     assert errors == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_ctrl_c_stops_a_local_cluster_whose_workers_do_not_start(tmp_path):
+    slow = tmp_path / "slow"
+    slow.mkdir()  # every worker process hangs as its interpreter starts
+    (slow / "sitecustomize.py").write_text(
+        'import sys, time\nif "--multiprocessing-fork" in sys.argv:\n    time.sleep(120)\n')
+    env = {**DASK_ENV, "PYTHONPATH": os.pathsep.join(
+        [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    args = ["fit", str(_config(tmp_path, generations=4)), "--backend", "cpu",
+            "-o", str(tmp_path / "run.h5"), "--cluster", "local:2"]
+    code = ("import sys, kingen.distributed.cluster as c; c.HOLD_S = 2.0; "
+            "from kingen.cli import main; sys.exit(main(sys.argv[1:]))")
+    err_path = tmp_path / "err.txt"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=open(err_path, "w"),
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while _spawned_workers(proc.pid) == 0:
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.01)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        # held back for HOLD_S, then seen when Dask's wait for the start wakes (10 s)
+        assert proc.wait(timeout=60) in (130, -signal.SIGINT)
+        lines = [line for line in err_path.read_text().splitlines() if line.strip()]
+        assert lines == ["kingen: interrupted"], lines
+        deadline = time.monotonic() + 30
+        while True:  # the hanging workers were ended, not left behind
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "a worker process is still running"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _spawned_workers(pid: int) -> int:
@@ -338,6 +398,10 @@ def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command, when):
         if when != "worker-starting":
             time.sleep(1.0)  # the workers are mid-task
         os.killpg(proc.pid, signal.SIGINT)  # to the driver and its workers, as Ctrl-C does
+        for _ in range(15 if when == "worker-starting" else 0):
+            time.sleep(0.1)  # again and again while the workers' interpreters start
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
         for _ in range(2 if when.startswith("thrice") else 0):
             time.sleep(0.2)  # impatient: again as the driver closes the cluster
             os.killpg(proc.pid, signal.SIGINT)

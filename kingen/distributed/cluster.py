@@ -537,53 +537,104 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+HOLD_S = 15.0
+"""Seconds a Ctrl-C is held back while a local cluster starts: past them, the start itself
+stops (a CUDA driver that hangs, say)."""
+
+
 @contextlib.contextmanager
 def _ctrl_c_held() -> Iterator[None]:
-    """Hold back Ctrl-C while a local cluster starts (seconds), and deliver it after.
+    """Hold back a Ctrl-C while a local cluster starts, and deliver it once it is up.
 
     Ctrl-C reaches the worker processes as well as the driver. A worker that takes it
     while its interpreter starts, before kingen's preload ignores it, dies with a "Fatal
     Python error" and two tracebacks; a driver that takes it inside Dask's start-up leaves
     a half-started cluster that Dask's exit hook then fails to close, with a traceback.
-    So the signal is blocked in the driver's main thread, and in the threads Dask starts
-    from it and the worker processes they spawn, which inherit the blocked signal; one that
-    reaches another of the driver's threads (a BLAS pool) is only noted. On leaving, the
-    driver, which now has a cluster to close, raises :class:`KeyboardInterrupt`.
+    So the signal is blocked in the driver's main thread, and so in the threads Dask starts
+    from it and in the worker processes they spawn, which inherit the blocked signal. A
+    press is noted (a thread of kingen's own, not blocking the signal, takes it from the
+    system; the main thread runs the handler when Dask's wait for the start ends, or every
+    10 s) and raised as :class:`KeyboardInterrupt` on leaving, with a cluster to close.
+    A start still running :data:`HOLD_S` seconds on is stopped by a press at once (within
+    those 10 s).
     """
-    if not (hasattr(signal, "pthread_sigmask") and _in_main_thread()):
-        yield  # Windows, or a library caller's thread: Dask's own handling
+    if not (hasattr(signal, "pthread_sigmask") and _in_main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+        # Windows; a library caller's thread, or its own handler; Ctrl-C ignored (nohup)
+        yield
         return
+    import _thread
     import multiprocessing.resource_tracker
 
     # Its first start unblocks every signal in the thread that starts it (Dask's event
     # loop, as the first worker is spawned); started now, it is left running as is.
     multiprocessing.resource_tracker.ensure_running()
-    pressed: list[int] = []
-    handler = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    t0 = time.monotonic()
+    presses: list[int] = []
+    lock, left = threading.Lock(), threading.Event()
+
+    def note(number: int, frame: object) -> None:
+        presses.append(number)
+        if time.monotonic() - t0 >= HOLD_S:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+
+    def take() -> None:  # a press noted early is handed to the main thread again at HOLD_S
+        if not left.wait(HOLD_S):
+            with lock:
+                if not left.is_set() and presses:
+                    _thread.interrupt_main()
+
+    threading.Thread(target=take, name="kingen-ctrl-c", daemon=True).start()
+    signal.signal(signal.SIGINT, note)
     before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)  # one held back is noted now
-        signal.signal(signal.SIGINT, handler)
-        if pressed:
+        with lock:
+            left.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if presses:
             raise KeyboardInterrupt
 
 
-def _close_cluster(cluster: Any) -> None:
-    """Close a cluster kingen started. Another Ctrl-C meanwhile is ignored: it would leave
-    the closing half done, for Dask's exit hook to finish in silence and then a traceback
-    (the close itself is bounded by Dask's timeouts: seconds)."""
+def _abandon_start(clusters: set[Any]) -> None:
+    """End a local cluster's start stopped midway: its worker processes are killed (they
+    hold nothing yet), and Dask's exit hook is told to leave the cluster, which it cannot
+    close (it asserts that every worker finished starting) and would say so in a
+    traceback."""
+    import multiprocessing
+
+    for cluster in clusters:
+        cluster.shutdown_on_close = False
+    # Dask's watch of each process warns that another reaped it: kingen did, on purpose
+    logging.getLogger("distributed.process").setLevel(logging.ERROR)
+    for process in multiprocessing.active_children():
+        if process.name.startswith("Dask Worker process"):
+            process.kill()
+
+
+def _close_cluster(cluster: Any, *, local: bool) -> None:
+    """Close a cluster kingen started. While a ``local`` one closes (seconds: its nannies
+    end a worker that does not stop within 4 s), another Ctrl-C is ignored: it would leave
+    the closing half done, for Dask's exit hook to finish in silence and then print a
+    traceback. A batch system's cluster closes by cancelling its jobs, which takes what
+    the batch system takes: Ctrl-C stays as it is."""
     nanny = logging.getLogger("distributed.nanny")
     quiet = _KilledOnClose()
-    nanny.addFilter(quiet)
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if _in_main_thread() else None
+    handler = None
     try:
-        cluster.close()
-    finally:
-        nanny.removeFilter(quiet)
-        if handler is not None:
-            signal.signal(signal.SIGINT, handler)
+        if local and _in_main_thread():
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    finally:  # a press that came just before is raised above: close all the same
+        nanny.addFilter(quiet)
+        try:
+            cluster.close()
+        finally:
+            nanny.removeFilter(quiet)
+            if handler is not None:
+                signal.signal(signal.SIGINT, handler)
 
 
 def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
@@ -706,8 +757,16 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                                       field="cluster.address", value=s.address) from None
             else:
                 if s.kind == "local":
-                    with _ctrl_c_held():
-                        cluster = _local_cluster(s, env)
+                    from distributed.deploy.spec import SpecCluster
+
+                    known = set(SpecCluster._instances)
+                    try:
+                        with _ctrl_c_held():
+                            cluster = _local_cluster(s, env)
+                    except KeyboardInterrupt:
+                        if cluster is None:  # the start was stopped (past HOLD_S)
+                            _abandon_start(set(SpecCluster._instances) - known)
+                        raise
                 else:
                     cluster = jobqueue_cluster(s)
                 if s.kind in ("slurm", "pbs"):
@@ -723,4 +782,4 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                 client.close()
         finally:
             if cluster is not None:
-                _close_cluster(cluster)
+                _close_cluster(cluster, local=s.kind == "local")

@@ -29,14 +29,18 @@ class _DriverGone(logging.Filter):
       running as its worker closes, which happens only when kingen closes the cluster;
     - "failed during get data with ADDRESS -> None" with its traceback: a shard's scores
       sent straight to a driver that has stopped (a Ctrl-C mid-generation), the only
-      reader of a worker's results there.
+      reader of a worker's results there;
+    - "Failed to communicate with scheduler during heartbeat" for "ConnectionPool
+      closing": a heartbeat cut short by the worker's own closing.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         to_a_client = message.startswith("failed during get data") and message.endswith(
             "-> None")  # a worker would be named
-        return "ended with CancelledError" not in message and not to_a_client
+        closing = (message.startswith("Failed to communicate with scheduler during heartbeat")
+                   and "ConnectionPool closing" in str(record.exc_info and record.exc_info[1]))
+        return "ended with CancelledError" not in message and not to_a_client and not closing
 
 
 def dask_setup(worker: Any) -> None:

@@ -22,6 +22,7 @@ worker stuck on its way out (Dask leaves one so when it fails to start) answers 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import threading
 import time
@@ -132,7 +133,8 @@ class ShardedEvaluator:
             done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
                                   name=self.plugin)
         except BaseException:  # Ctrl-C: the scheduler must not write to a closing client
-            client.unsubscribe_topic("all")
+            with contextlib.suppress(Exception):  # a client already closed has no topics
+                client.unsubscribe_topic("all")
             raise
         if not done or error is not None:
             client.unsubscribe_topic("all")
