@@ -599,6 +599,18 @@ def _ctrl_c_held() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+class _AbandonedStarts(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for a nanny whose start
+    :func:`_abandon_start` ended."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, RuntimeError) and str(exc).startswith("Nanny failed"))
+
+
+_ABANDONED = _AbandonedStarts()
+
+
 def _abandon_start(clusters: set[Any]) -> None:
     """End a local cluster's start stopped midway: its worker processes are killed (they
     hold nothing yet), and Dask's exit hook is told to leave the cluster, which it cannot
@@ -608,8 +620,10 @@ def _abandon_start(clusters: set[Any]) -> None:
 
     for cluster in clusters:
         cluster.shutdown_on_close = False
-    # Dask's watch of each process warns that another reaped it: kingen did, on purpose
+    # Dask's watch of each process warns that another reaped it, and each nanny's start,
+    # cancelled, ends in a "failed to start" nobody awaits: kingen ended them, on purpose
     logging.getLogger("distributed.process").setLevel(logging.ERROR)
+    logging.getLogger("asyncio").addFilter(_ABANDONED)
     for process in multiprocessing.active_children():
         if process.name.startswith("Dask Worker process"):
             process.kill()
