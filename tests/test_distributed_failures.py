@@ -341,17 +341,21 @@ def test_ctrl_c_stops_a_local_cluster_whose_workers_do_not_start(tmp_path):
         assert proc.wait(timeout=60) in (130, -signal.SIGINT)
         lines = [line for line in err_path.read_text().splitlines() if line.strip()]
         assert lines == ["kingen: interrupted"], lines
-        deadline = time.monotonic() + 30
-        while True:  # the hanging workers were ended, not left behind
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                break
-            assert time.monotonic() < deadline, "a worker process is still running"
-            time.sleep(0.2)
+        _wait_for_the_group_to_end(proc.pid)  # the hanging workers were ended
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, "a worker process is still running"
+        time.sleep(0.2)
 
 
 def _spawned_workers(pid: int) -> int:
@@ -416,11 +420,4 @@ def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command, when):
             if line.strip() and not line.startswith(("gen ", "batch: ", "note: ",
                                                       "strongly correlated"))]
     assert said == ["kingen: interrupted"], said
-    deadline = time.monotonic() + 30
-    while True:  # no worker outlives the driver
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, "a worker process is still running"
-        time.sleep(0.2)
+    _wait_for_the_group_to_end(proc.pid)  # no worker outlives the driver
