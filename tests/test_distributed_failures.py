@@ -314,13 +314,19 @@ def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
-def test_ctrl_c_stops_a_local_cluster_whose_workers_do_not_start(tmp_path):
+@pytest.mark.parametrize("start_s, press_s", [(120, 0.5), (120, 3.0), (5, 0.5)],
+                         ids=["hangs-pressed-early", "hangs-pressed-past-the-hold",
+                              "slow-pressed-early"])
+def test_ctrl_c_while_a_local_cluster_starts_slowly_or_never(tmp_path, start_s, press_s):
     slow = tmp_path / "slow"
-    slow.mkdir()  # every worker process hangs as its interpreter starts
+    slow.mkdir()  # every worker process takes start_s as its interpreter starts
     (slow / "sitecustomize.py").write_text(
-        'import sys, time\nif "--multiprocessing-fork" in sys.argv:\n    time.sleep(120)\n')
-    env = {**DASK_ENV, "PYTHONPATH": os.pathsep.join(
-        [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        f'import sys, time\nif "--multiprocessing-fork" in sys.argv:\n'
+        f'    time.sleep({start_s})\n')
+    # no BLAS threads: kingen's own thread is then the only one the press can reach
+    env = {**DASK_ENV, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+               [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
     args = ["fit", str(_config(tmp_path, generations=4)), "--backend", "cpu",
             "-o", str(tmp_path / "run.h5"), "--cluster", "local:2"]
     code = ("import sys, kingen.distributed.cluster as c; c.HOLD_S = 2.0; "
@@ -335,13 +341,14 @@ def test_ctrl_c_stops_a_local_cluster_whose_workers_do_not_start(tmp_path):
         while _spawned_workers(proc.pid) == 0:
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
             time.sleep(0.01)
-        time.sleep(0.5)
+        time.sleep(press_s)  # HOLD_S is 2 s
         os.killpg(proc.pid, signal.SIGINT)
-        # held back for HOLD_S, then seen when Dask's wait for the start wakes (10 s)
+        # held back until the start ends, or for HOLD_S, then seen when Dask's wait for
+        # the start wakes (every 10 s)
         assert proc.wait(timeout=60) in (130, -signal.SIGINT)
         lines = [line for line in err_path.read_text().splitlines() if line.strip()]
         assert lines == ["kingen: interrupted"], lines
-        _wait_for_the_group_to_end(proc.pid)  # the hanging workers were ended
+        _wait_for_the_group_to_end(proc.pid)  # the workers were ended
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -449,8 +449,8 @@ def jobqueue_cluster(s: ClusterSettings, **extra: Any) -> Any:
                           field="cluster") from None
 
 
-def _local_cluster(s: ClusterSettings, env: dict[str, str] | None = None) -> Any:
-    plan = local_plan(s)
+def _local_cluster(s: ClusterSettings, env: dict[str, str] | None,
+                   plan: dict[str, Any]) -> Any:
     if env is not None and plan["gpus"]:
         # plain worker processes sharing what ``env`` gives them (all on GPU 0, say):
         # as many as asked, not one per GPU
@@ -555,8 +555,9 @@ def _ctrl_c_held() -> Iterator[None]:
     press is noted (a thread of kingen's own, not blocking the signal, takes it from the
     system; the main thread runs the handler when Dask's wait for the start ends, or every
     10 s) and raised as :class:`KeyboardInterrupt` on leaving, with a cluster to close.
-    A start still running :data:`HOLD_S` seconds on is stopped by a press at once (within
-    those 10 s).
+    A start still running :data:`HOLD_S` seconds on is stopped by a press: one made
+    before then at the first of those 10 s marks past :data:`HOLD_S`, a later one at the
+    next mark.
     """
     if not (hasattr(signal, "pthread_sigmask") and _in_main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
@@ -579,11 +580,15 @@ def _ctrl_c_held() -> Iterator[None]:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
 
-    def take() -> None:  # a press noted early is handed to the main thread again at HOLD_S
+    def take() -> None:
+        # The thread the system hands a press to, as long as the hold lasts (the main
+        # thread blocks the signal, and Dask's threads inherit that). At HOLD_S, a press
+        # noted early is handed to the main thread again.
         if not left.wait(HOLD_S):
             with lock:
                 if not left.is_set() and presses:
                     _thread.interrupt_main()
+            left.wait()
 
     threading.Thread(target=take, name="kingen-ctrl-c", daemon=True).start()
     signal.signal(signal.SIGINT, note)
@@ -600,32 +605,63 @@ def _ctrl_c_held() -> Iterator[None]:
 
 
 class _AbandonedStarts(logging.Filter):
-    """Drops asyncio's "Task exception was never retrieved" for a nanny whose start
-    :func:`_abandon_start` ended."""
+    """Drops, once :func:`_abandon_start` has ended a start: asyncio's "Task exception was
+    never retrieved" for a nanny's cancelled start ("Nanny failed to start"), and Dask's
+    warning that a worker process's "exit status was already read" (kingen reaped it)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, RuntimeError) and str(exc).startswith("Nanny failed"))
+        return not ((isinstance(exc, RuntimeError) and str(exc).startswith("Nanny failed"))
+                    or "exit status was already read" in record.getMessage())
 
 
 _ABANDONED = _AbandonedStarts()
 
 
-def _abandon_start(clusters: set[Any]) -> None:
-    """End a local cluster's start stopped midway: its worker processes are killed (they
-    hold nothing yet), and Dask's exit hook is told to leave the cluster, which it cannot
-    close (it asserts that every worker finished starting) and would say so in a
-    traceback."""
+def _start_local_cluster(s: ClusterSettings, env: dict[str, str] | None) -> Any:
+    """Start a local cluster with Ctrl-C held back (:func:`_ctrl_c_held`). A press stops
+    the start with the cluster closed, or, for a start stopped midway, its new worker
+    processes ended."""
+    import multiprocessing
+
+    from distributed.core import Status
+    from distributed.deploy.spec import SpecCluster
+
+    plan = local_plan(s)  # outside the hold: its look for GPUs could hang with the driver
+    known = set(SpecCluster._instances)
+    children = {process.pid for process in multiprocessing.active_children()}
+    cluster = None
+    try:
+        with _ctrl_c_held():
+            cluster = _local_cluster(s, env, plan)
+    except KeyboardInterrupt:
+        new = set(SpecCluster._instances) - known
+        if cluster is None:  # raised in Dask's wait for the start: as it ended, or midway
+            cluster = next((c for c in new if c.status == Status.running and c.workers and
+                            all(w.status == Status.running for w in c.workers.values())),
+                           None)
+        if cluster is not None:
+            _close_cluster(cluster, local=True)
+        unfinished = {c for c in new if c is not cluster}
+        if unfinished:
+            _abandon_start(unfinished, children)
+        raise
+    return cluster
+
+
+def _abandon_start(clusters: set[Any], children: set[int]) -> None:
+    """End local clusters whose start was stopped midway: the worker processes started
+    since (not in ``children``) are killed (they hold nothing yet), and Dask's exit hook is
+    told to leave the clusters, which it cannot close (it asserts that every worker
+    finished starting) and would say so in a traceback."""
     import multiprocessing
 
     for cluster in clusters:
         cluster.shutdown_on_close = False
-    # Dask's watch of each process warns that another reaped it, and each nanny's start,
-    # cancelled, ends in a "failed to start" nobody awaits: kingen ended them, on purpose
-    logging.getLogger("distributed.process").setLevel(logging.ERROR)
-    logging.getLogger("asyncio").addFilter(_ABANDONED)
+    for name in ("asyncio", "distributed.process"):
+        logging.getLogger(name).addFilter(_ABANDONED)
     for process in multiprocessing.active_children():
-        if process.name.startswith("Dask Worker process"):
+        if process.pid not in children and process.name.startswith("Dask Worker process"):
             process.kill()
 
 
@@ -770,19 +806,8 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
                     raise KingenError(f"cannot reach the scheduler: {exc}", file=s.source,
                                       field="cluster.address", value=s.address) from None
             else:
-                if s.kind == "local":
-                    from distributed.deploy.spec import SpecCluster
-
-                    known = set(SpecCluster._instances)
-                    try:
-                        with _ctrl_c_held():
-                            cluster = _local_cluster(s, env)
-                    except KeyboardInterrupt:
-                        if cluster is None:  # the start was stopped (past HOLD_S)
-                            _abandon_start(set(SpecCluster._instances) - known)
-                        raise
-                else:
-                    cluster = jobqueue_cluster(s)
+                cluster = (_start_local_cluster(s, env) if s.kind == "local" else
+                           jobqueue_cluster(s))
                 if s.kind in ("slurm", "pbs"):
                     submit_jobs(cluster, s)
                 # The driver runs beside the scheduler (local, or the batch system's login

@@ -137,7 +137,8 @@ class ShardedEvaluator:
                 client.unsubscribe_topic("all")
             raise
         if not done or error is not None:
-            client.unsubscribe_topic("all")
+            with contextlib.suppress(Exception):
+                client.unsubscribe_topic("all")
             why = (_one_line(error) if done else f"no answer within {BUILD_WAIT_S:g} s")
             why += _stuck_workers(client)
             raise KingenError(f"the workers could not build the solver: {why}",
