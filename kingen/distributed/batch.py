@@ -347,26 +347,23 @@ class _NoWorker:
     """Watches how long the batch's cluster has had no worker."""
 
     def __init__(self, queued: bool) -> None:
+        from kingen.distributed.cluster import NoWorkerClock
+
         self.queued = queued
-        self.since: float | None = None
-        self.told = 0.0
+        self.clock = NoWorkerClock()
 
     def reset(self) -> None:
-        self.since = None
+        self.clock.reset()
 
     def check(self, bar: BatchProgress, unfinished: int) -> None:
         from kingen.distributed import cluster
 
-        now = time.monotonic()
-        if self.since is None:
-            self.since = self.told = now
-        waited = now - self.since
+        waited, due = self.clock.tick()
         if not self.queued and waited >= cluster.WORKER_WAIT_S:
             raise KingenError(f"the cluster has had no worker for {waited:.0f} s, with "
                               f"{unfinished} fit{'s' if unfinished != 1 else ''} unfinished: "
                               "start workers, then run the batch again to resume them")
-        if now - self.told >= cluster.REMIND_S:
-            self.told = now
+        if due:
             bar.message(f"waiting for the batch system to start a worker ({waited:.0f} s so "
                         "far)" if self.queued else
                         f"the cluster has no worker ({waited:.0f} s so far): the batch stops "

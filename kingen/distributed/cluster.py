@@ -734,17 +734,47 @@ REMIND_S = 60.0
 """Seconds between the lines that say kingen still waits for a worker."""
 
 
-def wait_for_a_worker(client: Any, say: Any = None, poll_s: float = 1.0,
-                      remind_s: float = REMIND_S) -> None:
+class NoWorkerClock:
+    """How long a cluster has had no worker, and when to say so again.
+
+    Call :meth:`tick` each time the cluster is seen without a worker: it gives the seconds
+    so far (counted from ``head_start_s`` before the first tick) and whether a line is due
+    now (at the first tick if ``at_once``, then every :data:`REMIND_S`). :meth:`reset`
+    when a worker is seen.
+
+    >>> clock = NoWorkerClock(at_once=True)
+    >>> waited, due = clock.tick()
+    >>> due, clock.tick()[1]
+    (True, False)
+    """
+
+    def __init__(self, *, at_once: bool = False, head_start_s: float = 0.0) -> None:
+        self.at_once = at_once
+        self.head_start_s = head_start_s
+        self.since: float | None = None
+        self.told: float | None = None
+
+    def reset(self) -> None:
+        self.since = self.told = None
+
+    def tick(self) -> tuple[float, bool]:
+        now = time.monotonic()
+        if self.since is None:
+            self.since, self.told = now, (None if self.at_once else now)
+        due = self.told is None or now - self.told >= REMIND_S
+        if due:
+            self.told = now
+        return now - self.since + self.head_start_s, due
+
+
+def wait_for_a_worker(client: Any, say: Any = None, poll_s: float = 1.0) -> None:
     """Wait until the cluster has a worker: a batch system's jobs may wait in its queue for
     as long as it takes (stop with Ctrl-C). ``say`` (a callable taking a line) hears that it
-    waits, and again every ``remind_s`` seconds."""
-    t0 = time.monotonic()
-    told: float | None = None
+    waits, and again every :data:`REMIND_S` seconds."""
+    clock = NoWorkerClock(at_once=True)
     while not client.nthreads():
-        waited = time.monotonic() - t0
-        if say is not None and (told is None or waited - told >= remind_s):
-            told = waited
+        waited, due = clock.tick()
+        if say is not None and due:
             jobs = len(getattr(getattr(client, "cluster", None), "workers", {}) or {})
             say(f"waiting for the batch system to start a worker ({jobs} job"
                 f"{'s' if jobs != 1 else ''} submitted, {waited:.0f} s so far)")

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.distributed.cluster import REMIND_S
+from kingen.distributed.cluster import NoWorkerClock
 from kingen.errors import KingenError
 from kingen.objective import Evaluation, ProtocolData
 from kingen.scheme import Scheme
@@ -284,8 +284,8 @@ class ShardedEvaluator:
         """Wait for the shards, watching that the cluster still has a worker to run them."""
         from distributed import wait
 
-        alone_since: float | None = None
-        told = 0.0
+        # the first look comes a slice after the last, which may have found a worker
+        clock = NoWorkerClock(head_start_s=poll_s)
         while True:
             try:
                 wait(futures, timeout=poll_s)
@@ -295,18 +295,14 @@ class ShardedEvaluator:
             if self.client.status != "running":  # closed: the futures say why
                 return
             if self.client.nthreads():
-                alone_since = None
+                clock.reset()
                 continue
-            now = time.monotonic()
-            if alone_since is None:
-                alone_since, told = now, now
-            waited = now - alone_since + poll_s
+            waited, due = clock.tick()
             if self.no_worker_s is not None and waited >= self.no_worker_s:
                 raise ClusterLost(f"the cluster has had no worker for {waited:.0f} s "
                                   f"(evaluation {self.calls} waits for one)",
                                   field="--cluster")
-            if self.say is not None and now - told >= REMIND_S:
-                told = now
+            if self.say is not None and due:
                 self.say(f"evaluation {self.calls} waits for a worker: the cluster has "
                          f"none ({waited:.0f} s so far)")
 
