@@ -354,6 +354,41 @@ def test_ctrl_c_while_a_local_cluster_starts_slowly_or_never(tmp_path, start_s, 
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+def test_a_stopped_start_ends_only_its_own_worker_processes():
+    import multiprocessing
+
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as running, \
+            distributed.Client(running) as client:
+        before = {p.pid for p in multiprocessing.active_children()}
+        working = client.run(os.getpid)  # the running cluster's worker process
+        assert set(working.values()) == before
+        # what a start stopped midway leaves: a worker process that never came up
+        stuck = multiprocessing.get_context("spawn").Process(
+            target=time.sleep, args=(120,), name="Dask Worker process (from Nanny)",
+            daemon=True)
+        stuck.start()
+        try:
+            cluster_module._abandon_start(set(), before)
+            stuck.join(timeout=10)
+            assert stuck.exitcode == -signal.SIGKILL
+            time.sleep(1.0)  # a worker process killed by mistake is seen gone by now
+            assert all(_state(pid) not in ("", "Z") for pid in before)
+            assert client.run(os.getpid) == working
+        finally:
+            if stuck.is_alive():
+                stuck.kill()
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     while True:
