@@ -316,6 +316,21 @@ def test_progress_line_on_a_terminal_and_in_a_log():
     assert "cand/s" in lines[1]
 
 
+def test_a_fits_first_lines_say_why_it_waits_and_guess_no_eta_from_the_solvers_load(
+        tmp_path):
+    cfg = write_problem(tmp_path, ga="generations = 3")
+    for run in (lambda out: fit(cfg, stream=out),
+                lambda out: resume(tmp_path / "run.h5", stream=out, generations=6)):
+        out = io.StringIO()
+        run(out)
+        lines = [line for line in out.getvalue().splitlines() if line.startswith("gen ")]
+        first = int(lines[0].split()[1].split("/")[0])
+        assert "compiles its solver" in lines[0] and "ETA" not in lines[0]
+        # the first generation's time includes loading the solver: no ETA from it
+        assert lines[1].startswith(f"gen {first}/") and lines[1].endswith("ETA ?")
+        assert all("ETA ?" not in line for line in lines[2:]) and len(lines) >= 4
+
+
 def test_a_fit_that_can_break_reversibility_says_so_first(tmp_path):
     cfg = write_problem(tmp_path, ga="generations = 1")
     # the published Jonas scheme, whose cycles have no derived rate (the problem's truth

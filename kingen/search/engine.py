@@ -530,8 +530,11 @@ class Engine:
                 if self.numpy_ops and self.ga.algorithm != "cmaes":
                     operators.warm_up_operators(self.n)
                 if state is None:
+                    self.progress.starting(0)
                     state = self.initial()
                     self._show(state, self.record(state, t0))
+                elif self.stop_reason(state) is None:
+                    self.progress.starting(state["generation"] + 1)
                 while True:
                     reason = self.stop_reason(state)
                     if reason is not None:
@@ -557,9 +560,11 @@ class Engine:
         t = self.timings[-1]
         n_eval = self.lambda_ if state["generation"] else len(state["fitness"])
         rate = n_eval / max(t["total_s"], 1e-9)
-        recent = [x["total_s"] for x in self.timings[-5:]]
+        # The first generation a process runs also loads its solver (compiles it, on a
+        # scheme's first fit on a machine): it says nothing of the generations to come.
+        recent = [x["total_s"] for x in self.timings[1:][-5:]]
         left = self.ga.generations - state["generation"]
-        eta = left * float(np.mean(recent))
+        eta = left * float(np.mean(recent)) if recent else (0.0 if left <= 0 else math.nan)
         if self.stop.wall_time > 0:
             eta = min(eta, max(self.stop.wall_time - state["elapsed"], 0.0))
         self.progress.update(state["generation"], stats["best"], stats["median"], rate, eta)

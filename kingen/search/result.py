@@ -149,6 +149,11 @@ class Progress(LiveLine):
         super().__init__(stream, enabled)
         self.total = total
 
+    def starting(self, generation: int) -> None:
+        """Say what the first generation's wait is, before its figures come."""
+        self.show(f"gen {generation}/{self.total}  solving (a scheme's first fit on this "
+                  "machine compiles its solver first)")
+
     def update(self, generation: int, best: float, median: float, rate: float, eta_s: float
                ) -> None:
         """Show one generation's figures."""
