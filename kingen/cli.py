@@ -303,13 +303,16 @@ def _info_cluster(args: argparse.Namespace) -> int:
 
     if args.cluster is None:
         raise KingenError("--connect needs --cluster tcp://HOST:PORT", field="--connect")
+    if args.model or args.kernel:
+        raise KingenError("describes a cluster: give it without a scheme file (kingen info "
+                          "SCHEME describes the scheme)", field="--cluster", value=args.cluster)
     settings = parse_cluster_option(args.cluster)
+    if args.connect and settings.kind != "address":
+        raise KingenError("--connect asks an existing scheduler: give --cluster "
+                          "tcp://HOST:PORT", field="--cluster", value=args.cluster)
     for line in describe(settings):
         print(line)
     if args.connect:
-        if settings.kind != "address":
-            raise KingenError("--connect asks an existing scheduler: give --cluster "
-                              "tcp://HOST:PORT", field="--cluster", value=args.cluster)
         from kingen.distributed.cluster import open_client
 
         with open_client(settings, wait=False) as client:

@@ -100,13 +100,16 @@ def _cluster(value: str, config: Path, text: str | None = None):
     from kingen.distributed.cluster import settings_from_text
 
     if value:
-        return cluster_option(value)
-    if text is None:
-        try:
-            text = Path(config).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KingenError(f"cannot read: {exc}", file=str(config)) from None
-    return settings_from_text(text, str(config), required=True)
+        settings = cluster_option(value)
+    else:
+        if text is None:
+            try:
+                text = Path(config).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise KingenError(f"cannot read: {exc}", file=str(config)) from None
+        settings = settings_from_text(text, str(config), required=True)
+    settings.option = value  # how to give them again (kingen resume's hint)
+    return settings
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ starts a fresh worker in its place, as on a real cluster.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -178,13 +179,16 @@ def test_sharded_fit_equals_the_one_process_fit(client, tmp_path, one_process):
 
 
 def test_a_worker_killed_mid_generation_has_its_shard_run_again(client, tmp_path,
-                                                                  one_process):
+                                                                  one_process, caplog):
+    import io
+
     reference, history = one_process
     # evaluation 3 is generation 2's; its second shard's worker dies as it starts it
     client.register_plugin(KillOnce(str(tmp_path / "killed"), "-3-1"), name="kill-shard")
+    said = io.StringIO()
     try:
         result = fit_on_cluster(_small_config(tmp_path, "killed"), ClusterSettings(),
-                                client=client, progress=False)
+                                client=client, progress=True, stream=said)
         _restore_workers(client)
     finally:
         client.unregister_worker_plugin("kill-shard")
@@ -197,6 +201,12 @@ def test_a_worker_killed_mid_generation_has_its_shard_run_again(client, tmp_path
     assert [(e["generation"], e["shard"]) for e in lost] == [(2, 1)]
     assert lost[0]["rows"] > 0 and lost[0]["worker"].startswith("tcp://")
     assert list(stats["shards_rerun"]) == [0, 0, 1, 0, 0]
+    # one line of kingen's, not the scheduler's and the nanny's
+    assert (f"kingen: generation 2: worker {lost[0]['worker']} was lost; its shard of "
+            f"{lost[0]['rows']} candidates ran again on another (recorded in the run file)"
+            in said.getvalue().splitlines())
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("distributed")
+                and r.levelno >= logging.WARNING and "worker" in r.getMessage().lower()]
 
 
 def test_the_commands_on_an_existing_scheduler(client, tmp_path, capsys):
@@ -419,6 +429,24 @@ def test_a_batch_system_refusing_the_jobs_is_one_line(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"kingen: error: {cluster}: cluster: the batch system refused the worker "
                    "jobs: sbatch: error: invalid partition specified: gpux"]
+    assert not out.exists()
+
+
+def test_a_batch_system_whose_commands_are_not_here_is_one_line(tmp_path, monkeypatch,
+                                                               capsys):
+    from test_fit_helpers import write_problem
+
+    from kingen.cli import main as cli
+
+    cluster = _fake_slurm(tmp_path, monkeypatch, _REFUSE)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no sbatch on it
+    path = write_problem(tmp_path, ga="generations = 2")
+    out = tmp_path / "never.h5"
+    assert cli(["fit", str(path), "--cluster", str(cluster), "-o", str(out)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"kingen: error: {cluster}: cluster.kind = 'slurm': sbatch is not on this machine's "
+        "PATH: run kingen where Slurm's commands are (the cluster's login node, or after "
+        "`module load slurm`)"]
     assert not out.exists()
 
 

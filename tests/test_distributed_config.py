@@ -118,10 +118,18 @@ def test_slurm_cpu_workers_and_pbs_gpus():
     ({"kind": "slurm", "cores": 1, "workers_per_job": 4},
      "batch.toml: cluster.workers_per_job = 4: must be <= cores (1)"),
     ({"address": "tcp://10.0.0.5:notaport"}, "batch.toml: cluster.address = "
-                                             "'tcp://10.0.0.5:notaport': must be a scheduler "
-                                             "address"),
+                                             "'tcp://10.0.0.5:notaport': the port must be a "
+                                             "number from 1 to 65535"),
     ({"address": "tcp://10.0.0.5:99999"}, "batch.toml: cluster.address = "
-                                          "'tcp://10.0.0.5:99999': the port must be between"),
+                                          "'tcp://10.0.0.5:99999': the port must be a number"),
+    # what Dask itself would refuse with a traceback
+    ({"address": "tcp://10.0.0.5"}, "batch.toml: cluster.address = 'tcp://10.0.0.5': needs "
+                                    "the scheduler's port: tcp://host:8786"),
+    ({"address": "tls://10.0.0.5:8786"}, "batch.toml: cluster.address = "
+                                         "'tls://10.0.0.5:8786': kingen reaches a scheduler "
+                                         "over TCP"),
+    ({"address": "inproc://10.0.0.5:8786"}, "batch.toml: cluster.address = "
+                                            "'inproc://10.0.0.5:8786': kingen reaches"),
     ({"kind": "slurm", "gpus_per_job": "2"}, "batch.toml: cluster.gpus_per_job = '2': must "
                                              "be an integer"),
     ({"kind": "slurm", "gpu": 2}, "batch.toml: cluster.gpu: unknown field"),
@@ -150,6 +158,9 @@ def test_cluster_option(tmp_path):
     assert parse_cluster_option("local:3").workers == 3
     s = parse_cluster_option("tcp://10.1.2.3:8786")
     assert (s.kind, s.address) == ("address", "tcp://10.1.2.3:8786")
+    # as Dask takes it: its own parser refuses the closing slash with a traceback
+    assert parse_cluster_option("TCP://10.1.2.3:8786/").address == "tcp://10.1.2.3:8786"
+    assert cluster_settings({"address": "tcp://h:1/"}, "c.toml").address == "tcp://h:1"
     f = tmp_path / "c.toml"
     f.write_text('[cluster]\nkind = "slurm"\njobs = 2\n')
     assert parse_cluster_option(str(f)).jobs == 2
@@ -157,7 +168,9 @@ def test_cluster_option(tmp_path):
                          ("tcp://a b", "--cluster = 'tcp://a b': must be a scheduler "
                                        "address"),
                          ("tcp://127.0.0.1:notaport", "--cluster = 'tcp://127.0.0.1:notaport'"
-                                                      ": must be a scheduler address"),
+                                                      ": the port must be a number"),
+                         ("ucx://127.0.0.1:8786", "--cluster = 'ucx://127.0.0.1:8786': kingen "
+                                                  "reaches a scheduler over TCP"),
                          ("nowhere.toml", "--cluster = 'nowhere.toml': must be local")):
         with pytest.raises(KingenError) as exc:
             parse_cluster_option(bad)
@@ -167,6 +180,19 @@ def test_cluster_option(tmp_path):
     assert settings_from_file(g) is None
     with pytest.raises(KingenError, match=r"none.toml: cluster: no \[cluster\] table"):
         parse_cluster_option(str(g))
+
+
+def test_kingen_info_refuses_what_it_would_not_do_before_it_says_anything(capsys):
+    from kingen.cli import main
+
+    assert main(["info", "model.toml", "--cluster", "local"]) == 2
+    assert main(["info", "--cluster", "local:2", "--connect"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        "kingen: error: --cluster = 'local': describes a cluster: give it without a scheme "
+        "file (kingen info SCHEME describes the scheme)",
+        "kingen: error: --cluster = 'local:2': --connect asks an existing scheduler: give "
+        "--cluster tcp://HOST:PORT"]
 
 
 def test_gpus_false_plans_cpu_workers_with_the_gpus_hidden():

@@ -138,6 +138,127 @@ def _fit_args(config: Path, run: Path, address: str) -> list[str]:
             "--cluster", address]
 
 
+# ---------------------------------------------------------------------- wrong addresses
+
+def test_a_port_that_is_not_a_schedulers_is_one_line_not_a_hang(scheduler, tmp_path,
+                                                                  monkeypatch, capsys):
+    import http.server
+    import socketserver
+
+    # Dask's own connection waits without end for a web server's answer to its handshake
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    web = socketserver.TCPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    monkeypatch.setattr(cluster_module, "CONNECT_TIMEOUT_S", 2.0)
+    try:
+        config, run = _config(tmp_path, generations=2), tmp_path / "run.h5"
+        address = f"tcp://127.0.0.1:{web.server_address[1]}"
+        t0 = time.monotonic()
+        assert cli(_fit_args(config, run, address)) == 2
+        assert time.monotonic() - t0 < 30
+        err = capsys.readouterr().err.strip()
+        assert err == (f"kingen: error: --cluster = '{address}': something there took the "
+                       "connection but did not answer as a Dask scheduler (a scheduler's port"
+                       " is 8786 unless it was started with another; 8787 is its "
+                       "dashboard's)")
+        assert not run.exists()
+    finally:
+        web.shutdown()
+        web.server_close()
+    worker = scheduler.add_worker()
+    _wait_for_workers(scheduler.address, 1)
+    with distributed.Client(scheduler.address, timeout="30s") as client:
+        (worker_address,) = client.nthreads()
+    assert worker.poll() is None
+    assert cluster_module.scheduler_problem(worker_address, 10) == (
+        "that is a Dask worker: give its scheduler's address")
+    assert cluster_module.scheduler_problem(scheduler.address, 10) == ""
+
+
+def test_a_fits_output_and_a_runs_state_are_checked_before_the_cluster(tmp_path, capsys):
+    config, run = _config(tmp_path, generations=2), tmp_path / "run.h5"
+    assert cli(["fit", str(config), "--backend", "cpu", "-o", str(run), "-q"]) == 0
+    nowhere = "tcp://127.0.0.1:9"  # nothing listens there: any wait would show
+    capsys.readouterr()
+    t0 = time.monotonic()
+    assert cli(_fit_args(config, run, nowhere)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kingen: error: {run}: run file already exists (choose another output file, or "
+        "overwrite it)")
+    assert cli(["resume", str(run), "-q", "--cluster", nowhere]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        f"kingen: error: {run}: the run has already finished (maximum generations (2))")
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_fit_stopped_before_its_first_generation_leaves_no_run_file(tmp_path,
+                                                                       monkeypatch):
+    from kingen.search.engine import Engine
+
+    def interrupted(self, genes):
+        raise KeyboardInterrupt
+
+    config, run = _config(tmp_path, generations=2), tmp_path / "run.h5"
+    monkeypatch.setattr(Engine, "evaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        kingen.fit(config, progress=False, overrides={"output": str(run), "backend": "cpu"})
+    assert not run.exists()  # nothing in it to resume: running it again just works
+
+
+def test_the_hint_to_resume_gives_the_cluster_as_the_user_gave_it():
+    from kingen.distributed.fitting import _spec
+    from kingen.fit_cli import _cluster
+
+    table = '[cluster]\nkind = "local"\nworkers = 2\n'
+    assert _spec(_cluster("", Path("run.h5"), table)) == ""   # --cluster alone
+    assert _spec(_cluster("local:3", Path("fit.toml"))) == "local:3"
+    assert _spec(_cluster("tcp://10.0.0.5:8786", Path("fit.toml"))) == "tcp://10.0.0.5:8786"
+
+
+def test_a_worker_lost_while_the_solver_is_built_does_not_stop_the_fit(tmp_path,
+                                                                        monkeypatch):
+    from distributed.comm.core import CommClosedError
+
+    calls = []
+    real = distributed.Client.register_plugin
+
+    def lost_once(client, plugin, name=None, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:  # what the client hears when a worker dies mid-build
+            raise CommClosedError("in <TCP (closed) ConnectionPool.register_worker_plugin "
+                                  "local=tcp://127.0.0.1:1 remote=tcp://127.0.0.1:2>: "
+                                  "Stream is closed")
+        return real(client, plugin, name=name, **kwargs)
+
+    cfg = kingen.load_config(_config(tmp_path, generations=2), overrides={"backend": "cpu"})
+    monkeypatch.setattr(distributed.Client, "register_plugin", lost_once)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        with ShardedEvaluator.for_config(client, cfg) as ev:
+            scores, _ = ev.evaluate(cfg.pmap.to_params(cfg.pmap.start_genes()[None]))
+        assert np.isfinite(scores.fitness).all() and calls == [ev.plugin, ev.plugin]
+
+
+def test_a_solver_that_cannot_be_built_is_not_left_on_the_scheduler(scheduler, tmp_path):
+    fake = tmp_path / "no_kingen" / "kingen"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("kingen is not installed here")\n')
+    scheduler.add_worker(env={"PYTHONPATH": str(fake.parent)})
+    _wait_for_workers(scheduler.address, 1)
+    cfg = kingen.load_config(kingen.demo_config(), overrides={"backend": "cpu"})
+    with distributed.Client(scheduler.address, timeout="30s") as client:
+        with pytest.raises(KingenError, match="could not build the solver"):
+            ShardedEvaluator.for_config(client, cfg)
+        plugins = client.run_on_scheduler(lambda dask_scheduler: list(
+            dask_scheduler.worker_plugins))
+    # a worker that joins later (a restarted one) must not build a failed fit's solver
+    assert not [name for name in plugins if name.startswith("kingen-solver-")]
+
+
 # ---------------------------------------------------------------------- lost workers
 
 def test_a_fit_whose_workers_are_all_lost_stops_in_one_line_and_resumes(

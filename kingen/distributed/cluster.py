@@ -52,9 +52,9 @@ _KEYS = {"kind", "address", "workers", "threads", "gpus", "queue", "account", "j
          "gpus_per_job", "workers_per_job", "cores", "memory", "walltime", "adaptive",
          "minimum_jobs", "maximum_jobs", "job_extra", "prologue", "python", "local_directory",
          "log_directory", "interface", "retries"}
-# a host name, an IPv4 address or a bracketed IPv6 one; the port, if any, in digits
-_ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://([^\s/:\[\]]+|\[[0-9A-Fa-f:.]+\])"
-                      r"(:(?P<port>\d+))?/?$")
+# tcp://, a host name, an IPv4 address or a bracketed IPv6 one, and the port in digits
+_ADDRESS = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://([^\s/:\[\]]+|"
+                      r"\[[0-9A-Fa-f:.]+\])(:(?P<port>[^/]*))?/?$")
 _WALLTIME = re.compile(r"^((?P<days>\d+)-)?(?P<hours>\d{1,3}):(?P<minutes>\d{2})"
                        r"(:(?P<seconds>\d{2}))?$")
 _MEMORY = re.compile(r"^(?P<size>\d+(\.\d+)?)\s*([kKMGTP]i?B|[kKMGTP])$")
@@ -89,6 +89,7 @@ class ClusterSettings:
     interface: str = ""
     retries: int = 3               # times a task may lose its worker before it fails
     source: str = "<default>"      # where the settings were read
+    option: str | None = None      # the --cluster value that gives them ("": --cluster alone)
 
 
 def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
@@ -118,6 +119,7 @@ def cluster_settings(table: dict[str, Any], file: str, where: str = "cluster"
         problem = address_problem(address)
         if problem:
             raise c.error(problem, join(where, "address"), address)
+        s.address = scheduler_address(address)
     elif address:
         raise c.error(f"only for kind = \"address\" (this is kind = \"{kind}\")",
                       join(where, "address"), address)
@@ -177,17 +179,34 @@ def address_problem(address: str) -> str:
     --------
     >>> address_problem("tcp://10.0.0.5:8786")
     ''
-    >>> address_problem("tcp://10.0.0.5:notaport")
-    'must be a scheduler address such as tcp://host:8786'
+    >>> address_problem("tcp://10.0.0.5")
+    "needs the scheduler's port: tcp://host:8786"
+    >>> address_problem("tls://10.0.0.5:8786")
+    'kingen reaches a scheduler over TCP: tcp://host:8786'
     >>> address_problem("tcp://10.0.0.5:99999")
-    'the port must be between 1 and 65535'
+    'the port must be a number from 1 to 65535'
     """
     m = _ADDRESS.match(address.strip())
     if not m:
         return "must be a scheduler address such as tcp://host:8786"
-    if m.group("port") is not None and not 1 <= int(m.group("port")) <= 65535:
-        return "the port must be between 1 and 65535"
+    if m.group("scheme").lower() != "tcp":
+        return "kingen reaches a scheduler over TCP: tcp://host:8786"
+    port = m.group("port")
+    if port is None:
+        return "needs the scheduler's port: tcp://host:8786"
+    if not (port.isdigit() and 1 <= int(port) <= 65535):
+        return "the port must be a number from 1 to 65535"
     return ""
+
+
+def scheduler_address(address: str) -> str:
+    """An address as Dask takes it: no spaces around, no closing slash, a lower-case scheme.
+
+    >>> scheduler_address(" TCP://10.0.0.5:8786/ ")
+    'tcp://10.0.0.5:8786'
+    """
+    scheme, rest = address.strip().rstrip("/").split("://", 1)
+    return f"{scheme.lower()}://{rest}"
 
 
 def walltime_seconds(text: str) -> int | None:
@@ -249,7 +268,7 @@ def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings
         problem = address_problem(text)
         if problem:
             raise KingenError(problem, field=flag, value=text)
-        return ClusterSettings(kind="address", address=text, source=flag)
+        return ClusterSettings(kind="address", address=scheduler_address(text), source=flag)
     path = Path(text)
     if not path.is_file():
         raise KingenError("must be local, local:N, a scheduler address (tcp://host:8786) or "
@@ -522,6 +541,22 @@ class _ShutdownNoise(logging.Filter):
 _SHUTDOWN_NOISE = _ShutdownNoise()
 
 
+class _LostWorkerNoise(logging.Filter):
+    """Drops what a local cluster's scheduler and nannies log when a worker process dies
+    (its restart, the tasks it held, ran again elsewhere): the fit says it in its own line
+    and records it in the run file. ``kingen -v`` keeps them."""
+
+    SAYINGS = ("Restarting worker", "workers died while", "caused the cluster to lose "
+               "already computed", "was killed by signal", "was killed by unknown signal")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return (not any(text in record.getMessage() for text in self.SAYINGS)
+                or logging.getLogger().getEffectiveLevel() <= logging.INFO)
+
+
+_LOST_WORKER_NOISE = _LostWorkerNoise()
+
+
 class _KilledOnClose(logging.Filter):
     """Drops the nanny's "Worker process still alive after 4.0 seconds, killing" while
     kingen closes its own local cluster: a worker still running a fit (a batch stopped by
@@ -687,6 +722,19 @@ def _close_cluster(cluster: Any, *, local: bool) -> None:
                 signal.signal(signal.SIGINT, handler)
 
 
+def _need_submit_command(s: ClusterSettings) -> None:
+    """Refuse, before any cluster starts, a batch system whose submit command is not here."""
+    import shutil
+
+    command = "sbatch" if s.kind == "slurm" else "qsub"
+    if shutil.which(command) is None:
+        system = "Slurm" if s.kind == "slurm" else "PBS"
+        raise KingenError(f"{command} is not on this machine's PATH: run kingen where "
+                          f"{system}'s commands are (the cluster's login node, or after "
+                          f"`module load {system.lower()}`)", file=s.source,
+                          field="cluster.kind", value=s.kind)
+
+
 def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
     """Scale a batch-system cluster to ``s`` and wait until its jobs are submitted (not
     started: they may wait in the queue).
@@ -790,6 +838,64 @@ CONNECT_TIMEOUT_S = 20.0
 stops at once: Dask cancels its tasks as the connection drops.)"""
 
 
+def scheduler_problem(address: str, timeout: float | None = None) -> str:
+    """Why no Dask scheduler answers at ``address`` (empty if one does): a connection,
+    Dask's handshake and the scheduler's identity, all within ``timeout`` seconds (default
+    :data:`CONNECT_TIMEOUT_S`).
+
+    Dask's own connection waits for the handshake's answer without a limit: forever, on a
+    port that is not Dask's (the dashboard's, a web server's). So it is tried here first.
+    """
+    import asyncio
+
+    from distributed.comm import connect
+
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+
+    async def ask() -> Any:
+        # connect() gives up on a host that refuses or never answers within the timeout
+        # (OSError); the outer limit is for a handshake that never comes back
+        comm = await asyncio.wait_for(connect(address, timeout=timeout), timeout + 5.0)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await asyncio.wait_for(comm.read(), timeout)
+        finally:
+            comm.abort()
+
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(asyncio.run(ask()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name="kingen-scheduler-probe", daemon=True)
+    thread.start()
+    thread.join(2 * timeout + 10.0)
+    answer = box[0] if box else TimeoutError()
+    if isinstance(answer, (asyncio.TimeoutError, TimeoutError)):
+        return ("something there took the connection but did not answer as a Dask "
+                "scheduler (a scheduler's port is 8786 unless it was started with another; "
+                "8787 is its dashboard's)")
+    if isinstance(answer, OSError) and "Timed out trying to connect" in str(answer):
+        return f"cannot reach the scheduler: {one_line(answer)}"
+    if isinstance(answer, BaseException):
+        return f"not a Dask scheduler: {one_line(answer)}"
+    kind = answer.get("type") if isinstance(answer, dict) else None
+    if kind == "Scheduler":
+        return ""
+    if kind in ("Worker", "Nanny"):
+        return f"that is a Dask {kind.lower()}: give its scheduler's address"
+    return f"not a Dask scheduler (it says it is {kind!r})"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: ``Type: message``, its whitespace collapsed."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return " ".join(text.split())
+
+
 def _first_worker(client: Any, s: ClusterSettings) -> None:
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
@@ -826,16 +932,25 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
             logging.getLogger(name).setLevel(logging.WARNING)
     for name in ("asyncio", "distributed.client", "distributed.utils"):
         logging.getLogger(name).addFilter(_SHUTDOWN_NOISE)  # once: filters are a set
+    for name in ("distributed.nanny", "distributed.scheduler"):
+        logging.getLogger(name).addFilter(_LOST_WORKER_NOISE)
     with dask.config.set({"distributed.scheduler.allowed-failures": s.retries}):
         cluster = None
         try:
             if s.kind == "address":
+                problem = scheduler_problem(s.address)
                 try:
+                    if problem:
+                        raise OSError(problem)
                     client = Client(s.address, timeout=f"{CONNECT_TIMEOUT_S:g}s")
-                except OSError as exc:
-                    raise KingenError(f"cannot reach the scheduler: {exc}", file=s.source,
-                                      field="cluster.address", value=s.address) from None
+                except (OSError, ValueError, TypeError) as exc:
+                    where = ({"field": s.source} if s.source.startswith("--") else
+                             {"file": s.source, "field": "cluster.address"})
+                    raise KingenError(problem or f"cannot reach the scheduler: "
+                                      f"{one_line(exc)}", value=s.address, **where) from None
             else:
+                if s.kind in ("slurm", "pbs"):
+                    _need_submit_command(s)
                 cluster = (_start_local_cluster(s, env) if s.kind == "local" else
                            jobqueue_cluster(s))
                 if s.kind in ("slurm", "pbs"):

@@ -64,9 +64,10 @@ def fit_on_cluster(config: Any, settings: ClusterSettings, *, client: Any = None
     >>> result = fit_on_cluster("fit.toml", ClusterSettings(workers=2))  # doctest: +SKIP
     """
     from kingen.fit_config import FitConfig, load_config
-    from kingen.search.run import fit
+    from kingen.search.run import check_output, fit
 
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
+    check_output(cfg, bool(kwargs.get("overwrite")))  # before waiting on a cluster
     return _run(settings, client, _options(cfg.settings),
                 lambda evaluators: fit(cfg, evaluator=evaluators, **kwargs), cfg.output)
 
@@ -75,10 +76,11 @@ def resume_on_cluster(path: str | os.PathLike[str], settings: ClusterSettings, *
                       client: Any = None, **kwargs: Any) -> Any:
     """Run :func:`kingen.resume` with every generation sharded over the cluster's workers,
     with the backend, precision and step the run started with."""
-    from kingen.search.run import resume
+    from kingen.search.run import check_resumable, resume
     from kingen.store import RunStore
 
     with RunStore.open(path, "r", verify=False) as reader:
+        check_resumable(reader, kwargs.get("generations"))  # before waiting on a cluster
         options = _options(reader.config)
     return _run(settings, client, options,
                 lambda evaluators: resume(path, evaluator=evaluators, **kwargs), path)
@@ -100,8 +102,8 @@ def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: An
             if not Path(run_file).exists():
                 raise
             raise KingenError(f"{exc.message}; the run file keeps every committed "
-                              f"generation: go on with kingen resume {run_file} --cluster "
-                              f"{_spec(settings)}",
+                              f"generation: go on with kingen resume {run_file} "
+                              f"{' '.join(['--cluster', _spec(settings)]).strip()}",
                               file=exc.file, field=exc.field, value=exc.value) from None
         finally:
             evaluators.close()
@@ -115,7 +117,10 @@ def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: An
 
 
 def _spec(settings: ClusterSettings) -> str:
-    """A ``--cluster`` value for these settings, as the user gave them."""
+    """A ``--cluster`` value for these settings, as the user gave them (nothing: the
+    configuration's own table, which the run file keeps)."""
+    if settings.option is not None:
+        return settings.option
     if not settings.source.startswith(("--", "<")):
         return settings.source  # the file with the [cluster] table
     if settings.kind == "address":

@@ -33,13 +33,16 @@ from typing import Any
 
 import numpy as np
 
-from kingen.distributed.cluster import NoWorkerClock
+from kingen.distributed.cluster import NoWorkerClock, one_line
 from kingen.errors import KingenError
 from kingen.objective import Evaluation, ProtocolData
 from kingen.scheme import Scheme
 
 BUILD_WAIT_S = 900.0
 """Seconds the workers are given to build the solver (a cold compile takes minutes)."""
+
+BUILD_RETRIES = 2
+"""Times the solver is built again after a worker was lost while building it."""
 
 DROP_WAIT_S = 30.0
 """Seconds the scheduler is given to drop the solver from its workers at the fit's end."""
@@ -130,16 +133,25 @@ class ShardedEvaluator:
                               courant=courant, warm=warm,
                               workers_per_host=workers_per_host(client))
         try:
-            done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
-                                  name=self.plugin)
+            for attempt in range(1 + BUILD_RETRIES):
+                done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
+                                      name=self.plugin)
+                # A worker lost while it built (its connection closed) fails the whole
+                # call, though the scheduler keeps the plugin for every worker that joins:
+                # build again on those left (a nanny's restarted worker among them).
+                if not (done and isinstance(error, OSError) and attempt < BUILD_RETRIES
+                        and self._has_workers()):
+                    break
         except BaseException:  # Ctrl-C: the scheduler must not write to a closing client
             with contextlib.suppress(Exception):  # a client already closed has no topics
                 client.unsubscribe_topic("all")
             raise
         if not done or error is not None:
+            # no worker that joins later may build this fit's solver
+            _within(DROP_WAIT_S, client.unregister_worker_plugin, self.plugin)
             with contextlib.suppress(Exception):
                 client.unsubscribe_topic("all")
-            why = (_one_line(error) if done else f"no answer within {BUILD_WAIT_S:g} s")
+            why = (one_line(error) if done else f"no answer within {BUILD_WAIT_S:g} s")
             why += _stuck_workers(client)
             raise KingenError(f"the workers could not build the solver: {why}",
                               field="--cluster") from None
@@ -176,6 +188,12 @@ class ShardedEvaluator:
         with self._lock:
             out, self._reruns = self._reruns, []
         return out
+
+    def _has_workers(self) -> bool:
+        try:
+            return bool(self.client.nthreads())
+        except Exception:  # noqa: BLE001 - the scheduler gone: nothing to build on
+            return False
 
     @property
     def n_workers(self) -> int:
@@ -253,7 +271,12 @@ class ShardedEvaluator:
         except Exception as exc:
             if isinstance(exc, OSError) or "scheduler-connection-lost" in str(exc):
                 raise self._lost_scheduler(exc) from None
-            raise ClusterLost(f"a shard of evaluation {self.calls} failed: {_one_line(exc)}",
+            if type(exc).__name__ == "KilledWorker":  # Dask's text runs to a paragraph
+                why = ("each worker it was given to was lost (more times than [cluster] "
+                       "retries allows)")
+            else:
+                why = f"failed: {one_line(exc)}"
+            raise ClusterLost(f"a shard of evaluation {self.calls} {why}",
                               field="--cluster") from None
         finally:
             with self._lock:
@@ -277,7 +300,7 @@ class ShardedEvaluator:
     def _lost_scheduler(self, exc: BaseException) -> ClusterLost:
         address = getattr(getattr(self.client, "scheduler", None), "address", "") or "?"
         why = ("its connection dropped" if "scheduler-connection-lost" in str(exc)
-               else _one_line(exc))
+               else one_line(exc))
         return ClusterLost(f"lost the scheduler at {address} ({why})", field="--cluster")
 
     def _wait(self, futures: list[Any], poll_s: float = 2.0) -> None:
@@ -395,7 +418,3 @@ def _stuck_workers(client: Any) -> str:
              if w.get("status", "running") != "running"]
     return f"; workers not running: {', '.join(stuck)} (restart them)" if stuck else ""
 
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return " ".join(text.split())

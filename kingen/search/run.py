@@ -75,6 +75,7 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     kingen fit: 2 generations, ...
     """
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
+    check_output(cfg, overwrite)
     objective = _objective(cfg)
     # built before the run file: an evaluator that cannot be built (workers that cannot
     # build the solver) leaves no file behind
@@ -88,8 +89,53 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
         environment=_environment(objective, cfg.precision),
         state_fields=state_fields(cfg, objective.n_protocols), inputs=_inputs(cfg),
         overwrite=overwrite)
-    with store:
-        return _search(cfg, objective, store, None, progress, stream, evaluate)
+    try:
+        with store:
+            return _search(cfg, objective, store, None, progress, stream, evaluate)
+    except BaseException:
+        _drop_if_empty(cfg.output)
+        raise
+
+
+def check_output(cfg: FitConfig, overwrite: bool = False) -> None:
+    """Refuse, before anything runs, an output :func:`fit` could not write: a folder, one
+    of the fit's inputs, or an existing file (unless ``overwrite``).
+
+    Raises
+    ------
+    KingenError
+        Naming the file.
+    """
+    RunStore.check_new(cfg.output, inputs=_inputs(cfg), overwrite=overwrite)
+
+
+def _drop_if_empty(path: str) -> None:
+    """Remove a run file a fit stopped before its first generation was committed: it holds
+    nothing to resume or read, and would only stand in the way of running it again."""
+    try:
+        with RunStore.open(path, "r", verify=False) as reader:
+            empty = reader.n_generations == 0 and reader.finished is None
+    except (KingenError, OSError):
+        return
+    if empty:
+        Path(path).unlink(missing_ok=True)
+
+
+def check_resumable(reader: RunStore, generations: int | None) -> None:
+    """Refuse, before anything runs, a run file :func:`resume` could not continue: one
+    with no committed generation, or a finished one without new ``generations``.
+
+    Raises
+    ------
+    KingenError
+        Naming the file.
+    """
+    finished = reader.finished
+    if finished and generations is None:
+        raise KingenError(f"the run has already finished ({finished}); give "
+                          "--generations to continue it further", file=str(reader.path))
+    if reader.n_generations == 0:
+        raise KingenError("no completed generation to resume from", file=str(reader.path))
 
 
 def resume(path: str | os.PathLike[str], *, progress: bool = True,
@@ -147,10 +193,7 @@ def _read_for_resume(path: str | os.PathLike[str], generations: int | None,
     """The configuration, objective and resume state of a run file, read and checked
     whole (the caller holds its writer lock)."""
     with RunStore.open(path, mode="r") as reader:
-        finished = reader.finished  # opening to append clears it: read it first
-        if finished and generations is None:
-            raise KingenError(f"the run has already finished ({finished}); give "
-                              "--generations to continue it further", file=str(path))
+        check_resumable(reader, generations)  # opening to append clears "finished"
         settings = reader.config
         cfg_path = settings.get("config_path", "<config>")
         base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")

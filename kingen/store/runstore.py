@@ -192,12 +192,7 @@ class RunStore:
         """
         p = Path(path)
         name = str(p)
-        if p.is_dir():
-            raise KingenError("is a directory, not a run file", file=name)
-        _refuse_inputs(p, inputs or {})
-        if p.exists() and not overwrite:
-            raise KingenError("run file already exists (choose another output file, or "
-                              "overwrite it)", file=name)
+        cls.check_new(p, inputs=inputs, overwrite=overwrite)
         fields = _state_schema(state_fields or {})
         names = [pr.name for pr in protocols]
         keys = [_key(n) for n in names]
@@ -246,6 +241,25 @@ class RunStore:
         except BaseException:
             lock.release()
             raise
+
+    @staticmethod
+    def check_new(path: str | os.PathLike[str], *, inputs: Mapping[str, str] | None = None,
+                  overwrite: bool = False) -> None:
+        """What :meth:`create` checks of ``path`` before it writes anything: not a folder,
+        not one of the run's ``inputs``, and no file there unless ``overwrite``.
+
+        Raises
+        ------
+        KingenError
+            Naming the file.
+        """
+        p = Path(path)
+        if p.is_dir():
+            raise KingenError("is a directory, not a run file", file=str(p))
+        _refuse_inputs(p, inputs or {})
+        if p.exists() and not overwrite:
+            raise KingenError("run file already exists (choose another output file, or "
+                              "overwrite it)", file=str(p))
 
     # ------------------------------------------------------------------ open
     @classmethod
