@@ -350,6 +350,61 @@ def test_batch_rerun_skips_finished_fits_and_resumes_unfinished(client, tmp_path
     assert all("finished already" in j.log_path.read_text() for j in m.jobs)
 
 
+def test_batch_rerun_fits_again_what_it_cannot_read_and_says_what_changed(client,
+                                                                          tmp_path):
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = _write_manifest(tmp_path, [1], TWINS, generations=2)
+    first = {r["id"]: r for r in run_batch(p, client=client, progress=False)}
+    assert [r["status"] for r in first.values()] == ["ok", "ok"]
+    cut, kept = load_manifest(p).jobs
+    with open(cut.run_path, "r+b") as f:  # a copy cut short: HDF5's SWMR reader hangs on it
+        f.truncate(1000)
+    kept_config = kept.config_path.read_text()
+    p.write_text(p.read_text().replace("generations = 2", "generations = 3"))
+    said = io.StringIO()
+    pool = ThreadPoolExecutor(1)  # a hang (reading the cut file) fails, not waits
+    try:
+        rows = pool.submit(run_batch, p, client=client, progress=True, stream=said)
+        second = {r["id"]: r for r in rows.result(timeout=300)}
+    finally:
+        pool.shutdown(wait=False)
+    assert [r["status"] for r in second.values()] == ["ok", "ok"], second
+    # the unreadable file is kept aside, and the fit runs again, as the manifest now says
+    assert (cut.run_path.parent / "run.h5.unreadable").stat().st_size == 1000
+    assert second[cut.id]["generations"] == 3 and "generations = 3" in cut.config_path.read_text()
+    assert "kept as run.h5.unreadable, fitting from the start" in cut.log_path.read_text()
+    # the finished one is kept as it ran, with its configuration, and the user is told
+    assert second[kept.id]["generations"] == 2 and kept.config_path.read_text() == kept_config
+    assert "the manifest has changed since this fit started" in kept.log_path.read_text()
+    assert ("kingen: 1 fit went on as it started, though the manifest has changed since "
+            "(each fit's log says so; delete a fit's run.h5 to fit it again with the new "
+            "configuration)") in said.getvalue().splitlines()
+
+
+def test_a_batch_whose_summary_cannot_be_written_runs_every_fit_and_says_so(client,
+                                                                           tmp_path):
+    import io
+
+    from kingen.errors import KingenError
+
+    p = _write_manifest(tmp_path, [1, 2], "", generations=1)
+    m = load_manifest(p)
+    (m.output / "batch_summary.csv").mkdir(parents=True)  # in the way of the summary
+    said = io.StringIO()
+    with pytest.raises(KingenError) as caught:
+        run_batch(m, client=client, progress=True, stream=said)
+    assert str(caught.value).startswith(
+        f"{m.output}: every fit ended (their run files hold the results), but the summary "
+        "could not be written: Is a directory")
+    for job in m.jobs:
+        with RunStore.open(job.run_path) as store:
+            assert store.finished
+    assert [line for line in said.getvalue().splitlines() if "summary" in line] == [
+        "kingen: cannot write the batch's summary (Is a directory); the fits go on"]
+
+
 def _sleep_then(seconds: float, value: str) -> str:
     time.sleep(seconds)
     return value

@@ -171,7 +171,8 @@ def test_cluster_option(tmp_path):
                                                       ": the port must be a number"),
                          ("ucx://127.0.0.1:8786", "--cluster = 'ucx://127.0.0.1:8786': kingen "
                                                   "reaches a scheduler over TCP"),
-                         ("nowhere.toml", "--cluster = 'nowhere.toml': must be local")):
+                         ("nowhere.toml", "--cluster = 'nowhere.toml': file not found"),
+                         ("nowhere", "--cluster = 'nowhere': must be local")):
         with pytest.raises(KingenError) as exc:
             parse_cluster_option(bad)
         assert _one_line(exc).startswith(message)
@@ -316,11 +317,32 @@ def test_manifest_over_a_configuration_its_cells_cannot_address(tmp_path):
         '[[protocols]]\nprotocol = "deactivation"\nexchange = 0.5\n')
     p.write_text('config = "twice.toml"\n[[cells]]\nname = "c"\n'
                  'recordings = { deactivation = "x.csv" }\n')
+    with pytest.raises(KingenError) as exc:  # a typo is found before any fit runs
+        load_manifest(p)
+    assert _one_line(exc) == (f"{p}: cells[0].recordings.deactivation = 'x.csv': file not "
+                              "found")
+    (tmp_path / "x.csv").write_text("")
     with pytest.raises(KingenError) as exc:
         load_manifest(p)
     assert _one_line(exc).startswith(
         f"{tmp_path / 'twice.toml'}: protocols = 'deactivation': 2 protocols are called "
         "'deactivation'")
+
+
+def test_a_manifest_naming_what_is_not_there_stops_before_any_fit(tmp_path):
+    demo = kingen.demo_config()
+    (tmp_path / "fit.toml").write_text(demo.read_text().replace('"demo/',
+                                                                f'"{demo.parent}/demo/'))
+    p = tmp_path / "b.toml"
+    for text, message in (
+            ('[[schemes]]\nname = "x"\nmodel = "nonexistent.toml"\n',
+             "schemes[0].model = 'nonexistent.toml': scheme file not found"),
+            ('[[cells]]\nname = "batch_summary.csv"\n',
+             "cells[0].name = 'batch_summary.csv': is the name of the batch's own summary")):
+        p.write_text('config = "fit.toml"\n' + text)
+        with pytest.raises(KingenError) as exc:
+            load_manifest(p)
+        assert _one_line(exc) == f"{p}: {message}"
 
 
 def test_toml_writer_round_trips_a_configuration():
@@ -369,6 +391,9 @@ def test_the_readme_slurm_example(tmp_path):
     (tmp_path / "fit.toml").write_text(demo.read_text().replace('"demo/',
                                                                 f'"{demo.parent}/demo/'))
     (tmp_path / "batch.toml").write_text(block)
+    for name in re.findall(r'"((?:cell0\d|models)/[^"]+)"', block):  # the lab's files
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
     m = load_manifest(tmp_path / "batch.toml")
     assert len(m.jobs) == 2 * 2 * 3 and m.output == tmp_path / "runs"
     assert m.cluster.kind == "slurm" and m.cluster.jobs == 4

@@ -408,6 +408,9 @@ def test_a_local_worker_leaves_out_only_what_its_closing_causes():
     heartbeat = "Failed to communicate with scheduler during heartbeat."
     quiet = _DriverGone()
     assert not quiet.filter(record(heartbeat, CommClosedError("ConnectionPool closing.")))
+    assert not quiet.filter(record(heartbeat, CommClosedError(
+        "in <TCP (closed) ConnectionPool.heartbeat_worker local=tcp://a:1 remote=tcp://b:2>:"
+        " Stream is closed")))
     assert quiet.filter(record(heartbeat, OSError("Timed out trying to connect")))
     assert not quiet.filter(record("failed during get data with tcp://a:1 -> None"))
     assert quiet.filter(record("failed during get data with tcp://a:1 -> tcp://b:2"))

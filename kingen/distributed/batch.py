@@ -62,6 +62,12 @@ def run_fit(task: dict[str, Any]) -> dict[str, Any]:
 
         try:
             state = _run_state(run)
+            if state in ("finished", "resumable"):
+                row["changed"] = _config_changed(run, task["config_text"])
+                if row["changed"]:
+                    say("the manifest has changed since this fit started: it goes on as it "
+                        f"started (its configuration is in {run.name}); delete {run.name} "
+                        "to fit it again with the new one")
             if state == "finished":
                 say(f"finished already; reading {run.name}")
             elif state == "resumable":
@@ -69,6 +75,12 @@ def run_fit(task: dict[str, Any]) -> dict[str, Any]:
                     f"(process {os.getpid()} on {platform.node()})")
                 resume(run, progress=True, stream=log)
             else:
+                _write_config(Path(task["config"]), task["config_text"])
+                if state == "unreadable":
+                    aside = _set_aside(run)
+                    say(f"{run.name} had no generation kingen can read: "
+                        + (f"kept as {aside.name}, " if aside else "it was empty; ")
+                        + "fitting from the start")
                 say(f"fitting {task['config']} (process {os.getpid()} on "
                     f"{platform.node()})")
                 fit(task["config"], overwrite=True, progress=True, stream=log)
@@ -88,7 +100,9 @@ def run_fit(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_state(run: Path) -> str:
-    """``"new"``, ``"resumable"`` or ``"finished"``, from what the run file has committed."""
+    """``"new"``, ``"resumable"`` or ``"finished"``, from what the run file has committed;
+    ``"unreadable"`` for a file with no generation that can be read (one killed before
+    its first commit, an empty or cut-short file)."""
     from kingen.store import RunStore
 
     if not run.exists():
@@ -105,19 +119,47 @@ def _run_state(run: Path) -> str:
         if "ended without a result" in exc.message:
             raise
         # Killed before its first commit, a file HDF5 cannot open is all it can leave;
-        # with no generation committed there is nothing to lose by starting again. Anything
-        # else (damage) is for resume to report.
-        return "resumable" if _has_commit(run) else "new"
+        # with no generation committed there is nothing to lose by starting again (the
+        # file is kept aside). Anything else (damage after a commit) is for resume to
+        # report.
+        return "resumable" if _has_commit(run) else "unreadable"
 
 
 def _has_commit(run: Path) -> bool:
     try:
         import h5py
 
-        with h5py.File(run, "r", libver="latest", swmr=True) as f:
+        # Not in SWMR mode: on a damaged file its reader retries without end, holding the GIL
+        with h5py.File(run, "r", libver="latest") as f:
             return int(f["run/commit"][0]) > 0
     except Exception:  # noqa: BLE001 - unreadable: no committed generation can be used
         return False
+
+
+def _set_aside(run: Path) -> Path | None:
+    """Move a run file with no readable generation out of the fit's way, as
+    ``run.h5.unreadable`` (``.unreadable2``, ... if taken); an empty one is removed.
+    Done under the run file's writer lock: a file another process is writing is refused
+    (:class:`KingenError`), never moved."""
+    from kingen.store import WriterLock
+
+    lock = WriterLock(run)
+    lock.acquire()
+    try:
+        if run.stat().st_size == 0:
+            run.unlink()
+            return None
+        aside, n = run.with_name(f"{run.name}.unreadable"), 1
+        while aside.exists():
+            n += 1
+            aside = run.with_name(f"{run.name}.unreadable{n}")
+        run.rename(aside)
+        return aside
+    except OSError as exc:
+        raise KingenError(f"cannot move the unreadable run file aside: {exc.strerror}",
+                          file=str(run)) from None
+    finally:
+        lock.release()
 
 
 def result_row(store: Any) -> dict[str, Any]:
@@ -196,16 +238,30 @@ class BatchProgress(LiveLine):
 
 
 def _write_configs(jobs: list[FitJob]) -> None:
+    """Each new fit's configuration. A fit with a run file keeps the one beside it (the
+    one it started with); its task writes the new one if it has to start again."""
     for job in jobs:
-        path = job.config_path
-        try:
-            if path.is_file() and path.read_text(encoding="utf-8") == job.config_text:
-                continue
-            atomic_write(path, lambda tmp, t=job.config_text: tmp.write_text(
-                t, encoding="utf-8"))
-        except OSError as exc:
-            raise KingenError(f"cannot write the fit's configuration: {exc.strerror or exc}",
-                              file=str(path)) from None
+        if not job.run_path.exists():
+            _write_config(job.config_path, job.config_text)
+
+
+def _write_config(path: Path, text: str) -> None:
+    try:
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            return
+        atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        raise KingenError(f"cannot write the fit's configuration: {exc.strerror or exc}",
+                          file=str(path)) from None
+
+
+def _config_changed(run: Path, text: str) -> bool:
+    """Whether a fit's configuration from the manifest now differs from the one its run
+    file started with."""
+    from kingen.store import RunStore
+
+    with RunStore.open(run, "r", verify=False) as store:
+        return store.config_text != text
 
 
 def run_batch(manifest: str | os.PathLike[str] | Manifest, *,
@@ -261,7 +317,8 @@ def _run(m: Manifest, client: Any, bar: BatchProgress, queued: bool = False
                              pure=False, retries=0): job for job in m.jobs}
     pending = set(futures)
     finished = finished_queue(list(futures))
-    done_here = failed = 0
+    done_here = failed = changed = 0
+    unwritten = ""  # why the summary could not be written (the fits go on regardless)
     alone = _NoWorker(queued)
     try:
         while pending:
@@ -278,16 +335,34 @@ def _run(m: Manifest, client: Any, bar: BatchProgress, queued: bool = False
                 pending.discard(fut)
                 job = futures[fut]
                 row = _collect(fut, job)
+                if row.pop("changed", False):  # said once at the end, not a column
+                    changed += 1
                 rows[job.id] = row
                 done_here += 1
                 if row["status"] != "ok":
                     failed += 1
                     bar.message(f"failed: {job.id}: {row['reason']}")
-            write_summary(m.output, list(rows.values()), title)
+            try:
+                write_summary(m.output, list(rows.values()), title)
+                unwritten = ""
+            except OSError as exc:
+                if not unwritten:
+                    bar.message(f"kingen: cannot write the batch's summary "
+                                f"({exc.strerror or exc}); the fits go on")
+                unwritten = f"{exc.strerror or exc}: {exc.filename or m.output}"
             bar.update(len(rows), _running(client, pending), failed, done_here)
     finally:
         bar.close()
+    if unwritten:
+        raise KingenError(f"every fit ended (their run files hold the results), but the summary "
+                          f"could not be written: {unwritten}; free the space or fix the "
+                          f"folder and run the batch again to write it", file=str(m.output))
     ordered = [rows[j.id] for j in m.jobs if j.id in rows]
+    if changed:
+        bar.message(f"kingen: {changed} fit{'s' if changed > 1 else ''} went on as "
+                    f"{'they' if changed > 1 else 'it'} started, though the manifest has "
+                    "changed since (each fit's log says so; delete a fit's run.h5 to fit it "
+                    "again with the new configuration)")
     for line in ranking_lines(ordered):
         bar.message(line)
     return ordered
@@ -335,12 +410,15 @@ def _running(client: Any, pending: set) -> int | None:
     """How many of the ``pending`` fits run now; ``None`` when the cluster has no worker."""
     try:
         processing = client.processing()
+        threads = client.nthreads()
     except Exception:  # noqa: BLE001 - the count is cosmetic
         return 0
     if not processing:  # one entry per worker, busy or not
         return None
     keys = {f.key for f in pending}
-    return sum(1 for tasks in processing.values() for k in tasks if k in keys)
+    # a worker's list holds the fits queued on it too: it runs one per thread
+    return sum(min(sum(1 for k in tasks if k in keys), threads.get(worker, 1))
+               for worker, tasks in processing.items())
 
 
 class _NoWorker:

@@ -271,6 +271,8 @@ def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings
         return ClusterSettings(kind="address", address=scheduler_address(text), source=flag)
     path = Path(text)
     if not path.is_file():
+        if path.suffix.lower() == ".toml":
+            raise KingenError("file not found", field=flag, value=text)
         raise KingenError("must be local, local:N, a scheduler address (tcp://host:8786) or "
                           "a TOML file with a [cluster] table", field=flag, value=text)
     return settings_from_file(path, required=True)

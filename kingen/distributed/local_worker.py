@@ -31,7 +31,9 @@ class _DriverGone(logging.Filter):
       sent straight to a driver that has stopped (a Ctrl-C mid-generation), the only
       reader of a worker's results there;
     - "Failed to communicate with scheduler during heartbeat" for "ConnectionPool
-      closing": a heartbeat cut short by the worker's own closing.
+      closing" or "Stream is closed": a heartbeat cut short by the worker's own closing,
+      or by the scheduler's (it lives in the driver's process: it closes only as the
+      driver closes the cluster, or ends).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -39,7 +41,8 @@ class _DriverGone(logging.Filter):
         to_a_client = message.startswith("failed during get data") and message.endswith(
             "-> None")  # a worker would be named
         closing = (message.startswith("Failed to communicate with scheduler during heartbeat")
-                   and "ConnectionPool closing" in str(record.exc_info and record.exc_info[1]))
+                   and any(cut in str(record.exc_info and record.exc_info[1])
+                           for cut in ("ConnectionPool closing", "Stream is closed")))
         return "ended with CancelledError" not in message and not to_a_client and not closing
 
 

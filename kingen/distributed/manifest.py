@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from kingen.distributed.cluster import ClusterSettings, cluster_settings
+from kingen.distributed.summary import CSV_NAME, HTML_NAME
 from kingen.distributed.tomlout import dumps_toml
 from kingen.errors import KingenError
 from kingen.fields import Fields, join, loads_toml
@@ -95,8 +96,8 @@ class FitJob:
     def as_task(self) -> dict[str, Any]:
         """Plain data for the task that runs it."""
         return {"id": self.id, "cell": self.cell, "scheme": self.scheme, "seed": self.seed,
-                "config": str(self.config_path), "run": str(self.run_path),
-                "log": str(self.log_path)}
+                "config": str(self.config_path), "config_text": self.config_text,
+                "run": str(self.run_path), "log": str(self.log_path)}
 
 
 @dataclass
@@ -228,11 +229,17 @@ def _overrides(c: Fields, table: dict, where: str) -> dict[str, Any]:
     return dict(table)
 
 
+# the batch's own files beside the cells' folders
+_TAKEN = {CSV_NAME.lower(), HTML_NAME.lower()}
+
+
 def _name(c: Fields, t: dict, where: str, seen: set[str]) -> str:
     value = c.string(t, "name", where)
     if not _NAME.match(value) or value in (".", ".."):
         raise c.error("must be a folder name: letters, digits, _ . + - (at most 64)",
                       join(where, "name"), value)
+    if value.lower() in _TAKEN:
+        raise c.error("is the name of the batch's own summary", join(where, "name"), value)
     if value in seen:
         raise c.error("two entries with the same name", join(where, "name"), value)
     seen.add(value)
@@ -263,6 +270,9 @@ def _files(c: Fields, t: dict, key: str, where: str, here: Path, known: list[str
             raise c.error("must be a file name or a non-empty list of file names",
                           field_name, value)
         paths = [str(_resolve(here, v)) for v in items]
+        for v, path in zip(items, paths, strict=True):
+            if not Path(path).exists():  # here, not in every fit it would fail
+                raise c.error("file not found", field_name, v)
         out[proto] = paths[0] if isinstance(value, str) else paths
     return out
 
@@ -301,6 +311,8 @@ def _schemes(c: Fields, raw: list, here: Path, base_doc: dict, config_path: Path
         c.keys(t, _SCHEME, where)
         name = _name(c, t, where, seen)
         model = c.string(t, "model", where)
+        if not _resolve(here, model).is_file():
+            raise c.error("scheme file not found", join(where, "model"), model)
         params = c.table(t, "parameters", where) if "parameters" in t else None
         out.append((name, {"model": str(_resolve(here, model)), "parameters": params,
                            "overrides": _overrides(c, c.table(t, "overrides", where),
