@@ -66,8 +66,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from kingen.search.run import fit
 
     if args.demo == (args.config is not None):
-        raise KingenError("give a configuration file or --demo (one of them)",
-                          field="kingen fit")
+        taken = (args.config is None and bool(args.cluster)
+                 and Path(args.cluster).suffix.lower() == ".toml")
+        raise KingenError("give a configuration file or --demo (one of them)" + (
+            f"; --cluster took {args.cluster} as its value: put the configuration first "
+            f"(kingen fit {args.cluster} --cluster)" if taken else ""), field="kingen fit")
     _positive(args.generations, "--generations")
     _positive(args.population, "--population", 2)
     _positive(args.seed, "--seed", 0)

@@ -345,6 +345,26 @@ def test_a_manifest_naming_what_is_not_there_stops_before_any_fit(tmp_path):
         assert _one_line(exc) == f"{p}: {message}"
 
 
+def test_a_fit_checks_its_cluster_table_without_cluster_and_says_where_a_config_went(
+        tmp_path, capsys):
+    from kingen.cli import main
+
+    demo = kingen.demo_config()
+    config = tmp_path / "fit.toml"
+    config.write_text(demo.read_text().replace('"demo/', f'"{demo.parent}/demo/')
+                      + '\n[cluster]\nkind = "locl"\n')
+    run = tmp_path / "run.h5"
+    assert main(["fit", str(config), "-q", "-o", str(run), "--generations", "1"]) == 2
+    assert main(["fit", "--cluster", str(config)]) == 2  # the option took the file
+    assert capsys.readouterr().err.splitlines() == [
+        f"kingen: error: {config}: cluster.kind = 'locl': must be one of local, address, "
+        "slurm, pbs",
+        f"kingen: error: kingen fit: give a configuration file or --demo (one of them); "
+        f"--cluster took {config} as its value: put the configuration first (kingen fit "
+        f"{config} --cluster)"]
+    assert not run.exists()
+
+
 def test_toml_writer_round_trips_a_configuration():
     doc = loads_toml(kingen.demo_config().read_text(), "<demo>")
     doc["odd key"] = {"a \"b\"": [1.5, float("inf"), True, "x\ny\u00e9"]}
