@@ -239,22 +239,25 @@ class ShardedEvaluator:
         k = max(1, min(self.shards or len(workers) * self.pieces, n))
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         futures = []
-        keys = []
-        # Dask's advice for large task arguments is to scatter them: by design they are not
-        # (a lost worker would take them with it), so its warning would be no news
-        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1 PiB"}):
-            for i in range(k):
-                key = f"kingen-shard-{self.token}-{self.calls}-{i}"
-                rows = int(bounds[i + 1] - bounds[i])
-                with self._lock:
-                    self._keys[key] = (self.calls, i, rows)
-                keys.append(key)
-                # each worker its share, but loosely: a lost worker's shards run elsewhere
-                futures.append(self.client.submit(evaluate_shard, self.plugin,
-                                                  params[bounds[i]:bounds[i + 1]], complete,
-                                                  key=key, pure=False, retries=0,
-                                                  workers=[workers[i % len(workers)]],
-                                                  allow_other_workers=True))
+        keys: list[str] = []
+
+        def send(i: int, key: str, worker: str | None) -> Any:
+            with self._lock:
+                self._keys[key] = (self.calls, i, int(bounds[i + 1] - bounds[i]))
+            keys.append(key)
+            # Dask's advice for large task arguments is to scatter them: by design they are
+            # not (a lost worker would take them with it), so its warning would be no news
+            with dask.config.set({"distributed.admin.large-graph-warning-threshold":
+                                  "1 PiB"}):
+                return self.client.submit(
+                    evaluate_shard, self.plugin, params[bounds[i]:bounds[i + 1]], complete,
+                    key=key, pure=False, retries=0, **({} if worker is None else {
+                        "workers": [worker], "allow_other_workers": True}))
+
+        for i in range(k):
+            # each worker its share, but loosely: a lost worker's shards run elsewhere
+            futures.append(send(i, f"kingen-shard-{self.token}-{self.calls}-{i}",
+                                workers[i % len(workers)]))
         if while_solving is not None:
             try:  # its errors are the caller's, not a shard's
                 while_solving()
@@ -263,8 +266,12 @@ class ShardedEvaluator:
                     for key in keys:
                         self._keys.pop(key, None)
                 raise
+        def again(i: int) -> Any:  # a shard Dask left waiting for its lost worker
+            return send(i, f"kingen-shard-{self.token}-{self.calls}-{i}-again{len(keys)}",
+                        None)
+
         try:
-            self._wait(futures)
+            self._wait(futures, again)
             parts = self.client.gather(futures)
         except ClusterLost:
             raise
@@ -303,8 +310,15 @@ class ShardedEvaluator:
                else one_line(exc))
         return ClusterLost(f"lost the scheduler at {address} ({why})", field="--cluster")
 
-    def _wait(self, futures: list[Any], poll_s: float = 2.0) -> None:
-        """Wait for the shards, watching that the cluster still has a worker to run them."""
+    def _wait(self, futures: list[Any], again: Callable[[int], Any] | None = None,
+              poll_s: float = 2.0) -> None:
+        """Wait for the shards, watching that the cluster still has a worker to run them.
+
+        A shard whose every worker was lost at once (a one-GPU host's only worker) stays in
+        Dask's ``no-worker`` state when a worker comes back (distributed 2026.7: its loose
+        worker restriction is not looked at again), so ``again(i)`` sends shard ``i`` anew,
+        with no restriction, in place of the one left waiting.
+        """
         from distributed import wait
 
         # the first look comes a slice after the last, which may have found a worker
@@ -319,6 +333,10 @@ class ShardedEvaluator:
                 return
             if self.client.nthreads():
                 clock.reset()
+                if again is not None:
+                    for i in self._left_waiting(futures):
+                        self.client.cancel(futures[i])
+                        futures[i] = again(i)
                 continue
             waited, due = clock.tick()
             if self.no_worker_s is not None and waited >= self.no_worker_s:
@@ -328,6 +346,20 @@ class ShardedEvaluator:
             if self.say is not None and due:
                 self.say(f"evaluation {self.calls} waits for a worker: the cluster has "
                          f"none ({waited:.0f} s so far)")
+
+    def _left_waiting(self, futures: list[Any]) -> list[int]:
+        """The shards the scheduler holds in its ``no-worker`` state though it has workers."""
+        waiting = {f.key: i for i, f in enumerate(futures) if not f.done()}
+        if not waiting:
+            return []
+        try:  # a lambda, sent by value: the scheduler need not import kingen
+            stuck = self.client.run_on_scheduler(
+                lambda dask_scheduler, keys=tuple(waiting): [
+                    key for key in keys if key in dask_scheduler.tasks
+                    and dask_scheduler.tasks[key].state == "no-worker"])
+        except Exception:  # noqa: BLE001 - the scheduler gone: the futures say so next
+            return []
+        return [waiting[key] for key in stuck]
 
     def __call__(self, params: np.ndarray, while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, dict[str, float]]:

@@ -447,8 +447,8 @@ class Engine:
             event["generation"] = int(state["generation"])
             self.progress.message(
                 f"kingen: generation {event['generation']}: worker {event['worker']} was "
-                f"lost; its shard of {event['rows']} candidates ran again on another "
-                "(recorded in the run file)")
+                f"lost; its shard of {event['rows']} candidates ran again (recorded in the "
+                "run file)")
         if self._takes_reruns:
             stats["shards_rerun"] = float(len(lost))
         t_io = time.perf_counter()

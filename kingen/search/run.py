@@ -76,7 +76,6 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     """
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     check_output(cfg, overwrite)
-    _check_cluster_table(cfg)
     objective = _objective(cfg)
     # built before the run file: an evaluator that cannot be built (workers that cannot
     # build the solver) leaves no file behind
@@ -108,14 +107,6 @@ def check_output(cfg: FitConfig, overwrite: bool = False) -> None:
         Naming the file.
     """
     RunStore.check_new(cfg.output, inputs=_inputs(cfg), overwrite=overwrite)
-
-
-def _check_cluster_table(cfg: FitConfig) -> None:
-    """A ``[cluster]`` table is checked by every fit, with ``--cluster`` or not: the run
-    file keeps it, for ``kingen resume --cluster`` to use."""
-    from kingen.distributed.cluster import settings_from_text
-
-    settings_from_text(cfg.text, cfg.path)
 
 
 def _drop_if_empty(path: str) -> None:
