@@ -321,8 +321,10 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
         stem = Path(path).stem if path[:1] != "<" else "fit"
         out_path = base / f"{stem}.h5"
     else:
-        out_path = Path(output) if Path(output).is_absolute() or "output" in ov else (
-            base / output)
+        # -o on the command line is the user's path as typed (from the working folder);
+        # the file's own is relative to the file, as its other paths are
+        out_path = Path(output) if Path(output).is_absolute() or ov.get(
+            "output") is not None else base / output
 
     # ---- parameters
     scheme, ties = _parameters(c, c.table(doc, "parameters"), scheme)

@@ -31,6 +31,17 @@ def test_a_good_configuration_loads_with_defaults(tmp_path):
         "baseline"] == "none"
 
 
+def test_the_output_is_beside_the_configuration_and_minus_o_is_from_here(tmp_path,
+                                                                         monkeypatch):
+    cfg = write_problem(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    overrides = {"output": None, "backend": None}  # what `kingen fit CONFIG` passes
+    assert load_config(cfg, overrides=overrides).output == str(tmp_path / "run.h5")
+    assert load_config(cfg, overrides={**overrides, "output": "mine.h5"}).output == "mine.h5"
+
+
 @pytest.mark.parametrize("line, baseline", [('baseline = "pre-pulse"', "pre-pulse"),
                                             ("subtract_baseline = true", "per-sweep"),
                                             ("subtract_baseline = false", "none")])

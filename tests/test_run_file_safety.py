@@ -327,8 +327,8 @@ def test_a_second_writer_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:
             time.sleep(0.02)
         refusal = (f"the run file is being written by process {first.pid} on "
                    f"{platform.node()} (lock .run.h5.lock); wait for that run to end, or stop it")
-        # (kingen fit names the output as the configuration gives it: relative to the cwd)
-        for argv, name in ((["fit", str(cfg), "-q", "--overwrite"], "run.h5"),
+        # (the configuration's output is beside it, wherever kingen runs from)
+        for argv, name in ((["fit", str(cfg), "-q", "--overwrite"], str(run)),
                            (["resume", str(run), "-q", "--generations", "5"], str(run))):
             second = subprocess.run([sys.executable, "-m", "kingen.cli", *argv], cwd=tmp_path,
                                     capture_output=True, text=True, timeout=120)
@@ -399,3 +399,32 @@ def test_a_resumed_killed_run_opens_with_plain_h5py(tmp_path: Path) -> None:
     assert main(["resume", str(run), "-q"]) == 0
     with h5py.File(run, "r") as f:
         assert int(f["run/commit"][0]) == 31
+
+
+def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kept(
+        tmp_path, monkeypatch, capsys):
+    import kingen.store.runstore as runstore
+    from kingen.fit_config import load_config
+
+    cfg = write_problem(tmp_path, ga="generations = 6")
+    run = load_config(cfg).output  # as the configuration gives it
+    writes = []
+    real = shutil.disk_usage
+
+    def filling(path):  # room for the file and two generations, then none
+        writes.append(path)
+        usage = real(path)
+        return usage._replace(free=usage.free if len(writes) <= 3 else 1000)
+
+    monkeypatch.setattr(runstore.shutil, "disk_usage", filling)
+    assert main(["fit", str(cfg), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kingen: error: {run}: the disk holding the run file is full (0.0 MB "
+                   "free; the next write needs about 1.1 MB): the run file keeps every "
+                   f"committed generation; free some space and go on with kingen resume {run}"]
+    with RunStore.open(run) as store:  # whole: every checksum verified
+        assert store.n_generations == 2
+    monkeypatch.undo()
+    assert main(["resume", str(run), "-q"]) == 0
+    with RunStore.open(run) as store:
+        assert store.n_generations == 7 and store.finished

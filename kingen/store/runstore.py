@@ -27,6 +27,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -214,6 +215,7 @@ class RunStore:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise KingenError(f"cannot create the folder: {exc.strerror}", file=name) from None
+        _need_space(p, 2 * sum(_recording_bytes(r) for r in recordings.values()) + (8 << 20))
         # Locked before anything is deleted: a run another process writes is never replaced.
         lock = WriterLock(p)
         lock.acquire()
@@ -438,6 +440,14 @@ class RunStore:
         """``self._f[name][sel]``, fresh (a live run) and verified (names a damaged dataset)."""
         return _load(self._ds(name), sel)
 
+    def _need_space(self, *arrays: Any) -> None:
+        """Refuse a generation the disk cannot hold, before HDF5 starts writing it: twice
+        the arrays' size (compression only shrinks them) and 1 MiB for the file's own
+        records (see :func:`_need_space`)."""
+        _need_space(self.path, 2 * sum(np.asarray(a).nbytes for a in arrays) + (1 << 20),
+                    " the run file keeps every committed generation; free some space and "
+                    f"go on with kingen resume {self.path}")
+
     def append_generation(self, *, generation: int, population: np.ndarray, errors: np.ndarray,
                           fitness: np.ndarray, fail: np.ndarray, stats: Mapping[str, float],
                           timings: Mapping[str, float],
@@ -463,6 +473,7 @@ class RunStore:
             by name (all of them); only the last committed one is kept.
         """
         self._need_writer()
+        self._need_space(population, errors, fitness, fail, *(state or {}).values())
         f = self._f
         pop = np.asarray(population, dtype=np.float64)
         n = pop.shape[0]
@@ -1099,3 +1110,27 @@ def as_store(run: str | os.PathLike[str] | RunStore) -> tuple[RunStore, bool]:
         run.refresh()
         return run, False
     return RunStore.open(run, "r"), True
+
+
+def _need_space(path: Path, need: int, then: str = "") -> None:
+    """Refuse a write of about ``need`` bytes the disk holding ``path`` has no room for:
+    HDF5 that runs out of space part-way cannot close the file (tracebacks by the
+    hundred, then a crash, and a file it cannot read again)."""
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return  # nothing to go on: HDF5 will say
+    if free < need:
+        then = then or " free some space and run it again"
+        raise KingenError(f"the disk holding the run file is full ({free / 1e6:.1f} MB free; "
+                          f"the next write needs about {need / 1e6:.1f} MB):{then}",
+                          file=str(path))
+
+
+def _recording_bytes(recording: Recording | None) -> int:
+    """The size of a recording's samples (0 for none)."""
+    if recording is None:
+        return 0
+    arrays = [recording.time_ms, recording.current_pA, recording.concentration_mM]
+    return 8 * sum(sum(np.asarray(a).size for a in (x if isinstance(x, list) else [x]))
+                   for x in arrays if x is not None)
