@@ -36,6 +36,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -605,7 +606,12 @@ def _ctrl_c_held() -> Iterator[None]:
     import multiprocessing.resource_tracker
 
     # Its first start unblocks every signal in the thread that starts it (Dask's event
-    # loop, as the first worker is spawned); started now, it is left running as is.
+    # loop, as the first worker is spawned); started now, it is left running as is. It
+    # takes this interpreter's warning options: a worker process ended mid-start (a press
+    # that stops a start) leaves a semaphore it cleans up, saying so in two warnings.
+    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
+    if quiet not in sys.warnoptions:
+        sys.warnoptions.append(quiet)
     multiprocessing.resource_tracker.ensure_running()
     t0 = time.monotonic()
     presses: list[int] = []

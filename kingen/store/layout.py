@@ -39,6 +39,13 @@ It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mo
 - `kingen plot` and `kingen report` work on a live run.
 - A run killed at any moment, even with SIGKILL, leaves a file that opens and holds every
   completed generation; `kingen resume RUN.h5` continues it.
+- A disk that fills up stops the run before a generation is written, with one line
+  (`the disk holding the run file is full (2.3 MB free; the next write needs about 2.3
+  MB): the run file keeps every committed generation; free some space and go on with
+  kingen resume RUN.h5`): HDF5 that runs out of space part-way cannot close its file.
+  A fit stopped before its first generation was committed leaves no file.
+- The configuration's `output` is relative to the configuration file, as its other paths
+  are; `-o` on the command line is relative to the folder kingen runs in.
 - A killed run's file still carries HDF5's "open for writing" flag, so a plain
   `h5py.File(path)` refuses it (kingen and `swmr=True` readers do not). `kingen resume`
   clears the flag (it rebuilds the file from what was committed), and so does HDF5's
