@@ -270,6 +270,12 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     ------
     KingenError
         On the first problem found, naming the file, the field and the value.
+
+    Examples
+    --------
+    >>> cfg = load_config(demo_config(), overrides={"population": 16, "output": "x.h5"})
+    >>> cfg.ga.population, cfg.output, cfg.pmap.n_genes
+    (16, 'x.h5', 10)
     """
     text = read_text(path, what="configuration file")
     return loads_config(text, path=str(path), base=Path(path).parent, overrides=overrides)

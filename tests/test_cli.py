@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.linalg import expm
 
+import kingen
 from kingen.cli import _split_failed, main
 from kingen.features import protocol_features
 from kingen.protocol import standard_protocol
@@ -105,8 +106,9 @@ def test_simulate_rk4_matches_exact_and_writes_csv(tmp_path, capsys):
     assert rk4["peak_pA"] == pytest.approx(exact["peak_pA"], rel=1e-6)
     assert rk4["tau_deact_ms"] == pytest.approx(exact["tau_deact_ms"], rel=1e-5)
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("#") and lines[1] == "time_ms,current_pA"
-    table = np.loadtxt(out, delimiter=",", skiprows=2)
+    assert lines[0].startswith("# kingen") and lines[2] == "time_ms,current_pA"
+    assert kingen.load_recording(out).protocol == "deactivation"  # read back as written
+    table = np.loadtxt(out, delimiter=",", skiprows=3)
     assert table.shape == (1501, 2)
     assert table[:, 1].min() == pytest.approx(rk4["peak_pA"], rel=1e-6)
 
@@ -115,7 +117,7 @@ def test_simulate_multi_sweep_csv_has_one_column_per_sweep(tmp_path):
     out = tmp_path / "r.csv"
     assert main(["simulate", str(JONAS), "--protocol", "dose_response", "--csv",
                  str(out)]) == 0
-    header = out.read_text().splitlines()[1].split(",")
+    header = out.read_text().splitlines()[2].split(",")
     assert header[0] == "time_ms"
     assert header[1:] == [f"current_pA_{s.label}" for s in
                           standard_protocol("dose_response").sweeps]

@@ -32,6 +32,7 @@ PUBLIC_MODULES = {
     "kingen.solve.rest": True,
     "kingen.solve.inputs": True,
     "kingen.solve.plan": True,
+    "kingen.solve.batch": True,
     "kingen.console": True,
     "kingen.interop": True,
     "kingen.interop.exported": True,

@@ -293,7 +293,7 @@ def write_current_csv(path: str | os.PathLike[str], protocol: Any, times: list[n
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"# kingen {__version__} simulate; protocol: {protocol.name}\n")
+            fh.write(f"# kingen {__version__} simulate\n# protocol: {protocol.name}\n")
             fh.write(",".join(["time_ms"] + names) + "\n")
             for i, t in enumerate(grid):
                 cells = [f"{t:.6g}"]

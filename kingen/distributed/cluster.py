@@ -64,7 +64,16 @@ _MEMORY = re.compile(r"^(?P<size>\d+(\.\d+)?)\s*([kKMGTP]i?B|[kKMGTP])$")
 @dataclass
 class ClusterSettings:
     """Where a fit or a batch runs (see the module docstring and the README's
-    "Scale-out (Dask)")."""
+    "Scale-out (Dask)").
+
+    Examples
+    --------
+    >>> s = ClusterSettings(workers=2)        # a local cluster of 2 worker processes
+    >>> s.kind, s.workers, s.retries
+    ('local', 2, 3)
+    >>> ClusterSettings(kind="address", address="tcp://10.0.0.5:8786").address
+    'tcp://10.0.0.5:8786'
+    """
 
     kind: str = "local"
     address: str = ""

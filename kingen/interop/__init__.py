@@ -86,7 +86,18 @@ def import_text(path: str | os.PathLike[str], *, agonist: str | None = None) -> 
 
 def import_scheme(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                   agonist: str | None = None) -> Path:
-    """Write the scheme of a ``.mod`` or ``.mmt`` file as a kingen scheme file ``out``."""
+    """Write the scheme of a ``.mod`` or ``.mmt`` file as a kingen scheme file ``out``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from kingen.scheme import Scheme
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> mod = export_scheme(Scheme.load("models/jonas_1993.toml"), "neuron",
+    ...                     folder / "jonas.mod")
+    >>> Scheme.load(import_scheme(mod, folder / "jonas.toml")).n_states
+    7
+    """
     text = import_text(path, agonist=agonist)
     out = Path(out)
     _write(out, text)
@@ -108,7 +119,18 @@ def export_text(scheme: Scheme, to: str, params: np.ndarray | None = None, *,
 
 
 def export_scheme(scheme: Scheme, to: str, out: str | os.PathLike[str], **kwargs) -> Path:
-    """Write ``scheme`` in format ``to`` to ``out``; keywords as :func:`export_text`."""
+    """Write ``scheme`` in format ``to`` to ``out``; keywords as :func:`export_text`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from kingen.scheme import Scheme
+    >>> out = Path(tempfile.mkdtemp()) / "jonas.mmt"
+    >>> export_scheme(Scheme.load("models/jonas_1993.toml"), "myokit", out).suffix
+    '.mmt'
+    >>> out.read_text().startswith("[[model]]")
+    True
+    """
     text = export_text(scheme, to, **kwargs)
     out = Path(out)
     _write(out, text)

@@ -628,6 +628,20 @@ def simulate_batch(
         Data, weights and windows for objective mode.
     with_occupancy
         In trace mode, also return the occupancies.
+
+    Examples
+    --------
+    Two candidates (the scheme's own rates, and all of them doubled) under deactivation:
+
+    >>> import kingen
+    >>> scheme = kingen.Scheme.load("models/jonas_1993.toml")
+    >>> params = np.vstack([scheme.values, 2 * scheme.values])
+    >>> result = simulate_batch(scheme, kingen.standard_protocol("deactivation"), params,
+    ...                         backend="cpu")
+    >>> result.traces.shape  # (candidates, samples of every sweep)
+    (2, 1501)
+    >>> bool(result.traces[1].min() < 0)  # inward current (pA)
+    True
     """
     if isinstance(protocols, Protocol):
         protocols = [protocols]

@@ -31,8 +31,8 @@ class Entry(NamedTuple):
 INTRO = """\
 `kingen fit` writes one HDF5 file per run (`output` in the configuration). It holds everything
 needed to understand, plot, export and resume the run, and it explains itself:
-- Every dataset carries its unit (`unit`, or `unit_<column>` for tables), and most carry a
-  `description`.
+- Every dataset of a physical quantity carries its unit (`unit`, or `unit_<column>` for
+  tables), and most datasets carry a `description`.
 - The root group carries this section as its `layout` attribute.
 
 It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mode:
@@ -186,8 +186,10 @@ ENTRIES: tuple[Entry, ...] = (
           '`[generations committed, resume slot, last generation number]`, written last '
           'after each generation: readers trust only it'),
     Entry('`/run/finished`',
-          'why the run stopped (`max_generations`, `no_improvement`, `target_error`, '
-          '`wall_time`, `interrupted`, …); empty while running or if the run was killed; '
+          'why the run stopped, as the fit says it: `maximum generations (40)`, `no '
+          'improvement for 15 generations`, `target error 0.01 reached`, `wall-time limit '
+          '3600 s`, followed by `; every candidate failed` when none simulated; empty while '
+          'running or if the run was stopped or killed; '
           '`finished_unix` when; attributes `resumed` (times the run was resumed), '
           '`writer_pid`, `writer_host`'),
     Entry('`/run/lost_workers`',

@@ -646,7 +646,8 @@ class RunStore:
         self._f.flush()
 
     def mark_finished(self, reason: str) -> None:
-        """Record why the run stopped (e.g. ``"max_generations"``, ``"interrupted"``)."""
+        """Record why the run stopped, as the fit says it (e.g. ``"maximum generations
+        (40)"``, ``"no improvement for 15 generations"``)."""
         self._need_writer()
         run = self._f["run"]
         run["finished"][0] = np.bytes_(str(reason).encode("utf-8")[:REASON_BYTES] or b"?")
