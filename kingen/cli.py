@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kingen: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # an output that cannot be written (read-only, full, a folder)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"kingen: error: {where}cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 # --------------------------------------------------------------------------- simulate

@@ -23,7 +23,7 @@ from kingen._version import __version__
 from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
-from kingen.files import atomic_write
+from kingen.files import atomic_write, check_replaceable
 from kingen.plot import safe_name
 from kingen.scheme import Scheme
 from kingen.store import RunStore, RunView, as_store
@@ -222,6 +222,7 @@ def export_model(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[
         The file written.
     """
     path = Path(out)
+    check_replaceable(path, "--model")
     text = fitted_scheme_text(run, protocol=protocol)
     write_text_atomic(path, text)
     return path
@@ -267,11 +268,12 @@ def export_csv(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLik
     """Write the fitted traces as one trace CSV per protocol, ``<out_dir>/<protocol>.csv``."""
     store, opened = as_store(run)
     try:
-        paths = []
-        for name, rec in fitted_recordings(RunView(store)).items():
-            path = Path(out_dir) / f"{safe_name(name)}.csv"
+        recs = fitted_recordings(RunView(store))
+        paths = [Path(out_dir) / f"{safe_name(name)}.csv" for name in recs]
+        for path in paths:  # all checked before any is written
+            check_replaceable(path, "--csv")
+        for rec, path in zip(recs.values(), paths, strict=True):
             write_csv(rec, path)
-            paths.append(path)
         return paths
     finally:
         if opened:
@@ -295,12 +297,12 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
                                   f"{', '.join(recs)})", file=str(store.path),
                                   field="protocol", value=protocol)
             recs = {protocol: recs[protocol]}
-        paths = []
-        for name, rec in recs.items():
-            path = base if len(recs) == 1 else base.with_name(
-                f"{base.stem}_{safe_name(name)}{base.suffix or '.nwb'}")
+        paths = [base if len(recs) == 1 else base.with_name(
+            f"{base.stem}_{safe_name(name)}{base.suffix or '.nwb'}") for name in recs]
+        for path in paths:  # all checked before any is written
+            check_replaceable(path, "--nwb")
+        for (name, rec), path in zip(recs.items(), paths, strict=True):
             write_nwb(rec, path, session_description=f"kingen fitted currents: {name}")
-            paths.append(path)
         return paths
     finally:
         if opened:

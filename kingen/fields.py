@@ -68,7 +68,7 @@ def loads_toml(text: str, file: str) -> dict[str, Any]:
         fit in 64 bits; naming the file and, where known, the field.
     """
     try:
-        doc = tomllib.loads(text)
+        doc = tomllib.loads(text.removeprefix("\ufeff"))  # a BOM, as Windows editors write
     except tomllib.TOMLDecodeError as exc:
         raise KingenError(f"malformed TOML: {exc}", file=file) from None
     except RecursionError:

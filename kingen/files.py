@@ -16,6 +16,7 @@ kingen.errors.KingenError: no/such/scheme.toml: scheme file not found
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -34,6 +35,41 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 
 
+def check_replaceable(path: str | os.PathLike[str], field: str | None = None) -> None:
+    """Refuse to replace a file kingen did not write (a recording, a configuration, a
+    scheme file the user wrote): an output may only replace an earlier output. kingen's
+    outputs name it (a header line, a description); nothing else is looked at.
+
+    Raises
+    ------
+    KingenError
+        Naming the file.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> mine = Path(tempfile.mkdtemp()) / "cell.csv"
+    >>> _ = mine.write_text("time_ms,current_pA\\n0,-1\\n")
+    >>> check_replaceable(mine, "--csv")
+    Traceback (most recent call last):
+    ...
+    kingen.errors.KingenError: ...cell.csv: --csv: exists and kingen did not write it: ...
+    """
+    p = Path(path)
+    if not p.is_file():
+        return
+    try:
+        with open(p, "rb") as fh:
+            # HDF5 (NWB) keeps its strings anywhere in the file; text outputs say it first
+            head = fh.read() if p.suffix.lower() in (".nwb", ".h5") else fh.read(4096)
+    except OSError:
+        return  # the write itself will say what is wrong
+    if b"kingen" not in head:
+        raise KingenError("exists and kingen did not write it: refusing to replace it "
+                          "(choose another name, or remove it yourself)", file=str(p),
+                          field=field)
+
+
 def atomic_write(path: Path, write: Any) -> None:
     """Write through ``write(tmp_path)`` to a temporary file, then move it into place.
 
@@ -41,15 +77,23 @@ def atomic_write(path: Path, write: Any) -> None:
     file gets the permissions ``open()`` would have given it (``mkstemp`` makes its
     temporary file readable by its owner alone, and the rename would keep that).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Keep the suffix: pynwb warns about an HDF5 file not named .nwb.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
-                               dir=path.parent)
+    if path.is_dir():
+        raise OSError(errno.EISDIR, "it is a folder", str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Keep the suffix: pynwb warns about an HDF5 file not named .nwb.
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}",
+                                   dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     os.close(fd)
     try:
         write(Path(tmp))
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
+    except OSError as exc:  # named as the user gave it, not by the temporary file
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -37,7 +37,7 @@ RATE_RANGE = (1e-30, 1e30)
 # most 10 V they keep every current finite.
 MAX_CONDUCTANCE_PS = 1e12
 MAX_CHANNELS = 1e12
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: no final newline (generated code)
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 

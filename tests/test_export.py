@@ -150,3 +150,47 @@ def test_exported_and_reported_bounds_are_the_runs_not_the_scheme_files(tmp_path
     md = write_report(path, tmp_path / "report")[-1].read_text(encoding="utf-8")
     row = next(line for line in md.splitlines() if line.startswith(f"| {name} "))
     assert f"| {value / 2:.4g} | {value * 2:.4g} |" in row
+
+
+def test_outputs_replace_only_what_kingen_wrote(run: tuple[Path, dict[str, Any]], tmp_path,
+                                                capsys) -> None:
+    from kingen.cli import main
+
+    path, _ = run
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    recording = mine / "deactivation.csv"  # the user's own, where the export goes
+    recording.write_text("time_ms,current_pA\n0,-1\n0.1,-2\n")
+    scheme = mine / "model.toml"
+    scheme.write_text((Path(__file__).resolve().parents[1] / "models" / "jonas_1993.toml")
+                      .read_text())
+    before = {p: p.read_bytes() for p in (recording, scheme)}
+    out = tmp_path / "out"
+    assert main(["export", str(path), "--csv", str(out)]) == 0
+    assert main(["export", str(path), "--csv", str(out)]) == 0  # again: its own outputs
+    capsys.readouterr()
+    for argv, target in ((["export", str(path), "--csv", str(mine)], recording),
+                         (["export", str(path), "--model", str(scheme)], scheme),
+                         (["simulate", str(scheme), "--protocol", "deactivation", "--csv",
+                           str(recording)], recording)):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"kingen: error: {target}: ") and err.endswith(
+            "exists and kingen did not write it: refusing to replace it (choose another "
+            "name, or remove it yourself)")
+    assert {p: p.read_bytes() for p in (recording, scheme)} == before
+
+
+def test_an_output_that_cannot_be_written_is_one_line(run: tuple[Path, dict[str, Any]],
+                                                      tmp_path, capsys) -> None:
+    from kingen.cli import main
+
+    path, _ = run
+    assert main(["export", str(path), "--model", str(tmp_path)]) == 2  # a folder
+    blocker = tmp_path / "figs"
+    blocker.write_text("a file where the folder would go")
+    assert main(["plot", str(path), "-o", str(blocker)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"kingen: error: {tmp_path}: cannot write: it is a folder"
+    assert err[1].startswith(f"kingen: error: {blocker}") and "cannot write" in err[1]
+    assert len(err) == 2

@@ -428,3 +428,37 @@ def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kep
     assert main(["resume", str(run), "-q"]) == 0
     with RunStore.open(run) as store:
         assert store.n_generations == 7 and store.finished
+
+
+def test_a_read_only_run_file_is_said_to_be_read_only_not_damaged(fitted: Path, tmp_path,
+                                                                  capsys) -> None:
+    run = tmp_path / "ro.h5"
+    shutil.copy(fitted, run)
+    if os.geteuid() == 0:  # root writes through permission bits: make it immutable
+        if subprocess.run(["chattr", "+i", str(run)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not available here")
+    else:
+        run.chmod(0o444)
+    try:
+        assert main(["resume", str(run), "-q", "--generations", "9"]) == 2
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(run)], check=True)
+    assert capsys.readouterr().err.strip() == (
+        f"kingen: error: {run}: cannot open the run file for writing: it or its folder is "
+        "read-only (it is not damaged: kingen plot and report read it)")
+
+
+def test_names_end_where_they_end_and_toml_may_start_with_a_bom(tmp_path) -> None:
+    from kingen.errors import KingenError
+    from kingen.scheme import Scheme
+
+    text = (Path(__file__).resolve().parents[1] / "models" / "jonas_1993.toml").read_text()
+    bom = tmp_path / "bom.toml"
+    bom.write_text("\ufeff" + text, encoding="utf-8")
+    assert Scheme.load(bom).n_states == 7
+    bad = tmp_path / "newline.toml"  # a state named "C1\n" reached the generated code
+    bad.write_text(text.replace('\nC1 = {', '\n"C1\\n" = {', 1))
+    assert '"C1\\n"' in bad.read_text()
+    with pytest.raises(KingenError):
+        Scheme.load(bad)

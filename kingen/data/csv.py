@@ -17,7 +17,7 @@ import numpy as np
 from kingen import units
 from kingen.data.types import Recording
 from kingen.errors import KingenError
-from kingen.files import atomic_write, read_text
+from kingen.files import atomic_write, check_replaceable, read_text
 
 # --------------------------------------------------------------------------- CSV reading
 
@@ -290,13 +290,14 @@ def write_current_csv(path: str | os.PathLike[str], protocol: Any, times: list[n
     path = Path(path)
     if not path.parent.exists():
         raise KingenError("folder does not exist", file=str(path.parent), field="--csv")
+    check_replaceable(path, "--csv")
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(f"# kingen {__version__} simulate\n# protocol: {protocol.name}\n")
             fh.write(",".join(["time_ms"] + names) + "\n")
             for i, t in enumerate(grid):
-                cells = [f"{t:.6g}"]
+                cells = [_fmt(t)]  # 6 digits made 10000.05 ms read back as 10000.1
                 for c in currents:
                     cells.append(f"{c[i]:.9g}" if i < c.size else "")
                 fh.write(",".join(cells) + "\n")

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.files import atomic_write
+from kingen.files import atomic_write, check_replaceable
 from kingen.interop.exported import ExportModel, export_model
 from kingen.interop.imported import ImportedScheme, ImportProblems, scheme_text
 from kingen.scheme import Scheme
@@ -138,6 +138,7 @@ def export_scheme(scheme: Scheme, to: str, out: str | os.PathLike[str], **kwargs
 
 
 def _write(path: Path, text: str) -> None:
+    check_replaceable(path, "-o")
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
 

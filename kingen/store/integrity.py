@@ -171,8 +171,15 @@ def _open_read(p: Path) -> h5py.File:
 
 def _open_append(p: Path) -> h5py.File:
     _check_eof(p)
+    if not os.access(p, os.W_OK) or not os.access(p.parent, os.W_OK):
+        raise KingenError("cannot open the run file for writing: it or its folder is "
+                          "read-only (it is not damaged: kingen plot and report read it)",
+                          file=str(p))
     try:
         return h5py.File(p, "a", libver="latest")
+    except PermissionError as exc:
+        raise KingenError(f"cannot open the run file for writing: {exc.strerror}",
+                          file=str(p)) from None
     except (OSError, RuntimeError, ValueError) as exc:
         if _ALREADY_OPEN not in str(exc):
             raise _unreadable(p) from None
