@@ -462,3 +462,28 @@ def test_names_end_where_they_end_and_toml_may_start_with_a_bom(tmp_path) -> Non
     assert '"C1\\n"' in bad.read_text()
     with pytest.raises(KingenError):
         Scheme.load(bad)
+
+
+def test_overwrite_keeps_the_earlier_run_until_the_new_one_commits(fitted: Path, tmp_path,
+                                                                  monkeypatch) -> None:
+    from kingen.search.engine import Engine
+
+    cfg = write_problem(tmp_path, ga="generations = 2")
+    run = tmp_path / "run.h5"
+    shutil.copy(fitted, run)
+    before = hashlib.sha256(run.read_bytes()).hexdigest()
+    real = Engine.evaluate
+
+    def interrupted(self, genes):
+        raise KeyboardInterrupt  # stopped in generation 0, before its first commit
+
+    monkeypatch.setattr(Engine, "evaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fit(cfg, overwrite=True, progress=False)
+    assert hashlib.sha256(run.read_bytes()).hexdigest() == before  # the earlier run, whole
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    monkeypatch.setattr(Engine, "evaluate", real)
+    fit(cfg, overwrite=True, progress=False)  # one that commits takes its place
+    with RunStore.open(run) as store:
+        assert store.n_generations == 3 and store.finished
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -43,7 +43,9 @@ It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mo
   (`the disk holding the run file is full (2.3 MB free; the next write needs about 2.3
   MB): the run file keeps every committed generation; free some space and go on with
   kingen resume RUN.h5`): HDF5 that runs out of space part-way cannot close its file.
-  A fit stopped before its first generation was committed leaves no file.
+  A fit stopped before its first generation was committed leaves no file; with
+  `--overwrite`, the earlier run file stays as it was until the new run commits its first
+  generation.
 - The configuration's `output` is relative to the configuration file, as its other paths
   are; `-o` on the command line is relative to the folder kingen runs in.
 - A killed run's file still carries HDF5's "open for writing" flag, so a plain

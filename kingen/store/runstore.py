@@ -140,6 +140,7 @@ class RunStore:
         self.path = path
         self.mode = mode
         self._lock = lock
+        self._replaces: Path | None = None  # the run file this one replaces at its first commit
         self._protocol_names: list[str] = _check_consistency(f, str(path))
         self._param_names = _col(_load(f["scheme/parameters"]), "name")
 
@@ -220,11 +221,15 @@ class RunStore:
         lock = WriterLock(p)
         lock.acquire()
         try:
-            if p.exists():
+            # An earlier run (overwrite) stays until the new one commits its first
+            # generation: a fit that stops before that leaves it as it was.
+            old = p.exists()
+            if old:
                 _refuse_non_run(p)
+            target = p.with_name(f".{p.name}.new") if old else p
             try:
-                p.unlink(missing_ok=True)
-                f = h5py.File(p, "w", libver="latest")
+                target.unlink(missing_ok=True)
+                f = h5py.File(target, "w", libver="latest")
             except OSError as exc:
                 raise KingenError(f"cannot create the run file: {exc}", file=name) from None
             try:
@@ -235,10 +240,12 @@ class RunStore:
                               environment=env, state_fields=fields)
                 f.flush()
                 f.swmr_mode = True
-                return cls(f, p, "w", lock)
+                store = cls(f, target, "w", lock)
+                store._replaces = p if old else None
+                return store
             except BaseException:
                 f.close()
-                p.unlink(missing_ok=True)
+                target.unlink(missing_ok=True)
                 raise
         except BaseException:
             lock.release()
@@ -406,6 +413,9 @@ class RunStore:
                 if self.mode == "w":
                     self._f.flush()
                 self._f.close()
+            if self._replaces is not None:  # never committed: the earlier run stays
+                self.path.unlink(missing_ok=True)
+                self.path, self._replaces = self._replaces, None
         finally:
             if self._lock is not None:
                 self._lock.release()
@@ -514,6 +524,9 @@ class RunStore:
         # The commit is the last write: readers (and resume) trust only what it names.
         f["run/commit"][...] = np.array([row + 1, new_slot, int(generation)], dtype=np.int64)
         f.flush()
+        if self._replaces is not None:  # the first commit: now it may take the old run's place
+            os.replace(self.path, self._replaces)
+            self.path, self._replaces = self._replaces, None
 
     def _columns(self, name: str, values: Mapping[str, float]) -> np.ndarray:
         names_ds = self._f[f"{name}_names"]
