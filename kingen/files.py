@@ -110,6 +110,8 @@ def read_text(path: str | os.PathLike[str], *, what: str = "file",
         cannot be read or decoded; both name the file as given.
     """
     name, p = str(path), Path(path)
+    if p.is_dir():
+        raise KingenError(f"is a folder, not a {what}", file=name)
     if not p.is_file():
         raise KingenError(f"{what} not found", file=name)
     try:

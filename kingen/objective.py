@@ -563,6 +563,13 @@ class Objective:
         self.windows = np.concatenate(windows).astype(np.int64)
         self.dd = np.array([float((self.weight[self._slice(p)] * self.data[self._slice(p)] ** 2)
                                   .sum()) for p in range(len(self.items))])
+        for item, dd in zip(self.items, self.dd, strict=True):
+            # the errors are relative to the data's own size: data of size 0 has none
+            if item.recording is not None and not (np.finfo(float).tiny <= dd < math.inf):
+                raise KingenError("the recorded current is zero throughout, or too small or "
+                                  "large to square (beyond 1e±154 pA): check its unit",
+                                  file=item.recording.source,
+                                  field=f"protocols.{item.protocol.name}")
         self.proto_weight = np.array([it.weight for it in self.items], dtype=float)
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,

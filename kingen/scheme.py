@@ -462,6 +462,7 @@ class _Parser:
         model = f.table(self.doc, "model", required=True)
         f.keys(model, ("name", "source", "agonist", "channels", "reversibility_tolerance",
                        "check_reversibility", "description"), "model")
+        f.string(model, "description", "model", None)
         unit_table = f.table(self.doc, "units")
         f.keys(unit_table, ("time", "concentration", "conductance"), "units")
         file_units = {
@@ -525,6 +526,7 @@ class _Parser:
             if not isinstance(spec, dict):
                 raise self.error("must be a table such as { conductance = 0 }", where, spec)
             self.f.keys(spec, ("conductance", "initial", "description"), where)
+            self.f.string(spec, "description", where, None)
             cond = self.f.number(spec, "conductance", where, 0.0, ge=0.0, factor=gf,
                                  unit="pS")
             if cond > MAX_CONDUCTANCE_PS:
@@ -564,6 +566,7 @@ class _Parser:
                                  spec)
             self.f.keys(spec, ("value", "unit", "bounds", "scale", "fixed", "description"),
                         where)
+            self.f.string(spec, "description", where, None)
         return table
 
     def transitions(self, states: list[str], params: dict[str, dict], agonist: str,
@@ -584,6 +587,7 @@ class _Parser:
             if not isinstance(spec, dict):
                 raise self.error("must be a table { from, to, rate }", where, spec)
             self.f.keys(spec, ("from", "to", "rate", "derived", "description"), where)
+            self.f.string(spec, "description", where, None)
             ends = []
             for key in ("from", "to"):
                 value = self.f.string(spec, key, where)

@@ -69,7 +69,11 @@ def read_foreign(path: str | os.PathLike[str], *, agonist: str | None = None
                           file=str(path), field="suffix", value=suffix or "(none)")
     if not Path(path).is_file():
         raise KingenError("file not found", file=str(path))
-    return fmt.load("reader")(path, agonist=agonist)
+    try:
+        return fmt.load("reader")(path, agonist=agonist)
+    except RecursionError:  # the parsers recurse once per level of parentheses
+        raise KingenError("expressions nest too deeply to read (hundreds of parentheses)",
+                          file=str(path)) from None
 
 
 def import_text(path: str | os.PathLike[str], *, agonist: str | None = None) -> str:
