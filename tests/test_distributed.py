@@ -422,12 +422,12 @@ def test_a_batch_whose_summary_cannot_be_written_runs_every_fit_and_says_so(clie
         run_batch(m, client=client, progress=True, stream=said)
     assert str(caught.value).startswith(
         f"{m.output}: every fit ended (their run files hold the results), but the summary "
-        "could not be written: Is a directory")
+        "could not be written: it is a folder")
     for job in m.jobs:
         with RunStore.open(job.run_path) as store:
             assert store.finished
     assert [line for line in said.getvalue().splitlines() if "summary" in line] == [
-        "kingen: cannot write the batch's summary (Is a directory); the fits go on"]
+        "kingen: cannot write the batch's summary (it is a folder); the fits go on"]
 
 
 def _sleep_then(seconds: float, value: str) -> str:
