@@ -266,6 +266,7 @@ class ShardedEvaluator:
                     for key in keys:
                         self._keys.pop(key, None)
                 raise
+
         def again(i: int) -> Any:  # a shard Dask left waiting for its lost worker
             return send(i, f"kingen-shard-{self.token}-{self.calls}-{i}-again{len(keys)}",
                         None)
