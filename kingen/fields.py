@@ -247,7 +247,8 @@ class Fields:
             raise self.error("missing", name)
         if value is not default and (not isinstance(value, str) or not value.strip()):
             raise self.error("must be a non-empty string", name, value)
-        if isinstance(value, str) and any(ord(ch) < 32 and ch not in "\t\n" for ch in value):
+        if isinstance(value, str) and any(ord(ch) < 32 and ch not in "\t\n\r"
+                                          for ch in value):
             raise self.error("must not hold control characters", name, value)
         return value
 
