@@ -487,3 +487,22 @@ def test_overwrite_keeps_the_earlier_run_until_the_new_one_commits(fitted: Path,
     with RunStore.open(run) as store:
         assert store.n_generations == 3 and store.finished
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_resume_refuses_a_recording_edited_since_the_run_started(tmp_path, capsys) -> None:
+    cfg = write_problem(tmp_path, ga="generations = 2")
+    fit(cfg, progress=False)
+    run, recording = tmp_path / "run.h5", tmp_path / "deactivation.csv"
+    rows = recording.read_text().splitlines()
+    # the same file, every current three times larger (a gain set wrong, then corrected)
+    edited = [r if r.startswith(("#", "time")) else ",".join(
+        [r.split(",")[0]] + [repr(3 * float(v)) if v else v for v in r.split(",")[1:]])
+        for r in rows]
+    recording.write_text("\n".join(edited) + "\n")
+    assert main(["resume", str(run), "-q", "--generations", "4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kingen: error: {run}: the recording of protocol deactivation ({recording}) differs "
+        "from the copy the run started with: a resumed fit needs the same data (restore the "
+        "file, or start a new fit)")
+    recording.write_text("\n".join(rows) + "\n")  # restored: it goes on
+    assert main(["resume", str(run), "-q", "--generations", "4"]) == 0

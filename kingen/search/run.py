@@ -121,6 +121,28 @@ def _drop_if_empty(path: str) -> None:
         Path(path).unlink(missing_ok=True)
 
 
+def _refuse_changed_recordings(cfg: FitConfig, stored: dict[str, Any], path: str) -> None:
+    """A resumed fit must fit the data it started on: the recordings read again from disk
+    are compared, sample by sample, with the copies the run file keeps."""
+    def samples(rec: Any) -> list[np.ndarray]:
+        out = []
+        for x in (rec.time_ms, rec.current_pA):
+            out.extend(np.asarray(a) for a in (x if isinstance(x, list) else [x]))
+        return out
+
+    for item in cfg.protocols:
+        now, then = item.recording, stored.get(item.protocol.name)
+        if now is None or then is None:
+            continue
+        a, b = samples(now), samples(then)
+        if len(a) != len(b) or not all(np.array_equal(x, y) for x, y in zip(a, b,
+                                                                            strict=True)):
+            raise KingenError(f"the recording of protocol {item.protocol.name} "
+                              f"({now.source}) differs from the copy the run started with: "
+                              "a resumed fit needs the same data (restore the file, or "
+                              "start a new fit)", file=path)
+
+
 def check_resumable(reader: RunStore, generations: int | None) -> None:
     """Refuse, before anything runs, a run file :func:`resume` could not continue: one
     with no committed generation, or a finished one without new ``generations``.
@@ -201,6 +223,7 @@ def _read_for_resume(path: str | os.PathLike[str], generations: int | None,
         # the size limits were passed (or lifted) when the run started
         cfg = loads_config(reader.config_text, path=cfg_path, base=base, scheme=scheme,
                            overrides={"force": True})
+        _refuse_changed_recordings(cfg, reader.recordings(), str(path))
         _, arrays = reader.last_state()
     cfg.ga = GASettings(**settings["ga"])
     if generations is not None:
