@@ -24,7 +24,7 @@ from kingen.data import Recording, write_csv, write_nwb
 from kingen.errors import KingenError
 from kingen.fields import loads_toml
 from kingen.files import atomic_write, check_replaceable
-from kingen.plot import safe_name
+from kingen.plot import safe_names
 from kingen.scheme import Scheme
 from kingen.store import RunStore, RunView, as_store
 
@@ -269,7 +269,7 @@ def export_csv(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLik
     store, opened = as_store(run)
     try:
         recs = fitted_recordings(RunView(store))
-        paths = [Path(out_dir) / f"{safe_name(name)}.csv" for name in recs]
+        paths = [Path(out_dir) / f"{file_name}.csv" for file_name in safe_names(recs).values()]
         for path in paths:  # all checked before any is written
             check_replaceable(path, "--csv")
         for rec, path in zip(recs.values(), paths, strict=True):
@@ -298,7 +298,8 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
                                   field="protocol", value=protocol)
             recs = {protocol: recs[protocol]}
         paths = [base if len(recs) == 1 else base.with_name(
-            f"{base.stem}_{safe_name(name)}{base.suffix or '.nwb'}") for name in recs]
+            f"{base.stem}_{file_name}{base.suffix or '.nwb'}")
+            for file_name in safe_names(recs).values()]
         for path in paths:  # all checked before any is written
             check_replaceable(path, "--nwb")
         for (name, rec), path in zip(recs.items(), paths, strict=True):

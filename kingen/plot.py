@@ -62,6 +62,26 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "protocol"
 
 
+def safe_names(names: Sequence[str]) -> dict[str, str]:
+    """Each protocol name made safe for a file name, and distinct: names that clean to the
+    same text (``deact α``, ``deact β``) would write over each other's files.
+
+    >>> safe_names(["deact α", "deact β", "recovery"])
+    {'deact α': 'deact', 'deact β': 'deact_2', 'recovery': 'recovery'}
+    """
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        base = candidate = safe_name(name)
+        n = 1
+        while candidate.lower() in taken:  # case too: some filesystems ignore it
+            n += 1
+            candidate = f"{base}_{n}"
+        taken.add(candidate.lower())
+        out[name] = candidate
+    return out
+
+
 def _figure(kind: str, **kwargs: Any) -> Figure:
     return Figure(figsize=FIGURE_SIZES[kind], dpi=DPI, layout="constrained", **kwargs)
 
@@ -219,8 +239,8 @@ def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str
     written: dict[str, list[Path]] = {}
     skipped: dict[str, str] = {}
     figures: list[tuple[str, Callable[[], Figure | str]]] = []
-    for name in r.names:
-        figures.append((f"fit_{safe_name(name)}", lambda n=name: _fit_figure(r, n)))
+    for name, file_name in safe_names(r.names).items():
+        figures.append((f"fit_{file_name}", lambda n=name: _fit_figure(r, n)))
     figures += [("fits_overview", lambda: _overview_figure(r)),
                 ("dose_response", lambda: _dose_figure(r)),
                 ("recovery", lambda: _recovery_figure(r)),

@@ -51,7 +51,7 @@ PUBLIC_MODULES = {
     "kingen.identify.fisher": True,
     "kingen.identify.table": True,
     "kingen.identify.run": False,
-    "kingen.plot": False,
+    "kingen.plot": True,
     "kingen.report": False,
     "kingen.distributed.cluster": True,
     "kingen.distributed.manifest": True,
