@@ -9,7 +9,6 @@ from pathlib import Path
 
 from kingen.batch_cli import CLUSTER_HELP, cluster_option
 from kingen.errors import KingenError
-from kingen.fields import loads_toml
 from kingen.fit_config import demo_config
 
 DEMO_OUTPUT = "kingen_demo.h5"
@@ -92,19 +91,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
         result = fit_on_cluster(config, _cluster(args.cluster, config), overwrite=overwrite,
                                 progress=not args.quiet, overrides=overrides)
     else:
-        if _has_cluster_table(config):
-            _cluster("", config)  # checked here too: the run file keeps it for --cluster
+        from kingen.distributed.cluster import settings_from_file
+
+        if Path(config).is_file():  # a missing one is the fit's to say
+            settings_from_file(config)  # its [cluster], if any: the run file keeps it
         result = fit(config, overwrite=overwrite, progress=not args.quiet,
                      overrides=overrides)
     print(result.summary())
     return 0
-
-
-def _has_cluster_table(config: Path) -> bool:
-    try:
-        return "cluster" in loads_toml(Path(config).read_text(encoding="utf-8"), str(config))
-    except (OSError, UnicodeDecodeError, KingenError):
-        return False  # the fit itself says what is wrong with the file
 
 
 def _cluster(value: str, config: Path, text: str | None = None):

@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -855,6 +855,26 @@ CONNECT_TIMEOUT_S = 20.0
 stops at once: Dask cancels its tasks as the connection drops.)"""
 
 
+def within(seconds: float, call: Callable[..., object], *args: Any, **kwargs: Any
+            ) -> tuple[bool, BaseException | None]:
+    """Call ``call`` in a thread of its own and wait at most ``seconds``: (whether it
+    returned, what it raised). A daemon thread: one that never returns does not hold the
+    interpreter's exit."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call(*args, **kwargs)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="kingen-cluster-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return (True, outcome[0]) if outcome else (False, None)
+
+
 def scheduler_problem(address: str, timeout: float | None = None) -> str:
     """Why no Dask scheduler answers at ``address`` (empty if one does): a connection,
     Dask's handshake and the scheduler's identity, all within ``timeout`` seconds (default
@@ -880,17 +900,8 @@ def scheduler_problem(address: str, timeout: float | None = None) -> str:
             comm.abort()
 
     box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(asyncio.run(ask()))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            box.append(exc)
-
-    thread = threading.Thread(target=run, name="kingen-scheduler-probe", daemon=True)
-    thread.start()
-    thread.join(2 * timeout + 10.0)
-    answer = box[0] if box else TimeoutError()
+    done, error = within(2 * timeout + 10.0, lambda: box.append(asyncio.run(ask())))
+    answer = box[0] if box else (error if done else TimeoutError())
     if isinstance(answer, (asyncio.TimeoutError, TimeoutError)):
         return ("something there took the connection but did not answer as a Dask "
                 "scheduler (a scheduler's port is 8786 unless it was started with another; "

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from kingen.distributed.cluster import NoWorkerClock, one_line
+from kingen.distributed.cluster import within as _within
 from kingen.errors import KingenError
 from kingen.objective import Evaluation, ProtocolData
 from kingen.scheme import Scheme
@@ -419,26 +420,6 @@ def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
             "dask_send_s": max(first - submitted, 0.0),
             "dask_worker_s": max(last - first - busy, 0.0),
             "dask_return_s": max(gathered - last, 0.0)}
-
-
-def _within(seconds: float, call: Callable[..., object], *args: Any, **kwargs: Any
-            ) -> tuple[bool, BaseException | None]:
-    """Call ``call`` in a thread of its own and wait at most ``seconds``: (whether it
-    returned, what it raised). A daemon thread: one that never returns does not hold the
-    interpreter's exit."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call(*args, **kwargs)
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, name="kingen-cluster-call", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return (True, outcome[0]) if outcome else (False, None)
 
 
 def _stuck_workers(client: Any) -> str:
