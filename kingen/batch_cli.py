@@ -42,8 +42,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from kingen.distributed.manifest import load_manifest
     from kingen.distributed.summary import CSV_NAME, HTML_NAME
 
+    cluster = cluster_option(args.cluster)  # the option's mistakes before the manifest's
     manifest = load_manifest(args.manifest)
-    rows = run_batch(manifest, cluster=cluster_option(args.cluster), progress=not args.quiet)
+    rows = run_batch(manifest, cluster=cluster, progress=not args.quiet)
     failed = [r for r in rows if r.get("status") != "ok"]
     print(f"kingen batch: {len(rows) - len(failed)} of {len(rows)} fits ok; "
           f"{manifest.output / CSV_NAME}, {manifest.output / HTML_NAME}")

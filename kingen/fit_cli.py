@@ -13,6 +13,9 @@ from kingen.fit_config import demo_config
 
 DEMO_OUTPUT = "kingen_demo.h5"
 
+BARE_CLUSTER = "\0"
+"""``--cluster`` given alone (no value can hold a NUL, so ``--cluster ""`` stays apart)."""
+
 __all__ = ["DEMO_OUTPUT", "add_parsers", "cmd_fit", "cmd_resume", "demo_config"]
 
 
@@ -38,7 +41,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     p.add_argument("--force", action="store_true",
                    help="lift the size limits (states, samples, RK4 steps, memory)")
-    p.add_argument("--cluster", nargs="?", const="", default=None, metavar="SPEC",
+    p.add_argument("--cluster", nargs="?", const=BARE_CLUSTER, default=None, metavar="SPEC",
                    help=CLUSTER_HELP + "; --cluster alone: the configuration's [cluster] table. "
                         "Each generation is split into one shard per Dask worker")
     p.set_defaults(handler=cmd_fit)
@@ -50,7 +53,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--generations", type=int, default=None,
                    help="new maximum number of generations")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
-    r.add_argument("--cluster", nargs="?", const="", default=None, metavar="SPEC",
+    r.add_argument("--cluster", nargs="?", const=BARE_CLUSTER, default=None, metavar="SPEC",
                    help="as kingen fit --cluster (alone: the [cluster] table of the "
                         "configuration stored in the run file)")
     r.set_defaults(handler=cmd_resume)
@@ -66,7 +69,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from kingen.search.run import fit
 
     if args.demo == (args.config is not None):
-        taken = (args.config is None and bool(args.cluster)
+        taken = (args.config is None and args.cluster not in (None, BARE_CLUSTER)
                  and Path(args.cluster).suffix.lower() == ".toml")
         raise KingenError("give a configuration file or --demo (one of them)" + (
             f"; --cluster took {args.cluster} as its value: put the configuration first "
@@ -106,9 +109,10 @@ def _cluster(value: str, config: Path, text: str | None = None):
     the ``text`` a run file stored)."""
     from kingen.distributed.cluster import settings_from_text
 
-    if value:
+    if value != BARE_CLUSTER:
         settings = cluster_option(value)
     else:
+        value = ""
         if text is None:
             try:
                 text = Path(config).read_text(encoding="utf-8")
@@ -129,7 +133,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         from kingen.store import RunStore
 
         text = None
-        if not args.cluster:
+        if args.cluster == BARE_CLUSTER:
             with RunStore.open(args.run, "r", verify=False) as reader:
                 text = reader.config_text
         result = resume_on_cluster(args.run, _cluster(args.cluster, args.run, text),

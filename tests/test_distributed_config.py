@@ -470,3 +470,22 @@ def test_each_worker_of_a_host_takes_its_share_of_the_cores(monkeypatch):
                           step=None, courant=2.5, workers_per_host={"10.0.0.7": 8})
     plugin.setup(Worker())
     assert plugin.threads == 4 and plugin.objective is not None  # its node, shared 4 ways
+
+
+def test_an_empty_cluster_value_is_refused_not_taken_for_the_configurations_table(
+        tmp_path, capsys):
+    from kingen.cli import main
+
+    demo = kingen.demo_config()
+    config = tmp_path / "fit.toml"
+    config.write_text(demo.read_text().replace('"demo/', f'"{demo.parent}/demo/')
+                      + '\n[cluster]\nkind = "local"\nworkers = 1\n')
+    run = tmp_path / "run.h5"
+    assert main(["fit", str(config), "-q", "-o", str(run), "--cluster", ""]) == 2
+    assert main(["batch", str(tmp_path / "m.toml"), "--cluster", " "]) == 2
+    message = ("is empty: give local, local:N, a scheduler address (tcp://host:8786) or a "
+               "TOML file with a [cluster] table")
+    assert capsys.readouterr().err.splitlines() == [
+        f"kingen: error: --cluster = '': {message}",
+        f"kingen: error: --cluster = ' ': {message}"]
+    assert not run.exists()

@@ -265,6 +265,10 @@ def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings
     """The ``--cluster`` option: ``local``, ``local:N``, ``tcp://host:port``, or a TOML file
     with a ``[cluster]`` table."""
     text = str(value).strip()
+    if not text:
+        raise KingenError("is empty: give local, local:N, a scheduler address "
+                          "(tcp://host:8786) or a TOML file with a [cluster] table", field=flag,
+                          value=value)
     if text == "local":
         return ClusterSettings(source=flag)
     m = re.fullmatch(r"local:(\d+)", text)
