@@ -16,6 +16,9 @@ limit                          default             what it bounds
 :data:`MAX_SWEEPS`             100,000             sweeps of one protocol
 :data:`MAX_STEPS_PER_CANDIDATE`  1,000,000,000     RK4 steps to simulate one candidate
                                                    under every protocol
+:data:`MAX_EXACT_RATE`         1e10 /ms            fastest exit rate of a state that the
+                                                   exact reference solves (1e13 /s: beyond
+                                                   any molecular process)
 :data:`MEMORY_FRACTION`        0.5                 share of the free memory one
                                                    generation's arrays may take
 =============================  ==================  =========================================
@@ -34,6 +37,9 @@ MAX_SAMPLES_PER_SWEEP = 10_000_000
 MAX_PULSES_PER_SWEEP = 2_000
 MAX_SWEEPS = 100_000
 MAX_STEPS_PER_CANDIDATE = 1_000_000_000
+# expm's rounding is about 3e-19 times the fastest rate, relative to the current (1e-9 at
+# this limit, 4e-3 at 1e16 /ms; tests/test_reference.py, against a lumped scheme).
+MAX_EXACT_RATE = 1e10
 MEMORY_FRACTION = 0.5
 FORCE_HINT = "pass --force (force = true in a fit configuration) to try anyway"
 

@@ -130,6 +130,7 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
     if solver == "exact":
         if step is not None:
             raise KingenError("step applies to solver rk4", field="step", value=step)
+        _check_exact_rates(scheme, protocol, force)
         times, currents, engine = _exact(scheme, protocol)
     else:
         _check_rk4_work(scheme, protocol, step, force)
@@ -150,6 +151,27 @@ def _exact(scheme: Scheme, protocol: Protocol) -> tuple[list[np.ndarray], list[n
                           f"--solver rk4", file=scheme.path,
                           field=f"protocol {protocol.name}") from None
     return [s.time for s in trace.sweeps], trace.currents, "exact reference"
+
+
+def _check_exact_rates(scheme: Scheme, protocol: Protocol, force: bool) -> None:
+    """Refuse rates too fast for the exact reference to resolve beside the slow ones (its
+    answer there would be wrong, not an error)."""
+    peak, state, at = 0.0, 0, 0.0
+    for sweep in protocol.sweeps:
+        for seg in sweep.segments():
+            c = seg.concentration if not seg.smooth else float(
+                sweep.concentration(np.linspace(seg.start, seg.end, 257)).max())
+            exits = scheme.exit_rates(scheme.values, c)
+            if exits.max() > peak:
+                peak, state, at = float(exits.max()), int(exits.argmax()), c
+    if force or peak <= limits.MAX_EXACT_RATE:
+        return
+    raise KingenError(
+        f"state {scheme.states[state]} is left at {peak:.3g} /ms (at {at:g} mM); the "
+        f"exact solver resolves rates up to {limits.MAX_EXACT_RATE:g} /ms beside slow ones, "
+        "and no channel's kinetics come near it: check the parameters' values and units "
+        f"(kingen.limits.MAX_EXACT_RATE), or {limits.FORCE_HINT}", file=scheme.path,
+        field=f"protocol {protocol.name}")
 
 
 def _rk4(scheme: Scheme, protocol: Protocol, backend: str, precision: str,

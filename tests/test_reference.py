@@ -84,3 +84,83 @@ def test_synaptic_transient_matches_high_accuracy_ode():
                     s.rest_occupancy(), method="Radau", rtol=1e-12, atol=1e-14,
                     t_eval=sweep.times(), max_step=0.01)
     np.testing.assert_allclose(got.occupancy, sol.y.T, atol=1e-8)
+
+
+FAST_PAIR = """
+[model]
+name = "fast pair"
+channels = 1
+[states]
+C0 = { conductance = 0 }
+C1 = { conductance = 0 }
+O = { conductance = 10 }
+D = { conductance = 0 }
+[parameters]
+kon = { value = 5, bounds = [1, 1e23] }
+koff = { value = 1.0, bounds = [0.1, 1e23] }
+b = { value = FAST, bounds = [0.1, 1e23] }
+a = { value = FAST, bounds = [0.1, 1e23] }
+d = { value = 0.5, bounds = [0.01, 1e23] }
+r = { value = 0.01, bounds = [0.001, 1e23] }
+[transitions]
+"C0 -> C1" = "kon * glu"
+"C1 -> C0" = "koff"
+"C1 -> O" = "b"
+"O -> C1" = "a"
+"O -> D" = "d"
+"D -> O" = "r"
+"""
+
+LUMPED = """
+[model]
+name = "lumped"
+channels = 1
+[states]
+C0 = { conductance = 0 }
+L = { conductance = 5 }
+D = { conductance = 0 }
+[parameters]
+kon = { value = 5, bounds = [1, 10] }
+koff = { value = 0.5, bounds = [0.1, 10] }
+d = { value = 0.25, bounds = [0.01, 10] }
+r = { value = 0.01, bounds = [0.001, 10] }
+[transitions]
+"C0 -> L" = "kon * glu"
+"L -> C0" = "koff"
+"L -> D" = "d"
+"D -> L" = "r"
+"""
+
+
+@pytest.mark.parametrize(("fast", "tolerance"), [("1e9", 1e-7), ("1e10", 1e-8), ("1e12", 1e-6),
+                                                 ("1e14", 1e-4)])
+def test_rates_far_beyond_the_others_match_the_scheme_they_lump_into(fast, tolerance):
+    # C1 and O exchange so fast that they are one state L, half open: the slow rates out of
+    # it are halved (to within slow/fast: 1e-8 at 1e9). expm's rounding, about 3e-19 times
+    # the fast rate, used to grow over the sweep's sample steps (a 1.2 % drift at 1e14,
+    # 1e40 pA at 1e16).
+    protocol = standard_protocol("desensitization")
+    fast_trace = simulate_exact(Scheme.loads(FAST_PAIR.replace("FAST", fast)), protocol)
+    lumped = simulate_exact(Scheme.loads(LUMPED), protocol)
+    for got, want in zip(fast_trace.currents, lumped.currents):
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(got, want, rtol=0, atol=tolerance * scale)
+
+
+def test_simulate_refuses_rates_the_exact_solver_cannot_resolve():
+    from kingen.errors import KingenError
+    from kingen.simulation import simulate
+
+    scheme = Scheme.loads(FAST_PAIR.replace("FAST", "1e11"))
+    with pytest.raises(KingenError) as exc:
+        simulate(scheme, "desensitization")
+    assert str(exc.value).splitlines() == [
+        "<scheme>: protocol desensitization: state C1 is left at 1e+11 /ms (at 0 mM); the "
+        "exact solver resolves rates up to 1e+10 /ms beside slow ones, and no channel's "
+        "kinetics come near it: check the parameters' values and units "
+        "(kingen.limits.MAX_EXACT_RATE), or pass --force (force = true in a fit configuration) "
+        "to try anyway"]
+    forced = simulate(scheme, "desensitization", force=True)
+    lumped = simulate(Scheme.loads(LUMPED), "desensitization")
+    np.testing.assert_allclose(forced.currents[0], lumped.currents[0], rtol=0,
+                               atol=1e-6 * np.abs(lumped.currents[0]).max())

@@ -106,13 +106,24 @@ def _constant(scheme: Scheme, params: np.ndarray, conc: float, state: np.ndarray
     for target in targets:
         tau = round(target - t, 12)
         if tau not in cache:
-            cache[tau] = expm(q * tau)
+            cache[tau] = _transition_matrix(q, tau)
         state = state @ cache[tau]
         values.append(state)
         t = target
     if t1 - t > 0:
-        state = state @ expm(q * (t1 - t))
+        state = state @ _transition_matrix(q, t1 - t)
     return values, state
+
+
+def _transition_matrix(q: np.ndarray, tau: float) -> np.ndarray:
+    """expm(Q τ), made exactly stochastic: entries at least 0 and rows summing to 1.
+
+    With rates many orders of magnitude apart, rounding leaves expm's result slightly off
+    stochastic; an eigenvalue just above 1 then grows without bound over the thousands of
+    sample steps of a sweep. The stochastic matrix nearest it keeps every power bounded.
+    """
+    p = np.clip(expm(q * tau), 0.0, None)
+    return p / p.sum(axis=1, keepdims=True)
 
 
 def _smooth(scheme: Scheme, sweep: Sweep, params: np.ndarray, state: np.ndarray, t0: float,
