@@ -255,11 +255,51 @@ def fitted_recordings(run: RunView) -> dict[str, Recording]:
         if len(conc) != len(times):
             conc = None
         holding = protocol.sweeps[0].holding if protocol.sweeps else None
+        labels = [str(x) for x in tr["labels"]]
+        meta = {"synthetic": "kingen fitted model current, not a recording",
+                "kingen_run": run.path, "fitness": best["fitness"]}
+        distinct = distinct_labels(labels)
+        if distinct != labels:
+            renamed = ", ".join(f"sweep {k} {a!r} as {b!r}" for k, (a, b)
+                                in enumerate(zip(labels, distinct, strict=True)) if a != b)
+            meta["relabelled"] = (f"the run's protocol repeats sweep labels (runs made before "
+                                  f"kingen refused that); written {renamed}")
         out[name] = Recording(
-            name, times, [np.asarray(y) for y in tr["fit_pA"]], list(tr["labels"]),
-            concentration_mM=conc, holding_mV=holding, source=run.path,
-            meta={"synthetic": "kingen fitted model current, not a recording",
-                  "kingen_run": run.path, "fitness": best["fitness"]})
+            name, times, [np.asarray(y) for y in tr["fit_pA"]], distinct,
+            concentration_mM=conc, holding_mV=holding, source=run.path, meta=meta)
+    return out
+
+
+def distinct_labels(labels: list[str]) -> list[str]:
+    """``labels`` with each repeat renamed ``<label>_2``, ``_3``, ... (a name no other sweep
+    has), so that every sweep of an export gets a CSV column and NWB series of its own.
+
+    Parameters
+    ----------
+    labels
+        Sweep labels in protocol order.
+
+    Returns
+    -------
+    list of str
+        The same labels where they are distinct; otherwise the first of each is kept.
+
+    Examples
+    --------
+    >>> distinct_labels(["1", "3", "1", "1_2"])
+    ['1', '3', '1_3', '1_2']
+    """
+    taken = set(labels)
+    seen: set[str] = set()
+    out = []
+    for label in labels:
+        new, n = label, 1
+        # a new name must not be another sweep's own label, even one still to come
+        while new in seen or (n > 1 and new in taken):
+            n += 1
+            new = f"{label}_{n}"
+        seen.add(new)
+        out.append(new)
     return out
 
 
@@ -372,5 +412,5 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
             store.close()
 
 
-__all__ = ["dumps_toml", "export_csv", "export_foreign", "export_model", "export_nwb",
-           "fitted_recordings", "fitted_scheme_text", "profile_intervals"]
+__all__ = ["distinct_labels", "dumps_toml", "export_csv", "export_foreign", "export_model",
+           "export_nwb", "fitted_recordings", "fitted_scheme_text", "profile_intervals"]

@@ -6,7 +6,9 @@ reduces every (candidate, sweep) pair to Σw·g², Σw·g·d and four window val
 batch result into per-candidate, per-protocol errors.
 
 Recordings. Each recorded sweep is resampled (``np.interp``) onto its protocol sweep's
-sample grid; samples outside the recording or inside a user mask get weight 0. The data
+sample grid; samples outside the recording or inside a user mask get weight 0, but a
+recording whose time starts after 0 (the protocol's start) is refused unless the mask
+covers the gap, since it is most often a clock offset, not a late start. The data
 are compared as recorded by default (``baseline = "none"``): the model starts from rest,
 where its current is that of the resting occupancies, normally 0, and a baseline estimated
 from the few samples before the first pulse carries noise of its own, an offset constant
@@ -500,6 +502,27 @@ def solver_scheme(scheme: Scheme) -> Scheme:
     return replace(scheme, parameters=params, derived_rules=[])
 
 
+def _check_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, rec: Recording,
+                 where: str, label: str) -> None:
+    """Refuse a recorded sweep that starts after the protocol's sweep (time 0) unless the
+    mask covers the gap: its first samples would be left out of the fit without a word, and
+    a clock offset would shift every recorded event against the protocol's pulses. A first
+    sample one sampling interval after 0 (as some rigs export) is no gap."""
+    step = float(t_rec[1] - t_rec[0]) if t_rec.size > 1 else 0.0
+    if t.size > 1:
+        step = max(step, float(t[1] - t[0]))
+    if not ((t < t_rec[0] - step - 1e-9) & ~masked).any():
+        return
+    start = float(t_rec[0])
+    last = float(t[(t < t_rec[0] - 1e-9) & ~masked][-1])
+    raise KingenError(f"the recorded time starts at {start:g} ms, not at 0 ms (the protocol's "
+                      f"start): the protocol's samples from 0 to {last:g} ms have no "
+                      "recorded data; time 0 of a recording is the start of the protocol's "
+                      "sweep: shift the time column to start at 0 if the clock is offset, or "
+                      f"mask [0, {start:g}] if the recording begins late", file=rec.source,
+                      field=f"{where}.sweep", value=label)
+
+
 class Objective:
     """Errors per protocol for batches of candidates.
 
@@ -593,9 +616,12 @@ class Objective:
                               f"{proto.n_sweeps} ({', '.join(s.label for s in proto.sweeps)})",
                               file=rec.source, field=where, value=proto.name)
         labels = [s.label for s in proto.sweeps]
-        order = (list(range(proto.n_sweeps)) if rec.sweep_labels != labels
-                 and sorted(rec.sweep_labels) != sorted(labels)
-                 else [rec.sweep_labels.index(lab) for lab in labels])
+        # by label only where labels name one sweep each: with a repeat (a protocol built in
+        # Python), .index would give one recorded sweep to both protocol sweeps
+        by_label = (rec.sweep_labels != labels and len(set(labels)) == len(labels)
+                    and sorted(rec.sweep_labels) == sorted(labels))
+        order = ([rec.sweep_labels.index(lab) for lab in labels] if by_label
+                 else list(range(proto.n_sweeps)))
         if item.baseline not in BASELINES:
             raise KingenError(f"must be one of {', '.join(BASELINES)}", file=item.source,
                               field=f"protocols.{proto.name}.baseline", value=item.baseline)
@@ -619,8 +645,11 @@ class Objective:
             t = sweep.times()
             d = np.interp(t, t_rec, y_rec)
             w = ((t >= t_rec[0] - 1e-9) & (t <= t_rec[-1] + 1e-9)).astype(float)
+            masked = np.zeros(t.size, dtype=bool)
             for lo, hi in item.mask:
-                w[(t >= lo) & (t <= hi)] = 0.0
+                masked |= (t >= lo) & (t <= hi)
+            w[masked] = 0.0
+            _check_start(t, t_rec, masked, rec, where, rec.sweep_labels[order[k]])
             s = slice(int(self.sample_start[first + k]), int(self.sample_start[first + k + 1]))
             self.data[s] = np.where(w > 0, d, 0.0)
             self.weight[s] = w

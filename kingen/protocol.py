@@ -478,6 +478,7 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
     common = dict(dt=dt, holding=holding, reversal=reversal)
 
     sweeps: list[Sweep] = []
+    origins: list[_Origin] = []  # where each sweep's label comes from, for the error
     for i, s in enumerate(f.array(doc, "sweeps", tables=True)):
         where = f"sweeps[{i}]"
         f.keys(s, _KEYS["sweep"], where)
@@ -493,7 +494,15 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
         label = s.get("label", i)
         if isinstance(label, (dict, list)):
             raise f.error("must be a string", f"{where}.label", label)
-        sweeps.append(Sweep(str(label), duration, pulses=pulses, transients=transients, x=x,
+        label = str(label)
+        if not label.strip() or not label.isprintable():
+            # a label names a CSV column and an NWB series: a blank one reads back as
+            # another sweep's, a line break splits the CSV header
+            raise f.error("must be a non-empty label without control characters or line "
+                          "breaks", f"{where}.label", label)
+        origins.append(_Origin(f"{where}.label" if "label" in s else where,
+                               label if "label" in s else None, "sweep"))
+        sweeps.append(Sweep(label, duration, pulses=pulses, transients=transients, x=x,
                             **{**common,
                                "holding": r.potential(s, "holding", where, holding),
                                "reversal": r.potential(s, "reversal", where, reversal)}))
@@ -505,9 +514,11 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
         limits.check(len(intervals), limits.MAX_SWEEPS, "sweeps", force=force, file=source,
                      field="paired.intervals")
         tail = r.time(t, "tail", "paired", 20.0 / tf, ge=0.0)
+        labels = _number_labels(t["intervals"])
         for k, interval in enumerate(intervals):
             second = replace(base, start=base.end + interval)
-            sweeps.append(Sweep(f"{t['intervals'][k]:g}", second.end + tail,
+            origins.append(_Origin(f"paired.intervals[{k}]", t["intervals"][k], "paired"))
+            sweeps.append(Sweep(labels[k], second.end + tail,
                                 pulses=(base, second), x=interval, **common))
         kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "recovery")
     if "dose" in doc:
@@ -517,10 +528,12 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
         limits.check(len(t["concentrations"]), limits.MAX_SWEEPS, "sweeps", force=force,
                      file=source, field="dose.concentrations")
         tail = r.time(t, "tail", "dose", 20.0 / tf, ge=0.0)
+        labels = _number_labels(t["concentrations"])
         for k, c in enumerate(t["concentrations"]):
             pulse = r.pulse({**t, "concentration": c}, "dose",
                             concentration_field=f"dose.concentrations[{k}]")
-            sweeps.append(Sweep(f"{c:g}", pulse.end + tail, pulses=(pulse,),
+            origins.append(_Origin(f"dose.concentrations[{k}]", c, "dose"))
+            sweeps.append(Sweep(labels[k], pulse.end + tail, pulses=(pulse,),
                                 x=pulse.concentration, **common))
         kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "dose_response")
     if "train" in doc:
@@ -539,11 +552,13 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
                           "train.frequency", t["frequency"])
         pulses = tuple(replace(base, start=base.start + k * period) for k in range(n))
         tail = r.time(t, "tail", "train", 50.0 / tf, ge=0.0)
+        origins.append(_Origin("train", None, "train"))
         sweeps.append(Sweep("train", pulses[-1].end + tail, pulses=pulses, **common))
         kind = f.choice(head, "kind", PROTOCOL_KINDS, "protocol", "train")
     if not sweeps:
         raise KingenError("no sweeps: give [[sweeps]], [paired], [dose] or [train]",
                           file=source, field="sweeps")
+    _check_labels(sweeps, origins, source)
     for i, s in enumerate(sweeps):
         if not math.isfinite(s.duration):
             raise KingenError("the sweep lasts longer than any float can count in ms "
@@ -554,6 +569,58 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
     protocol = Protocol(str(name), kind, tuple(sweeps), source=source)
     check_size(protocol, file=source, force=force)
     return protocol
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where a sweep's label comes from: the field, its value in the file (None for a
+    default label) and the part of the file (``sweep``, ``paired``, ``dose``, ``train``)."""
+
+    field: str
+    value: Any
+    part: str
+
+
+def _number_labels(values: list[Any]) -> list[str]:
+    """The labels of a generated series: each interval or concentration as written, to 6
+    significant digits (``f"{v:g}"``, the labels recordings already carry), and in full
+    only where that would give two different numbers one label (5.0000001 and 5.0000002
+    both print as '5')."""
+    short = [f"{v:g}" for v in values]
+    numbers: dict[str, set[float]] = {}
+    for text, v in zip(short, values, strict=True):
+        numbers.setdefault(text, set()).add(float(v))
+    return [repr(float(v)) if len(numbers[text]) > 1 else text
+            for text, v in zip(short, values, strict=True)]
+
+
+def _check_labels(sweeps: list[Sweep], origins: list[_Origin], source: str) -> None:
+    """Refuse two sweeps with one label: a label names the sweep's CSV column and NWB
+    series, and pairs a recorded sweep with its protocol sweep, so a repeat would write a
+    CSV no reader takes and could fit one sweep's data to another."""
+    seen: dict[str, _Origin] = {}
+    for sweep, here in zip(sweeps, origins, strict=True):
+        first = seen.setdefault(sweep.label, here)
+        if first is here:
+            continue
+        named = [o for o in (here, first) if o.part == "sweep"]
+        if here.part == first.part and here.part in ("paired", "dose"):
+            what = "interval" if here.part == "paired" else "concentration"
+            hint = (f"list each {what} once, or write a repeated sweep as [[sweeps]] with a "
+                    "label of its own")
+        elif named:
+            field = named[0].field.removesuffix(".label")
+            hint = (f"give {field} another label" if named[0].value is not None else
+                    f"give {field} a label (it is labelled by its index)")
+        else:
+            hint = ("[paired] and [dose] sweeps are labelled by their numbers alone: write "
+                    "one series as [[sweeps]] with labels of its own")
+        earlier = first.field if first.value is not None or first.part != "sweep" else \
+            f"{first.field}, labelled by its index"
+        raise KingenError(f"duplicate sweep label {sweep.label!r} (also that of "
+                          f"{earlier}); every sweep needs its own label, which names its "
+                          f"CSV column and NWB series: {hint}", file=source,
+                          field=here.field, value=here.value)
 
 
 class _Reader:

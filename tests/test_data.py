@@ -80,6 +80,74 @@ def test_csv_round_trip_is_exact(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary file left behind
 
 
+def test_csv_labels_with_commas_and_quotes_are_quoted_and_read_back(tmp_path: Path) -> None:
+    t = np.arange(0, 1.0, 0.1)
+    labels = ["a,b", 'q"x', "x y", "10mM"]
+    currents = np.vstack([-(k + 1.0) * t for k in range(4)])
+    rec = D.Recording("p", t, currents, labels, concentration_mM=currents * 0 + 1.0)
+    D.write_csv(rec, tmp_path / "r.csv")
+    header = (tmp_path / "r.csv").read_text(encoding="utf-8").splitlines()[1]
+    assert header.startswith('time_ms,"current_pA_a,b","current_pA_q""x",current_pA_x y,')
+    back = D.load_recording(tmp_path / "r.csv")
+    assert back.sweep_labels == labels
+    np.testing.assert_array_equal(back.current_pA, currents)
+    np.testing.assert_array_equal(back.concentration_mM, currents * 0 + 1.0)
+
+
+@pytest.mark.parametrize("labels, column", [
+    (["1", "3", "1"], "current_pA_1"),
+    (["", "0"], "current_pA_0"),  # a blank label reads back as sweep '0'
+])
+def test_csv_write_refuses_labels_that_read_back_as_one_sweep(tmp_path: Path,
+                                                              labels: list[str],
+                                                              column: str) -> None:
+    from kingen.protocol import Protocol, Sweep
+
+    t = np.arange(5) * 0.1
+    rec = D.Recording("p", t, np.ones((len(labels), 5)), labels)
+    # a protocol built in Python is not checked as a protocol file is
+    protocol = Protocol("p", "custom", tuple(Sweep(x, 0.4, 0.1) for x in labels))
+    for write_it in (lambda p: D.write_csv(rec, p),
+                     lambda p: D.write_current_csv(p, protocol, [t] * len(labels),
+                                                   rec.currents_list())):
+        with pytest.raises(KingenError) as exc:
+            write_it(tmp_path / "r.csv")
+        assert one_line(exc).startswith(f"{tmp_path / 'r.csv'}: sweep label = ")
+        assert f"two sweeps would share the CSV column {column!r}" in one_line(exc)
+        assert not list(tmp_path.iterdir())
+
+
+def test_csv_comments_with_line_breaks_stay_comments(tmp_path: Path) -> None:
+    rec = example_recording()
+    rec.protocol = "deact\nvariant"
+    rec.meta["comments"] = ["line one\u2028line two"]
+    D.write_csv(rec, tmp_path / "r.csv")
+    back = D.load_recording(tmp_path / "r.csv")
+    assert back.protocol == "deact variant" and back.sweep_labels == rec.sweep_labels
+    assert "line one line two" in back.meta["comments"]
+
+
+@pytest.mark.parametrize("text, separator", [
+    ("time_ms;current_pA\n0;0\n0,02;-1,5\n", "';' (as Excel writes CSV where the decimal "
+     "mark is a comma)"),
+    ("time_ms;current_pA\n0;0\n0.02;-1.5\n", "';'"),
+    ("time_ms\tcurrent_pA\n0\t0\n0.02\t-1.5\n", "tabs"),
+])
+def test_csv_with_another_separator_says_so(tmp_path: Path, text: str,
+                                            separator: str) -> None:
+    path = write(tmp_path, "# from a European Excel\n" + text)
+    with pytest.raises(KingenError) as exc:
+        D.load_recording(path)
+    first = text.splitlines()[0]
+    assert one_line(exc).startswith(f"{path}: header = {first!r}: the columns seem to be "
+                                    f"separated by {separator}")
+    assert "kingen reads ',' separated columns with '.' as the decimal mark" in \
+        one_line(exc)
+    targets = write(tmp_path, "feature;value;unit\npeak;-450;pA\n", "t.csv")
+    with pytest.raises(KingenError, match="seem to be separated by ';'"):
+        D.load_targets(targets)
+
+
 def test_csv_write_refuses_different_grids_and_leaves_no_file(tmp_path: Path) -> None:
     rec = D.Recording(None, [np.arange(3.0), np.arange(3.0) * 2], [np.zeros(3), np.ones(3)],
                       ["a", "b"])
@@ -249,12 +317,31 @@ def test_nwb_unreadable(tmp_path: Path) -> None:
     one_line(exc)
 
 
-def test_nwb_write_is_atomic_on_failure(tmp_path: Path) -> None:
+def test_nwb_write_is_atomic_on_failure(tmp_path: Path, monkeypatch) -> None:
+    pynwb = pytest.importorskip("pynwb")
+
+    def fail(self, *args, **kwargs):  # a failure half way through writing the file
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pynwb.NWBHDF5IO, "write", fail)
+    with pytest.raises(Exception):  # noqa: B017 -- whatever the write raises, no file is left
+        D.write_nwb(example_recording(), tmp_path / "x.nwb")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("labels, message", [
+    (["1", "3", "1"], "sweep label = '1': two sweeps share this label"),
+    (["a/b", "c"], "sweep label = 'a/b': an NWB series name (current_<label>) cannot hold "
+     "'/' or ':'"),
+])
+def test_nwb_write_refuses_labels_no_series_can_have(tmp_path: Path, labels: list[str],
+                                                     message: str) -> None:
     pytest.importorskip("pynwb")
-    rec = example_recording()
-    rec.sweep_labels = ["a/b", "c"]  # '/' is not allowed in an NWB name: pynwb refuses
-    with pytest.raises(Exception):  # noqa: B017 -- whatever pynwb raises, no file is left
+    t = np.arange(5) * 0.1
+    rec = D.Recording("p", t, np.ones((len(labels), 5)), labels)
+    with pytest.raises(KingenError) as exc:
         D.write_nwb(rec, tmp_path / "x.nwb")
+    assert one_line(exc).startswith(f"{tmp_path / 'x.nwb'}: {message}")
     assert not list(tmp_path.iterdir())
 
 
@@ -313,6 +400,53 @@ def test_abf_errors(tmp_path: Path) -> None:
     assert "bad.abf" in one_line(exc)
     with pytest.raises(KingenError, match=r"channel = 3: no such channel"):
         D.load_recording(abf_file("File_axon_7.abf"), channel=3)
+
+
+def abf1(path: Path, sweeps: int = 3, samples: int = 1000) -> bytes:
+    """An ABF1 file written by pyabf's own writer; returns its bytes."""
+    from pyabf.abfWriter import writeABF1
+
+    y = np.sin(np.arange(sweeps * samples) / 50.0).reshape(sweeps, samples) * 100.0
+    writeABF1(y, str(path), 20000, "pA")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("cut, message", [
+    (3, "truncated or damaged ABF file: 3 bytes"),
+    (100, "truncated or damaged ABF file: its header cannot be read (100 bytes; pyabf: "
+     "struct.error: unpack requires a buffer of"),
+    (5000, "truncated or damaged ABF file: its header cannot be read (5000 bytes; pyabf: "
+     "struct.error: unpack requires a buffer of"),
+    # the header is whole, the samples stop one byte short
+    (-1, "truncated or damaged ABF file: its header places the samples up to byte 8048, but "
+     "the file has 8047 bytes"),
+])
+def test_a_truncated_abf_is_one_line_naming_the_file(tmp_path: Path, cut: int,
+                                                     message: str) -> None:
+    pytest.importorskip("pyabf")
+    whole = abf1(tmp_path / "whole.abf")
+    assert len(whole) == 8192  # 2048 bytes of header, 3 x 1000 int16 samples, padding
+    rec = D.load_recording(tmp_path / "whole.abf")
+    assert rec.n_sweeps == 3 and rec.current_pA.shape == (3, 1000)
+    cut_at = 8047 if cut == -1 else cut
+    path = tmp_path / "cut.abf"
+    path.write_bytes(whole[:cut_at])
+    with pytest.raises(KingenError) as exc:
+        D.load_recording(path)
+    assert one_line(exc).startswith(f"{path}: {message}")
+
+
+def test_an_empty_or_foreign_abf_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("pyabf")
+    empty = write(tmp_path, "", "empty.abf")
+    with pytest.raises(KingenError) as exc:
+        D.load_recording(empty)
+    assert one_line(exc) == f"{empty}: cannot read ABF: empty file (0 bytes)"
+    csv = write(tmp_path, "time_ms,current_pA\n0,0\n", "csv.abf")
+    with pytest.raises(KingenError) as exc:
+        D.load_recording(csv)
+    assert one_line(exc) == (f"{csv}: cannot read ABF: not an ABF file (it begins with "
+                             "b'time', not 'ABF ' or 'ABF2')")
 
 
 # --------------------------------------------------------------------------- Recording

@@ -194,3 +194,38 @@ def test_an_output_that_cannot_be_written_is_one_line(run: tuple[Path, dict[str,
     assert err[0] == f"kingen: error: {tmp_path}: cannot write: it is a folder"
     assert err[1].startswith(f"kingen: error: {blocker}") and "cannot write" in err[1]
     assert len(err) == 2
+
+
+def test_a_run_whose_protocol_repeats_a_label_exports_readable_files(tmp_path: Path) -> None:
+    """Runs made before protocol files refused a repeated label (a dose listed twice) keep
+    it in the run file; the export gives the repeat a label of its own instead of writing
+    a CSV that the reader refuses or failing inside pynwb."""
+    from dataclasses import replace
+
+    dose = small_protocols(("dose_response",))[0]
+    sweeps = list(dose.sweeps[:3])
+    sweeps[2] = replace(sweeps[2], label=sweeps[0].label)  # '0.001mM' twice
+    protocol = replace(dose, sweeps=tuple(sweeps))
+    path = tmp_path / "old.h5"
+    made = make_run(path, protocols=[protocol])
+    want = made["traces"]["dose_response"]
+    assert want["labels"] == ["0.001mM", "0.003mM", "0.001mM"]
+    labels = ["0.001mM", "0.003mM", "0.001mM_2"]
+    rec = load_recording(export_csv(path, tmp_path / "csv")[0])
+    assert rec.sweep_labels == labels
+    assert any(c.startswith("relabelled: the run's protocol repeats sweep labels")
+               and "sweep 2 '0.001mM' as '0.001mM_2'" in c for c in rec.meta["comments"])
+    for a, b in zip(rec.currents_list(), want["fit_pA"], strict=True):
+        np.testing.assert_array_equal(a, b)
+    pytest.importorskip("pynwb")
+    back = load_recording(export_nwb(path, tmp_path / "fit.nwb")[0])
+    assert back.sweep_labels == labels
+    np.testing.assert_allclose(back.currents_list()[2], want["fit_pA"][2], rtol=1e-12)
+
+
+def test_distinct_labels_keep_the_first_and_take_no_other_sweeps_label() -> None:
+    from kingen.export import distinct_labels
+
+    assert distinct_labels(["5", "10"]) == ["5", "10"]
+    assert distinct_labels(["a", "a", "a"]) == ["a", "a_2", "a_3"]
+    assert distinct_labels(["1", "3", "1", "1_2"]) == ["1", "3", "1_3", "1_2"]

@@ -184,9 +184,63 @@ def test_recording_that_does_not_match_the_protocol_is_an_error():
     recov = standard_protocol("recovery")
     with pytest.raises(KingenError, match="recorded sweeps for a protocol of 9"):
         Objective(SCHEME, [ProtocolData(recov, rec)], backend="cpu")
-    late = Recording("deactivation", rec.time_ms + 1000.0, rec.current_pA, rec.sweep_labels)
+    early = Recording("deactivation", rec.time_ms - 1000.0, rec.current_pA, rec.sweep_labels)
     with pytest.raises(KingenError, match="no recorded sample"):
+        Objective(SCHEME, [ProtocolData(DEACT, early)], backend="cpu")
+    late = Recording("deactivation", rec.time_ms + 1000.0, rec.current_pA, rec.sweep_labels)
+    with pytest.raises(KingenError, match="recorded time starts at 1000 ms, not at 0 ms"):
         Objective(SCHEME, [ProtocolData(DEACT, late)], backend="cpu")
     with pytest.raises(KingenError, match="not available for a deactivation"):
         Objective(SCHEME, [ProtocolData(DEACT, None, Targets({"ec50_peak_mM": Target(1)}))],
                   backend="cpu")
+
+
+def test_a_recording_that_starts_after_the_protocol_is_refused_unless_masked():
+    """Time 0 of a recording is the protocol's start: one that starts at 3 ms had its
+    first 3 ms of protocol samples left out of the fit without a word."""
+    rec = clean_recording(DEACT)
+    late = Recording("deactivation", rec.time_ms[150:], rec.current_pA[:, 150:],
+                     rec.sweep_labels, source="late.csv")
+    assert late.time_ms[0] == pytest.approx(3.0)
+    with pytest.raises(KingenError) as exc:
+        Objective(SCHEME, [ProtocolData(DEACT, late)], backend="cpu")
+    text = str(exc.value)
+    assert "\n" not in text
+    assert text.startswith("late.csv: protocols.deactivation.recording.sweep = '1ms': the "
+                           "recorded time starts at 3 ms, not at 0 ms (the protocol's start): "
+                           "the protocol's samples from 0 to 2.98 ms have no recorded data")
+    assert text.endswith("mask [0, 3] if the recording begins late")
+    # masked, the gap is the user's choice, and only the masked samples are left out
+    obj = Objective(SCHEME, [ProtocolData(DEACT, late, mask=[(0.0, 3.0)])], backend="cpu")
+    assert obj.weight.sum() == DEACT.sweeps[0].n_samples - 151
+    # a first sample one interval after 0, as some rigs export, is no gap
+    one_step = Recording("deactivation", rec.time_ms[1:], rec.current_pA[:, 1:],
+                         rec.sweep_labels)
+    obj = Objective(SCHEME, [ProtocolData(DEACT, one_step)], backend="cpu")
+    assert obj.weight.sum() == DEACT.sweeps[0].n_samples - 1
+    # samples before 0 (a pre-trigger) lie outside the protocol, as before
+    early = Recording("deactivation", np.concatenate([[-1.0], rec.time_ms]),
+                      np.concatenate([[[0.0]], rec.current_pA], axis=1), rec.sweep_labels)
+    obj = Objective(SCHEME, [ProtocolData(DEACT, early)], backend="cpu")
+    assert obj.weight.sum() == DEACT.sweeps[0].n_samples
+
+
+def test_a_repeated_label_does_not_give_one_recorded_sweep_to_two_protocol_sweeps():
+    from dataclasses import replace
+
+    dose = standard_protocol("dose_response", dt=0.2)
+    sweeps = list(dose.sweeps[:3])
+    sweeps[2] = replace(sweeps[2], label=sweeps[0].label)  # built in Python: not checked
+    protocol = replace(dose, sweeps=tuple(sweeps))
+    rec = clean_recording(protocol)
+    obj = Objective(SCHEME, [ProtocolData(protocol, rec)], backend="cpu")
+    third = slice(int(obj.sample_start[2]), int(obj.sample_start[3]))
+    np.testing.assert_array_equal(obj.data[third], rec.sweep_current(2))
+    assert not np.array_equal(rec.sweep_current(2), rec.sweep_current(0))
+    # labels in another order are still matched by label
+    first3 = replace(dose, sweeps=dose.sweeps[:3])
+    rec = clean_recording(first3)
+    shuffled = Recording(dose.name, rec.time_ms, rec.current_pA[::-1], rec.sweep_labels[::-1])
+    obj = Objective(SCHEME, [ProtocolData(first3, shuffled)], backend="cpu")
+    np.testing.assert_array_equal(obj.data[int(obj.sample_start[0]):int(obj.sample_start[1])],
+                                  rec.sweep_current(0))

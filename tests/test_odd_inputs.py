@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_fit_helpers import write_problem
 
@@ -65,3 +66,63 @@ def test_a_model_file_of_deeply_nested_parentheses_is_one_line(tmp_path, capsys)
     assert capsys.readouterr().err.strip() == (
         f"kingen: error: {mod}: expressions nest too deeply to read (hundreds of "
         "parentheses)")
+
+
+DOSE_TWICE = ("[protocol]\nname = 'doses'\n[dose]\nstart = 2\nduration = 5\n"
+              "concentrations = [1, 3, 1]\n")
+ODD_LABELS = """[protocol]
+name = "odd labels"
+[[sweeps]]
+label = "10 mM, 1 ms"
+duration = 10
+pulses = [{ start = 2, duration = 1, concentration = 10 }]
+[[sweeps]]
+label = 'the "long" one'
+duration = 20
+pulses = [{ start = 2, duration = 5, concentration = 10 }]
+"""
+
+
+def test_simulate_csv_of_a_protocol_that_repeats_a_dose_is_refused(tmp_path, capsys):
+    protocol = tmp_path / "doses.toml"
+    protocol.write_text(DOSE_TWICE)
+    out = tmp_path / "doses.csv"
+    assert main(["simulate", str(ROOT / "models" / "jonas_1993.toml"), "--protocol",
+                 str(protocol), "--csv", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kingen: error: {protocol}: dose.concentrations[2] = 1: duplicate "
+                          "sweep label '1' (also that of dose.concentrations[0])")
+    assert "\n" not in err and not out.exists()
+
+
+def test_simulate_csv_quotes_labels_with_commas_and_reads_back(tmp_path, capsys):
+    from kingen import simulate
+    from kingen.data import load_recording
+
+    protocol = tmp_path / "odd.toml"
+    protocol.write_text(ODD_LABELS)
+    out = tmp_path / "odd.csv"
+    model = ROOT / "models" / "jonas_1993.toml"
+    assert main(["simulate", str(model), "--protocol", str(protocol), "--csv", str(out)]) == 0
+    rec = load_recording(out)
+    assert rec.sweep_labels == ["10 mM, 1 ms", 'the "long" one']
+    sim = simulate(model, protocol)
+    for got, want in zip(rec.currents_list(), sim.currents, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
+
+
+def test_a_fit_to_a_recording_that_starts_late_is_refused_before_any_output(tmp_path,
+                                                                           capsys):
+    cfg = write_problem(tmp_path)
+    recording = tmp_path / "deactivation.csv"
+    lines = recording.read_text().splitlines()
+    head = [line for line in lines if line.startswith("#") or line.startswith("time")]
+    rows = [line.split(",") for line in lines if line not in head]
+    # the same samples on a clock that starts at 3 ms
+    recording.write_text("\n".join(head + [",".join([repr(float(r[0]) + 3.0)] + r[1:])
+                                           for r in rows]) + "\n")
+    assert main(["fit", str(cfg), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kingen: error: {recording}: protocols.deactivation.recording.sweep"
+                          " = '0': the recorded time starts at 3 ms, not at 0 ms")
+    assert "\n" not in err and not (tmp_path / "run.h5").exists()

@@ -156,3 +156,57 @@ pulses = [{{start = 0.002, duration = 0.01, concentration = 10}},
     f.write_text(body.format(x='"ten"'))
     with pytest.raises(KingenError, match=r"sweeps\[0\]\.x = 'ten': must be a number"):
         load_protocol(f)
+
+
+PULSE = "pulses = [{start = 2, duration = 1, concentration = 10}]"
+
+
+@pytest.mark.parametrize("body, where, hint", [
+    # a dose listed twice: its two sweeps would share the label '1'
+    ("[dose]\nstart = 2\nduration = 10\nconcentrations = [1, 3, 1.0]\n",
+     "dose.concentrations[2] = 1.0: duplicate sweep label '1' (also that of "
+     "dose.concentrations[0])", "list each concentration once, or write a repeated sweep "
+     "as [[sweeps]] with a label of its own"),
+    ("[paired]\nstart = 2\nduration = 10\nconcentration = 1\nintervals = [5, 5]\n",
+     "paired.intervals[1] = 5: duplicate sweep label '5' (also that of "
+     "paired.intervals[0])", "list each interval once"),
+    (f'[[sweeps]]\nlabel = "a"\nduration = 20\n{PULSE}\n'
+     f'[[sweeps]]\nlabel = "a"\nduration = 30\n{PULSE}\n',
+     "sweeps[1].label = 'a': duplicate sweep label 'a' (also that of sweeps[0].label)",
+     "give sweeps[1] another label"),
+    # a sweep without a label is labelled by its index
+    (f'[[sweeps]]\nduration = 20\n{PULSE}\n[[sweeps]]\nlabel = "0"\nduration = 30\n{PULSE}\n',
+     "sweeps[1].label = '0': duplicate sweep label '0' (also that of sweeps[0], labelled by "
+     "its index)", "give sweeps[1] another label"),
+    ("[paired]\nstart = 2\nduration = 10\nconcentration = 1\nintervals = [5]\n"
+     "[dose]\nstart = 2\nduration = 10\nconcentrations = [5]\n",
+     "dose.concentrations[0] = 5: duplicate sweep label '5' (also that of "
+     "paired.intervals[0])", "write one series as [[sweeps]]"),
+])
+def test_repeated_sweep_labels_are_refused_in_one_line(tmp_path, body, where, hint):
+    f = tmp_path / "dup.toml"
+    f.write_text("[protocol]\nname = 'dup'\n" + body)
+    with pytest.raises(KingenError) as exc:
+        load_protocol(f)
+    text = str(exc.value)
+    assert "\n" not in text
+    assert text.startswith(f"{f}: {where}; every sweep needs its own label")
+    assert hint in text
+
+
+def test_generated_labels_of_different_numbers_differ(tmp_path):
+    f = tmp_path / "near.toml"
+    f.write_text("[paired]\nstart = 2\nduration = 10\nconcentration = 1\n"
+                 "intervals = [5, 5.0000001, 5.0000002, 0.25, 1e-7, 0.33333333]\n")
+    # 6 significant digits, as before, but in full where two numbers would share a label
+    assert [s.label for s in load_protocol(f).sweeps] == [
+        "5.0", "5.0000001", "5.0000002", "0.25", "1e-07", "0.333333"]
+
+
+@pytest.mark.parametrize("label", ['""', '"  "', '"a\\nb"', '"a\\rb"', '"a\\u2028b"'])
+def test_a_blank_or_multiline_sweep_label_is_refused(tmp_path, label):
+    f = tmp_path / "label.toml"
+    f.write_text(f"[[sweeps]]\nlabel = {label}\nduration = 20\n{PULSE}\n")
+    with pytest.raises(KingenError, match=r"sweeps\[0\]\.label = .*: must be a non-empty "
+                       "label without control characters or line breaks"):
+        load_protocol(f)

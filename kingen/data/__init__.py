@@ -25,6 +25,10 @@ Trace CSV (the format ``kingen simulate --csv`` writes)::
 - Optional stimulus columns ``conc_<unit>_<label>`` (or ``conc_<unit>`` for one sweep) give
   the agonist concentration of the sweep with the same label (``mM``, ``uM``, ``M``, ...).
 - Sweeps of different lengths leave their trailing cells empty; they share the time column.
+- Columns are separated by ``,`` and the decimal mark is ``.``; a header cell holding a
+  comma or a quote is quoted as the :mod:`csv` module writes it (``"current_pA_a,b"``). A
+  file separated by ``;`` (Excel where the decimal mark is a comma) or tabs is refused in
+  one line that says so: the separator is not guessed, as pandas and numpy do not guess.
 - Errors name the file, the column and the row: no time column, a unit missing or unknown,
   a row with the wrong number of fields, a NaN or non-number, an empty sweep, a time that
   does not increase.

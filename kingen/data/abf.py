@@ -27,10 +27,7 @@ def read_abf(path: str | os.PathLike[str], *, channel: int = 0) -> Recording:
     """
     name = str(path)
     pyabf = optional_module("pyabf", "abf", name)
-    try:
-        abf = pyabf.ABF(name)
-    except Exception as exc:  # noqa: BLE001 -- pyabf raises many types on a bad file
-        raise KingenError(f"cannot read ABF: {type(exc).__name__}: {exc}", file=name) from None
+    abf = _open_abf(pyabf, name)
     if not 0 <= channel < abf.channelCount:
         raise KingenError(f"no such channel (the file has {abf.channelCount})", file=name,
                           field="channel", value=channel)
@@ -61,6 +58,53 @@ def read_abf(path: str | os.PathLike[str], *, channel: int = 0) -> Recording:
     return Recording(protocol=None, time_ms=times, current_pA=currents,
                      sweep_labels=[str(s) for s in abf.sweepList], holding_mV=holding,
                      source=name, meta=meta)
+
+
+_SIGNATURES = (b"ABF ", b"ABF2")  # ABF1, ABF2: the first 4 bytes, as pyabf tells them
+
+
+def _open_abf(pyabf: Any, name: str) -> Any:
+    """The file opened by pyabf, data loaded; one-line errors for a file that is no ABF,
+    and for a truncated or damaged one, which pyabf reports only as ``struct.error:
+    unpack requires a buffer of 4 bytes`` or a failed reshape."""
+    try:
+        with open(name, "rb") as fh:
+            signature = fh.read(4)
+        size = os.path.getsize(name)
+    except OSError as exc:
+        raise KingenError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if size == 0:
+        raise KingenError("cannot read ABF: empty file (0 bytes)", file=name)
+    damaged = "truncated or damaged ABF file"
+    if size < 4 and any(sig.startswith(signature) for sig in _SIGNATURES):
+        raise KingenError(f"{damaged}: {size} bytes", file=name)
+    if signature not in _SIGNATURES:
+        raise KingenError(f"cannot read ABF: not an ABF file (it begins with {signature!r}, "
+                          "not 'ABF ' or 'ABF2')", file=name)
+    try:
+        head = pyabf.ABF(name, loadData=False)
+    except Exception as exc:  # noqa: BLE001 -- pyabf raises many types on a bad header
+        raise KingenError(f"{damaged}: its header cannot be read ({size} bytes; pyabf: "
+                          f"{_named(exc)})", file=name) from None
+    try:
+        end = int(head.dataByteStart) + int(head.dataPointCount) * int(head.dataPointByteSize)
+    except (AttributeError, TypeError, ValueError):
+        end = None
+    if end is not None and end > size:
+        raise KingenError(f"{damaged}: its header places the samples up to byte {end}, but "
+                          f"the file has {size} bytes", file=name)
+    try:
+        return pyabf.ABF(name)
+    except Exception as exc:  # noqa: BLE001 -- pyabf raises many types on bad data
+        raise KingenError(f"{damaged}: its data cannot be read (pyabf: {_named(exc)})",
+                          file=name) from None
+
+
+def _named(exc: Exception) -> str:
+    """``struct.error: unpack requires ...``: the bare class name ``error`` says nothing."""
+    kind = type(exc)
+    module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+    return f"{module}{kind.__name__}: {exc}"
 
 
 def _abf_holding(abf: Any) -> float | None:

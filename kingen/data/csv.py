@@ -50,6 +50,7 @@ def _read_table(path: Path) -> _Table:
         raise KingenError(f"malformed CSV: {exc}", file=name,
                           field=f"row {i + reader.line_num}") from None
     header = [h.strip() for h in rows[0]]
+    _check_separator(header[0], name)
     body = rows[1:]
     # Blank lines at the end of a file are not rows.
     while body and not any(c.strip() for c in body[-1]):
@@ -61,6 +62,30 @@ def _read_table(path: Path) -> _Table:
                               field=f"row {i + 2 + k}", value=",".join(row)[:60])
     columns = [list(col) for col in zip(*body, strict=True)] if body else [[] for _ in header]
     return _Table(name, comments, header, columns, i + 2)
+
+
+# What a header's first cell holds when the file is separated by something else.
+_OTHER_SEPARATORS = {
+    ";": ("';' (as Excel writes CSV where the decimal mark is a comma)",
+          "sep=';', decimal=','"),
+    "\t": ("tabs", "sep='\\t'"),
+}
+
+
+def _check_separator(first: str, name: str) -> None:
+    """Refuse a file whose columns are not separated by commas, in one line.
+
+    Guessing the separator is not safe: a ';' file most often has decimal commas too
+    ("0,02"), which cannot be told from a thousands separator, so like pandas and numpy the
+    reader does not guess. No first column of a trace or targets file (``time_<unit>``,
+    ``feature``, ...) can hold ';' or a tab, so no file that would read is refused."""
+    for sep, (what, pandas) in _OTHER_SEPARATORS.items():
+        if sep in first:
+            raise KingenError(f"the columns seem to be separated by {what}; kingen reads "
+                              "',' separated columns with '.' as the decimal mark: save "
+                              f"the file that way (e.g. pandas: read_csv(path, {pandas})"
+                              ".to_csv(new_path, index=False))", file=name,
+                              field="header", value=first)
 
 
 def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool, factor: float = 1.0,
@@ -238,6 +263,24 @@ def _fmt(x: float) -> str:
     return repr(float(x))  # shortest text that reads back to the same float
 
 
+def _header_line(header: list[str], path: str) -> str:
+    """The header row as CSV text (a label with a comma or a quote is quoted), refused
+    when two columns would read back as one sweep: :func:`read_csv` refuses such a file."""
+    seen: dict[tuple[str, str], str] = {}
+    for column in header[1:]:
+        quantity, _, label = _split_name(column.strip(), path)
+        key = (quantity, label if label is not None else "0")
+        if key in seen:
+            raise KingenError(f"two sweeps would share the CSV column {column!r} (with "
+                              f"{seen[key]!r}), which no reader can tell apart: give every "
+                              "sweep its own label", file=path, field="sweep label",
+                              value=key[1])
+        seen[key] = column
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(header)
+    return out.getvalue()
+
+
 def write_csv(recording: Recording, path: str | os.PathLike[str]) -> None:
     """Write a recording as a trace CSV that :func:`read_csv` reads back exactly.
 
@@ -259,12 +302,13 @@ def write_csv(recording: Recording, path: str | os.PathLike[str]) -> None:
             header.append("conc_mM" if single else f"conc_mM_{label}")
             columns.append(np.asarray(conc))
     comments = _comment_lines(recording)
+    head = _header_line(header, name)
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             for line in comments:
                 fh.write(f"# {line}\n")
-            fh.write(",".join(header) + "\n")
+            fh.write(head)
             for k, t in enumerate(time):
                 cells = [_fmt(t)] + [_fmt(c[k]) if k < c.size else "" for c in columns]
                 fh.write(",".join(cells) + "\n")
@@ -291,11 +335,13 @@ def write_current_csv(path: str | os.PathLike[str], protocol: Any, times: list[n
     if not path.parent.exists():
         raise KingenError("folder does not exist", file=str(path.parent), field="--csv")
     check_replaceable(path, "--csv")
+    head = _header_line(["time_ms"] + names, str(path))
 
     def write(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"# kingen {__version__} simulate\n# protocol: {protocol.name}\n")
-            fh.write(",".join(["time_ms"] + names) + "\n")
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(f"# kingen {__version__} simulate\n"
+                     f"# protocol: {_one_line(protocol.name)}\n")
+            fh.write(head)
             for i, t in enumerate(grid):
                 cells = [_fmt(t)]  # 6 digits made 10000.05 ms read back as 10000.1
                 for c in currents:
@@ -303,6 +349,12 @@ def write_current_csv(path: str | os.PathLike[str], protocol: Any, times: list[n
                 fh.write(",".join(cells) + "\n")
 
     atomic_write(path, write)
+
+
+def _one_line(text: Any) -> str:
+    """``text`` on one line: a line break inside a ``#`` comment would end the comment,
+    and the reader would take the rest for the header."""
+    return " ".join(str(text).splitlines())
 
 
 def _comment_lines(rec: Recording) -> list[str]:
@@ -322,6 +374,6 @@ def _comment_lines(rec: Recording) -> list[str]:
             continue
         if isinstance(value, bool):
             lines.append(f"{key}: {'true' if value else 'false'}")
-        elif isinstance(value, (int, float, str)) and "\n" not in str(value):
+        elif isinstance(value, (int, float, str)) and len(str(value).splitlines()) <= 1:
             lines.append(f"{key}: {value}")
-    return lines
+    return [_one_line(line) for line in lines]

@@ -267,6 +267,7 @@ def write_nwb(
     into place.
     """
     name = str(path)
+    _check_series_names(recording.sweep_labels, name)
     pynwb = optional_module("pynwb", "nwb", name)
     from pynwb.icephys import VoltageClampSeries, VoltageClampStimulusSeries
 
@@ -315,6 +316,22 @@ def write_nwb(
             io_.write(nwb)
 
     atomic_write(Path(name), write)
+
+
+def _check_series_names(labels: list[str], file: str) -> None:
+    """Refuse labels that cannot name NWB series (``current_<label>``): a repeat, which
+    pynwb fails on deep in its build, and '/' or ':', which NWB names cannot hold."""
+    seen: set[str] = set()
+    for label in labels:
+        if label in seen:
+            raise KingenError("two sweeps share this label, and a label names the sweep's "
+                              "NWB series: give every sweep its own label", file=file,
+                              field="sweep label", value=label)
+        if "/" in label or ":" in label:
+            raise KingenError("an NWB series name (current_<label>) cannot hold '/' or ':': "
+                              "relabel the sweep", file=file, field="sweep label",
+                              value=label)
+        seen.add(label)
 
 
 def _nwb_timing(t_ms: np.ndarray, start_s: float) -> dict[str, Any]:
