@@ -210,10 +210,10 @@ def test_a_fit_stopped_before_its_first_generation_leaves_no_run_file(tmp_path,
 
 def test_the_hint_to_resume_gives_the_cluster_as_the_user_gave_it():
     from kingen.distributed.fitting import _spec
-    from kingen.fit_cli import _cluster
+    from kingen.fit_cli import BARE_CLUSTER, _cluster
 
     table = '[cluster]\nkind = "local"\nworkers = 2\n'
-    assert _spec(_cluster("", Path("run.h5"), table)) == ""   # --cluster alone
+    assert _spec(_cluster(BARE_CLUSTER, Path("run.h5"), table)) == ""   # --cluster alone
     assert _spec(_cluster("local:3", Path("fit.toml"))) == "local:3"
     assert _spec(_cluster("tcp://10.0.0.5:8786", Path("fit.toml"))) == "tcp://10.0.0.5:8786"
 

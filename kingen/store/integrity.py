@@ -19,7 +19,17 @@ import numpy as np
 
 from kingen.errors import KingenError
 from kingen.store.datasets import MAX_COLUMNS, MAX_STATE_DIMS, STATE_KINDS, _key, _load, _one, _text
-from kingen.store.layout import LAYOUT_VERSION, MARKER, REQUIRED_GROUPS
+from kingen.store.layout import (
+    LAYOUT_VERSION,
+    MARKER,
+    PROFILE_DATASETS,
+    PROTOCOL_DATASETS,
+    RECORDING_DATASETS,
+    REQUIRED_DATASETS,
+    REQUIRED_GROUPS,
+    REQUIRED_SUBGROUPS,
+    TARGET_DATASETS,
+)
 
 try:  # POSIX; elsewhere a run file is not locked against a second writer
     import fcntl
@@ -113,9 +123,56 @@ def _live_writer(f: h5py.File) -> int | None:
 
 
 def _corrupt(name: str, exc: BaseException) -> KingenError:
-    detail = " ".join(str(exc).split()) or type(exc).__name__
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    detail = " ".join(str(text).split()) or type(exc).__name__
+    if isinstance(exc, KeyError):
+        # h5py's answer for an object that is not in the file: the file itself is readable
+        # HDF5 (opening names the items it needs; this is for what a reader looks up later)
+        return KingenError(f"incomplete or damaged run file: an item it needs is missing "
+                           f"(HDF5 says: {detail}); restore the file from a copy", file=name)
     return KingenError(f"not a readable HDF5 file: corrupt or truncated run file (HDF5 says: "
                        f"{detail})", file=name)
+
+
+def _missing(name: str, path: str, kind: str) -> KingenError:
+    """The one-line error for a group or dataset the run file should have and has not."""
+    return KingenError(f"missing {kind}: the run file is incomplete or damaged (deleted or "
+                       "never written); restore it from a copy", file=name, field=path)
+
+
+def _need(f: h5py.File, name: str, path: str, kind: type[h5py.Group] | type[h5py.Dataset]
+          ) -> None:
+    """KingenError naming ``path`` unless it is a ``kind`` (a group or a dataset)."""
+    what = "group" if kind is h5py.Group else "dataset"
+    obj = f.get(path)
+    if obj is None:
+        raise _missing(name, f"/{path}", what)
+    if not isinstance(obj, kind):
+        found = "group" if isinstance(obj, h5py.Group) else "dataset"
+        raise KingenError(f"a {found} where a {what} belongs: the run file is damaged or was "
+                          "edited; restore it from a copy", file=name, field=f"/{path}")
+
+
+def _check_required(f: h5py.File, name: str, protocols: list[str]) -> None:
+    """Every group and dataset a run file has from its creation is there, checked once at
+    opening, so that every reader (and resume, before it writes) refuses a file with a gap
+    in one line naming it, rather than failing later or drawing without it."""
+    for path in REQUIRED_SUBGROUPS:
+        _need(f, name, path, h5py.Group)
+    # A file from before /profiles lacks the whole group; one with part of it is damaged
+    # (kingen profile would take it for absent and fail to add it).
+    for path in REQUIRED_DATASETS + (PROFILE_DATASETS if "profiles" in f else ()):
+        _need(f, name, path, h5py.Dataset)
+    for p in protocols:
+        key = _key(p)
+        _need(f, name, f"best/traces/{key}", h5py.Group)
+        paths = list(PROTOCOL_DATASETS)
+        for group, parts in (("data", RECORDING_DATASETS), ("targets", TARGET_DATASETS)):
+            if key in f[group]:  # optional: a protocol fits a recording, targets or both
+                _need(f, name, f"{group}/{key}", h5py.Group)
+                paths += parts
+        for path in paths:
+            _need(f, name, path.replace("<p>", key), h5py.Dataset)
 
 
 def _unreadable(p: Path) -> KingenError:
@@ -245,9 +302,7 @@ def _validate(f: h5py.File, name: str) -> None:
                           f"so this kingen (layout version {LAYOUT_VERSION}) refuses it; run "
                           "the fit again", file=name, field="/layout_version", value=version)
     for group in REQUIRED_GROUPS:
-        if group not in f or not isinstance(f[group], h5py.Group):
-            raise KingenError("missing group: the run file is incomplete or was edited",
-                              file=name, field=f"/{group}")
+        _need(f, name, group, h5py.Group)
 
 
 def _inconsistent(name: str, field: str, value: Any, what: str) -> KingenError:
@@ -268,10 +323,10 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
         if _key(n) not in f["protocols"] or not isinstance(f["protocols"][_key(n)], h5py.Group):
             raise _inconsistent(name, "/protocols.names", n, "no group for this protocol")
 
+    _check_required(f, name, names)
+
     def ds(path: str, ndim: int, kind: str) -> h5py.Dataset:
-        obj = f.get(path)
-        if not isinstance(obj, h5py.Dataset):
-            raise _inconsistent(name, f"/{path}", None, "missing dataset")
+        obj = f[path]  # there: checked by _check_required
         if obj.ndim != ndim or obj.dtype.kind not in kind:
             raise _inconsistent(name, f"/{path}", f"{obj.dtype} {obj.shape}",
                                 f"expected {ndim} dimensions of kind {kind!r}")
@@ -336,6 +391,13 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
                     n_samples < 0).any():
                 raise _inconsistent(name, f"{g.name}/n_samples", n_samples.tolist(),
                                     f"does not match the stored sweeps {cur.shape}")
+            # Read beside the current sample for sample: another shape misaligns them.
+            for other in ["time_ms"] + (["concentration_mM"] if "concentration_mM" in g
+                                        else []):
+                arr = ds(f"{g.name[1:]}/{other}", 2, "f")
+                if arr.shape != cur.shape:
+                    raise _inconsistent(name, f"{g.name}/{other}", arr.shape, "does not "
+                                        f"match the stored current {cur.shape}")
     return names
 
 

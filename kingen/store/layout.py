@@ -17,6 +17,34 @@ LAYOUT_VERSION = 2
 MARKER = "kingen run file"
 REQUIRED_GROUPS = ("config", "scheme", "protocols", "data", "targets", "environment",
                    "generations", "hall_of_fame", "best", "resume", "run")
+# Every run file has these from its creation (SWMR cannot add objects later), so opening
+# refuses a file that lacks one: otherwise a reader meets the gap half-way, or never (a
+# plot drawn without its data). Paths are from the root; "<p>" is each protocol's group.
+# Not here, because files from earlier kingens lack them: /profiles (kingen profile adds
+# the group, whole: PROFILE_DATASETS once it is there) and /run/lost_workers (resume adds
+# it); nor the optional parts of a recording and of targets (/data/<p>/concentration_mM,
+# /targets/<p>/dose_response and recovery).
+REQUIRED_SUBGROUPS = ("best/traces", "resume/slot_0", "resume/slot_1")
+REQUIRED_DATASETS = (
+    "config/text", "config/settings",
+    "scheme/text", "scheme/states", "scheme/parameters", "scheme/transitions",
+    "generations/free_mask", "generations/population", "generations/errors",
+    "generations/fitness", "generations/fail", "generations/generation", "generations/size",
+    "generations/stats", "generations/stats_names", "generations/timings",
+    "generations/timings_names",
+    "hall_of_fame/params", "hall_of_fame/fitness", "hall_of_fame/size",
+    "best/valid", "best/generation", "best/params", "best/fitness", "best/errors",
+    "best/amplitudes", "best/features", "best/polish", "best/traces_info",
+    "resume/generation", "resume/crc32",
+    "run/commit", "run/finished", "run/finished_unix",
+)
+PROTOCOL_DATASETS = tuple(f"protocols/<p>/{n}" for n in ("sweeps", "pulses", "transients")) + \
+    tuple(f"best/traces/<p>/{n}" for n in ("time_ms", "fit_pA", "data_pA", "n_samples"))
+# Only for a protocol with a recording (a /data/<p> group) or targets (/targets/<p>).
+RECORDING_DATASETS = tuple(f"data/<p>/{n}" for n in ("labels", "n_samples", "time_ms",
+                                                      "current_pA"))
+TARGET_DATASETS = ("targets/<p>/features",)
+PROFILE_DATASETS = ("profiles/local", "profiles/slot_0", "profiles/slot_1", "profiles/commit")
 TITLE = "## The run file"
 
 
@@ -219,10 +247,10 @@ OUTRO = """\
 Errors say what is wrong in one line, naming the file (and the dataset or counter, with its
 value): a file that is not HDF5, or not a readable one (a damaged superblock), an HDF5 file
 that is not a kingen run, a truncated file, a damaged dataset, counters that disagree with
-the data, a malformed resume state, a file of another layout version, a missing group, a
-run file that another process writes. `kingen plot`, `kingen report` and `kingen export` only
-read the run file and write their own outputs through temporary files, so they never leave a
-half-written file.
+the data, a malformed resume state, a file of another layout version, a missing group or
+dataset, a run file that another process writes. `kingen plot`, `kingen report` and
+`kingen export` only read the run file and write their own outputs through temporary files,
+so they never leave a half-written file.
 """
 
 

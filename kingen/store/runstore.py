@@ -75,6 +75,7 @@ from kingen.store.integrity import (
     _check_consistency,
     _corrupt,
     _mark_writer,
+    _missing,
     _open_append,
     _open_read,
     _refuse_inputs,
@@ -300,8 +301,8 @@ class RunStore:
         ------
         KingenError
             If the file is missing, not HDF5, not a kingen run, corrupt, damaged or
-            truncated, inconsistent, of another layout version, lacks a group, or (mode
-            ``"a"``) another process writes it.
+            truncated, inconsistent, of another layout version, lacks a group or dataset,
+            or (mode ``"a"``) another process writes it.
 
         Examples
         --------
@@ -340,8 +341,11 @@ class RunStore:
             lock = WriterLock(p)
         lock.acquire()
         try:
-            with cls.open(p, "r", verify=verify):
-                pass  # validated (and verified) before anything is written
+            with cls.open(p, "r", verify=verify) as reader:
+                # validated (and verified) before anything is written; so are both resume
+                # slots, since the next generation's state goes into the one not committed
+                for slot in (0, 1):
+                    _state_names(reader._f["resume"][f"slot_{slot}"])
             f = _open_append(p)
             try:
                 store = cls(f, p, "w", lock)
@@ -438,7 +442,9 @@ class RunStore:
             raise KingenError("run file is open for reading, not writing", file=str(self.path))
 
     def _ds(self, name: str) -> h5py.Dataset:
-        ds = self._f[name]
+        ds = self._f.get(name)
+        if not isinstance(ds, h5py.Dataset):  # opening checks the required ones: a safety net
+            raise _missing(str(self.path), f"/{name.lstrip('/')}", "dataset")
         if self.mode == "r" and self._f.swmr_mode:
             ds.refresh()
         return ds
