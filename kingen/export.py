@@ -25,6 +25,7 @@ from kingen.errors import KingenError
 from kingen.fields import loads_toml
 from kingen.files import atomic_write, check_replaceable
 from kingen.plot import safe_names
+from kingen.protocol import distinct_labels
 from kingen.scheme import Scheme
 from kingen.store import RunStore, RunView, as_store
 
@@ -270,39 +271,6 @@ def fitted_recordings(run: RunView) -> dict[str, Recording]:
     return out
 
 
-def distinct_labels(labels: list[str]) -> list[str]:
-    """``labels`` with each repeat renamed ``<label>_2``, ``_3``, ... (a name no other sweep
-    has), so that every sweep of an export gets a CSV column and NWB series of its own.
-
-    Parameters
-    ----------
-    labels
-        Sweep labels in protocol order.
-
-    Returns
-    -------
-    list of str
-        The same labels where they are distinct; otherwise the first of each is kept.
-
-    Examples
-    --------
-    >>> distinct_labels(["1", "3", "1", "1_2"])
-    ['1', '3', '1_3', '1_2']
-    """
-    taken = set(labels)
-    seen: set[str] = set()
-    out = []
-    for label in labels:
-        new, n = label, 1
-        # a new name must not be another sweep's own label, even one still to come
-        while new in seen or (n > 1 and new in taken):
-            n += 1
-            new = f"{label}_{n}"
-        seen.add(new)
-        out.append(new)
-    return out
-
-
 def export_csv(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLike[str],
                ) -> list[Path]:
     """Write the fitted traces as one trace CSV per protocol, ``<out_dir>/<protocol>.csv``."""
@@ -412,5 +380,5 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
             store.close()
 
 
-__all__ = ["distinct_labels", "dumps_toml", "export_csv", "export_foreign", "export_model",
-           "export_nwb", "fitted_recordings", "fitted_scheme_text", "profile_intervals"]
+__all__ = ["dumps_toml", "export_csv", "export_foreign", "export_model", "export_nwb",
+           "fitted_recordings", "fitted_scheme_text", "profile_intervals"]

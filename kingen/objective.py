@@ -6,9 +6,10 @@ reduces every (candidate, sweep) pair to Σw·g², Σw·g·d and four window val
 batch result into per-candidate, per-protocol errors.
 
 Recordings. Each recorded sweep is resampled (``np.interp``) onto its protocol sweep's
-sample grid; samples outside the recording or inside a user mask get weight 0, but a
-recording whose time starts after 0 (the protocol's start) is refused unless the mask
-covers the gap, since it is most often a clock offset, not a late start. The data
+sample grid; samples outside the recording or inside a user mask get weight 0, but a new
+fit refuses a recording whose time starts after 0 (the protocol's start) unless the mask
+covers the gap (:attr:`Objective.late_starts`), since it is most often a clock offset,
+not a late start. The data
 are compared as recorded by default (``baseline = "none"``): the model starts from rest,
 where its current is that of the resting occupancies, normally 0, and a baseline estimated
 from the few samples before the first pulse carries noise of its own, an offset constant
@@ -502,25 +503,26 @@ def solver_scheme(scheme: Scheme) -> Scheme:
     return replace(scheme, parameters=params, derived_rules=[])
 
 
-def _check_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, rec: Recording,
-                 where: str, label: str) -> None:
-    """Refuse a recorded sweep that starts after the protocol's sweep (time 0) unless the
-    mask covers the gap: its first samples would be left out of the fit without a word, and
-    a clock offset would shift every recorded event against the protocol's pulses. A first
-    sample one sampling interval after 0 (as some rigs export) is no gap."""
+def _late_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, rec: Recording,
+                where: str, label: str) -> KingenError | None:
+    """The error for a recorded sweep that starts after the protocol's sweep (time 0) with
+    the gap unmasked, or None: its first samples would be left out of the fit without a
+    word, and a clock offset would shift every recorded event against the protocol's
+    pulses. A first sample one sampling interval after 0 (as some rigs export) is no gap."""
     step = float(t_rec[1] - t_rec[0]) if t_rec.size > 1 else 0.0
     if t.size > 1:
         step = max(step, float(t[1] - t[0]))
     if not ((t < t_rec[0] - step - 1e-9) & ~masked).any():
-        return
+        return None
     start = float(t_rec[0])
     last = float(t[(t < t_rec[0] - 1e-9) & ~masked][-1])
-    raise KingenError(f"the recorded time starts at {start:g} ms, not at 0 ms (the protocol's "
-                      f"start): the protocol's samples from 0 to {last:g} ms have no "
-                      "recorded data; time 0 of a recording is the start of the protocol's "
-                      "sweep: shift the time column to start at 0 if the clock is offset, or "
-                      f"mask [0, {start:g}] if the recording begins late", file=rec.source,
-                      field=f"{where}.sweep", value=label)
+    return KingenError(f"the recorded time starts at {start:g} ms, not at 0 ms (the "
+                       f"protocol's start): the protocol's samples from 0 to {last:g} ms have "
+                       "no recorded data; time 0 of a recording is the start of the "
+                       "protocol's sweep: shift the time column to start at 0 if the clock is "
+                       f"offset, or add mask = [[0, {start:g}]] to the protocol's entry if "
+                       "the recording begins late", file=rec.source, field=f"{where}.sweep",
+                       value=label)
 
 
 class Objective:
@@ -540,6 +542,8 @@ class Objective:
     KingenError
         If a recording does not match its protocol's sweeps, holds no usable sample, or a
         target cannot be mapped onto the protocol.
+        A recorded sweep that starts after 0 with the gap unmasked is no error here: it
+        is listed in ``late_starts``, which a new fit (:func:`kingen.fit`) refuses.
 
     Examples
     --------
@@ -572,6 +576,9 @@ class Objective:
         self.weight = np.zeros(n)
         self.plans: list[_ProtocolPlan] = []
         self.warnings: list[str] = []
+        # recorded sweeps that start after 0 with the gap unmasked: a new fit refuses them
+        # (kingen.fit); a run that has one is still resumed, profiled and read
+        self.late_starts: list[KingenError] = []
         windows = []
         for item, (a, _) in zip(self.items, self.spans, strict=True):
             plan = _ProtocolPlan(item, a)
@@ -649,7 +656,9 @@ class Objective:
             for lo, hi in item.mask:
                 masked |= (t >= lo) & (t <= hi)
             w[masked] = 0.0
-            _check_start(t, t_rec, masked, rec, where, rec.sweep_labels[order[k]])
+            late = _late_start(t, t_rec, masked, rec, where, rec.sweep_labels[order[k]])
+            if late is not None:
+                self.late_starts.append(late)
             s = slice(int(self.sample_start[first + k]), int(self.sample_start[first + k + 1]))
             self.data[s] = np.where(w > 0, d, 0.0)
             self.weight[s] = w

@@ -13,6 +13,7 @@ rates) or smooth (concentration evaluated at each stage time).
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -495,11 +496,13 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
         if isinstance(label, (dict, list)):
             raise f.error("must be a string", f"{where}.label", label)
         label = str(label)
-        if not label.strip() or not label.isprintable():
+        if not label.strip() or any(unicodedata.category(ch) in ("Cc", "Zl", "Zp")
+                                    for ch in label):
             # a label names a CSV column and an NWB series: a blank one reads back as
-            # another sweep's, a line break splits the CSV header
-            raise f.error("must be a non-empty label without control characters or line "
-                          "breaks", f"{where}.label", label)
+            # another sweep's, a line break splits the CSV header (a no-break space, as in a
+            # pasted "10 µM", is fine)
+            raise f.error("must be a non-empty label without control characters (tabs, line "
+                          "breaks)", f"{where}.label", label)
         origins.append(_Origin(f"{where}.label" if "label" in s else where,
                                label if "label" in s else None, "sweep"))
         sweeps.append(Sweep(label, duration, pulses=pulses, transients=transients, x=x,
@@ -583,15 +586,51 @@ class _Origin:
 
 def _number_labels(values: list[Any]) -> list[str]:
     """The labels of a generated series: each interval or concentration as written, to 6
-    significant digits (``f"{v:g}"``, the labels recordings already carry), and in full
-    only where that would give two different numbers one label (5.0000001 and 5.0000002
-    both print as '5')."""
+    significant digits (``f"{v:g}"``, the labels recordings already carry); in full only
+    where that would give two different numbers one label (5.0000001 and 5.0000002 both
+    print as '5'); and a value listed again (a control dose repeated at the end) labelled
+    ``<value>_2``, ``_3``, ... (:func:`distinct_labels`)."""
     short = [f"{v:g}" for v in values]
     numbers: dict[str, set[float]] = {}
     for text, v in zip(short, values, strict=True):
         numbers.setdefault(text, set()).add(float(v))
-    return [repr(float(v)) if len(numbers[text]) > 1 else text
-            for text, v in zip(short, values, strict=True)]
+    return distinct_labels([repr(float(v)).removesuffix(".0") if len(numbers[text]) > 1
+                            else text for text, v in zip(short, values, strict=True)])
+
+
+def distinct_labels(labels: list[str]) -> list[str]:
+    """``labels`` with each repeat renamed ``<label>_2``, ``_3``, ... (a name no other sweep
+    has), so that every sweep gets a CSV column and NWB series of its own (a generated
+    series that lists a value twice; an export of a run made before labels had to differ).
+
+    Parameters
+    ----------
+    labels
+        Sweep labels in protocol order.
+
+    Returns
+    -------
+    list of str
+        The same labels where they are distinct; otherwise the first of each is kept.
+
+    Examples
+    --------
+    >>> from kingen.protocol import distinct_labels
+    >>> distinct_labels(["1", "3", "1", "1_2"])
+    ['1', '3', '1_3', '1_2']
+    """
+    taken = set(labels)
+    seen: set[str] = set()
+    out = []
+    for label in labels:
+        new, n = label, 1
+        # a new name must not be another sweep's own label, even one still to come
+        while new in seen or (n > 1 and new in taken):
+            n += 1
+            new = f"{label}_{n}"
+        seen.add(new)
+        out.append(new)
+    return out
 
 
 def _check_labels(sweeps: list[Sweep], origins: list[_Origin], source: str) -> None:
@@ -604,17 +643,13 @@ def _check_labels(sweeps: list[Sweep], origins: list[_Origin], source: str) -> N
         if first is here:
             continue
         named = [o for o in (here, first) if o.part == "sweep"]
-        if here.part == first.part and here.part in ("paired", "dose"):
-            what = "interval" if here.part == "paired" else "concentration"
-            hint = (f"list each {what} once, or write a repeated sweep as [[sweeps]] with a "
-                    "label of its own")
-        elif named:
+        if named:
             field = named[0].field.removesuffix(".label")
             hint = (f"give {field} another label" if named[0].value is not None else
                     f"give {field} a label (it is labelled by its index)")
         else:
-            hint = ("[paired] and [dose] sweeps are labelled by their numbers alone: write "
-                    "one series as [[sweeps]] with labels of its own")
+            hint = ("[paired] and [dose] sweeps are labelled by their numbers alone: put "
+                    "the two series in protocols of their own")
         earlier = first.field if first.value is not None or first.part != "sweep" else \
             f"{first.field}, labelled by its index"
         raise KingenError(f"duplicate sweep label {sweep.label!r} (also that of "

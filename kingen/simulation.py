@@ -166,12 +166,16 @@ def _check_exact_rates(scheme: Scheme, protocol: Protocol, force: bool) -> None:
                 peak, state, at = float(exits.max()), int(exits.argmax()), c
     if force or peak <= limits.MAX_EXACT_RATE:
         return
+    rates = scheme.rates(scheme.values, at)
+    out = [m for m, t in enumerate(scheme.transitions) if t.source == state]
+    fastest = scheme.transitions[max(out, key=lambda m: rates[m])]
     raise KingenError(
-        f"state {scheme.states[state]} is left at {peak:.3g} /ms (at {at:g} mM); the "
-        f"exact solver resolves rates up to {limits.MAX_EXACT_RATE:g} /ms beside slow ones, "
-        "and no channel's kinetics come near it: check the parameters' values and units "
-        f"(kingen.limits.MAX_EXACT_RATE), or {limits.FORCE_HINT}", file=scheme.path,
-        field=f"protocol {protocol.name}")
+        f"state {scheme.states[state]} is left at {peak:.3g} /ms (at {at:g} mM; fastest "
+        f"{scheme.states[fastest.source]} -> {scheme.states[fastest.target]}, parameter "
+        f"{scheme.param_names[fastest.param]}); the exact solver resolves rates up to "
+        f"{limits.MAX_EXACT_RATE:g} /ms beside slow ones, and no channel's kinetics come "
+        "near it: check the parameters' values and units (kingen.limits.MAX_EXACT_RATE), or "
+        "pass --force to try anyway", file=scheme.path, field=f"protocol {protocol.name}")
 
 
 def _rk4(scheme: Scheme, protocol: Protocol, backend: str, precision: str,

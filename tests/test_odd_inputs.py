@@ -83,16 +83,22 @@ pulses = [{ start = 2, duration = 5, concentration = 10 }]
 """
 
 
-def test_simulate_csv_of_a_protocol_that_repeats_a_dose_is_refused(tmp_path, capsys):
+def test_simulate_csv_of_a_protocol_that_repeats_a_dose_reads_back_in_order(tmp_path):
+    # the repeat used to give the CSV two current_pA_1 columns, which the reader refuses
+    from kingen import simulate
+    from kingen.data import load_recording
+
     protocol = tmp_path / "doses.toml"
     protocol.write_text(DOSE_TWICE)
     out = tmp_path / "doses.csv"
-    assert main(["simulate", str(ROOT / "models" / "jonas_1993.toml"), "--protocol",
-                 str(protocol), "--csv", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"kingen: error: {protocol}: dose.concentrations[2] = 1: duplicate "
-                          "sweep label '1' (also that of dose.concentrations[0])")
-    assert "\n" not in err and not out.exists()
+    model = ROOT / "models" / "jonas_1993.toml"
+    assert main(["simulate", str(model), "--protocol", str(protocol), "--csv", str(out)]) == 0
+    rec = load_recording(out)
+    assert rec.sweep_labels == ["1", "3", "1_2"]
+    sim = simulate(model, protocol)
+    for got, want in zip(rec.currents_list(), sim.currents, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(sim.currents[2], sim.currents[0], rtol=1e-12, atol=1e-12)
 
 
 def test_simulate_csv_quotes_labels_with_commas_and_reads_back(tmp_path, capsys):
@@ -111,18 +117,36 @@ def test_simulate_csv_quotes_labels_with_commas_and_reads_back(tmp_path, capsys)
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
 
 
-def test_a_fit_to_a_recording_that_starts_late_is_refused_before_any_output(tmp_path,
-                                                                           capsys):
+def _late_problem(tmp_path: Path) -> tuple[Path, Path]:
+    """A configuration whose recording's clock starts at 3 ms, and that recording."""
     cfg = write_problem(tmp_path)
     recording = tmp_path / "deactivation.csv"
     lines = recording.read_text().splitlines()
     head = [line for line in lines if line.startswith("#") or line.startswith("time")]
     rows = [line.split(",") for line in lines if line not in head]
-    # the same samples on a clock that starts at 3 ms
     recording.write_text("\n".join(head + [",".join([repr(float(r[0]) + 3.0)] + r[1:])
                                            for r in rows]) + "\n")
+    return cfg, recording
+
+
+def test_a_fit_to_a_recording_that_starts_late_is_refused_before_any_output(tmp_path,
+                                                                           capsys):
+    cfg, recording = _late_problem(tmp_path)
     assert main(["fit", str(cfg), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"kingen: error: {recording}: protocols.deactivation.recording.sweep"
                           " = '0': the recorded time starts at 3 ms, not at 0 ms")
     assert "\n" not in err and not (tmp_path / "run.h5").exists()
+
+
+def test_a_run_made_before_late_starts_were_refused_still_resumes_and_profiles(
+        tmp_path, monkeypatch, capsys):
+    import kingen.objective
+
+    cfg, _ = _late_problem(tmp_path)
+    run = tmp_path / "run.h5"
+    with monkeypatch.context() as m:  # the kingen that made it did not look
+        m.setattr(kingen.objective, "_late_start", lambda *args: None)
+        assert main(["fit", str(cfg), "-q", "--generations", "1"]) == 0
+    assert main(["resume", str(run), "-q", "--generations", "2"]) == 0
+    assert "2 generations" in capsys.readouterr().out

@@ -162,14 +162,6 @@ PULSE = "pulses = [{start = 2, duration = 1, concentration = 10}]"
 
 
 @pytest.mark.parametrize("body, where, hint", [
-    # a dose listed twice: its two sweeps would share the label '1'
-    ("[dose]\nstart = 2\nduration = 10\nconcentrations = [1, 3, 1.0]\n",
-     "dose.concentrations[2] = 1.0: duplicate sweep label '1' (also that of "
-     "dose.concentrations[0])", "list each concentration once, or write a repeated sweep "
-     "as [[sweeps]] with a label of its own"),
-    ("[paired]\nstart = 2\nduration = 10\nconcentration = 1\nintervals = [5, 5]\n",
-     "paired.intervals[1] = 5: duplicate sweep label '5' (also that of "
-     "paired.intervals[0])", "list each interval once"),
     (f'[[sweeps]]\nlabel = "a"\nduration = 20\n{PULSE}\n'
      f'[[sweeps]]\nlabel = "a"\nduration = 30\n{PULSE}\n',
      "sweeps[1].label = 'a': duplicate sweep label 'a' (also that of sweeps[0].label)",
@@ -181,7 +173,7 @@ PULSE = "pulses = [{start = 2, duration = 1, concentration = 10}]"
     ("[paired]\nstart = 2\nduration = 10\nconcentration = 1\nintervals = [5]\n"
      "[dose]\nstart = 2\nduration = 10\nconcentrations = [5]\n",
      "dose.concentrations[0] = 5: duplicate sweep label '5' (also that of "
-     "paired.intervals[0])", "write one series as [[sweeps]]"),
+     "paired.intervals[0])", "put the two series in protocols of their own"),
 ])
 def test_repeated_sweep_labels_are_refused_in_one_line(tmp_path, body, where, hint):
     f = tmp_path / "dup.toml"
@@ -200,13 +192,35 @@ def test_generated_labels_of_different_numbers_differ(tmp_path):
                  "intervals = [5, 5.0000001, 5.0000002, 0.25, 1e-7, 0.33333333]\n")
     # 6 significant digits, as before, but in full where two numbers would share a label
     assert [s.label for s in load_protocol(f).sweeps] == [
-        "5.0", "5.0000001", "5.0000002", "0.25", "1e-07", "0.333333"]
+        "5", "5.0000001", "5.0000002", "0.25", "1e-07", "0.333333"]
 
 
-@pytest.mark.parametrize("label", ['""', '"  "', '"a\\nb"', '"a\\rb"', '"a\\u2028b"'])
+@pytest.mark.parametrize("body, labels, xs", [
+    # a control dose repeated at the end keeps its place, under a label of its own
+    ("[dose]\nstart = 2\nduration = 10\nconcentrations = [0.03, 0.1, 1, 0.03, 0.030]\n",
+     ["0.03", "0.1", "1", "0.03_2", "0.03_3"], [0.03, 0.1, 1.0, 0.03, 0.03]),
+    ("[paired]\nstart = 2\nduration = 10\nconcentration = 1\nintervals = [5, 20, 5]\n",
+     ["5", "20", "5_2"], [5.0, 20.0, 5.0]),
+])
+def test_a_value_listed_again_in_a_series_gets_a_label_of_its_own(tmp_path, body, labels, xs):
+    f = tmp_path / "again.toml"
+    f.write_text(body)
+    sweeps = load_protocol(f).sweeps
+    assert [s.label for s in sweeps] == labels
+    assert [s.x for s in sweeps] == pytest.approx(xs)
+
+
+@pytest.mark.parametrize("label", ['""', '"  "', '"a\\nb"', '"a\\rb"', '"a\\u2028b"',
+                                   '"a\\tb"'])
 def test_a_blank_or_multiline_sweep_label_is_refused(tmp_path, label):
     f = tmp_path / "label.toml"
     f.write_text(f"[[sweeps]]\nlabel = {label}\nduration = 20\n{PULSE}\n")
     with pytest.raises(KingenError, match=r"sweeps\[0\]\.label = .*: must be a non-empty "
-                       "label without control characters or line breaks"):
+                       r"label without control characters \(tabs, line breaks\)"):
         load_protocol(f)
+
+
+def test_a_label_with_a_no_break_space_is_taken(tmp_path):
+    f = tmp_path / "label.toml"
+    f.write_text(f'[[sweeps]]\nlabel = "10\u00a0µM"\nduration = 20\n{PULSE}\n')
+    assert load_protocol(f).sweeps[0].label == "10\u00a0µM"

@@ -77,6 +77,8 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     check_output(cfg, overwrite)
     objective = _objective(cfg)
+    if objective.late_starts:  # a new fit only: a run that has one is still resumed
+        raise objective.late_starts[0]
     # built before the run file: an evaluator that cannot be built (workers that cannot
     # build the solver) leaves no file behind
     evaluate = None if evaluator is None else evaluator(objective)
