@@ -644,6 +644,7 @@ class Objective:
             sweeps.append((t_rec, y_rec))
         offset = self._offset(item, sweeps, where)
         total = 0
+        short: list[tuple[str, float, float]] = []  # recorded sweeps that end early
         for k, (sweep, (t_rec, y_rec)) in enumerate(zip(proto.sweeps, sweeps, strict=True)):
             if item.baseline == "per-sweep" and sweep.pulses:
                 y_rec = y_rec - baseline(t_rec, y_rec, _onset(sweep, 0))
@@ -659,6 +660,9 @@ class Objective:
             late = _late_start(t, t_rec, masked, rec, where, rec.sweep_labels[order[k]])
             if late is not None:
                 self.late_starts.append(late)
+            step = max(float(t_rec[1] - t_rec[0]), float(t[1] - t[0]) if t.size > 1 else 0.0)
+            if ((t > t_rec[-1] + step + 1e-9) & ~masked).any():
+                short.append((rec.sweep_labels[order[k]], float(t_rec[-1]), float(t[-1])))
             s = slice(int(self.sample_start[first + k]), int(self.sample_start[first + k + 1]))
             self.data[s] = np.where(w > 0, d, 0.0)
             self.weight[s] = w
@@ -666,6 +670,16 @@ class Objective:
         if total == 0:
             raise KingenError("no recorded sample falls on the protocol's sweeps (check "
                               "time units and the mask)", file=rec.source, field=where)
+        if short:
+            label, end, last = short[0]
+            first_end = min(e for _, e, _ in short)
+            self.warnings.append(
+                f"note: {rec.source}: {where}: {len(short)} of {proto.n_sweeps} recorded "
+                f"sweeps end before the protocol's sweep (the first, {label!r}, at {end:g} "
+                f"of {last:g} ms): the protocol's samples after a recording's end are not "
+                "fitted; check the time unit and the protocol's durations, or add mask = "
+                f"[[{first_end:g}, {max(t for _, _, t in short):g}]] to the protocol's entry "
+                "to say so")
         if not np.any(self.data[self._slice(len(self.plans) - 1)] != 0):
             raise KingenError("the recording is all zero", file=rec.source, field=where)
 

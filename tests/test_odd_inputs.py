@@ -150,3 +150,27 @@ def test_a_run_made_before_late_starts_were_refused_still_resumes_and_profiles(
         assert main(["fit", str(cfg), "-q", "--generations", "1"]) == 0
     assert main(["resume", str(run), "-q", "--generations", "2"]) == 0
     assert "2 generations" in capsys.readouterr().out
+
+
+def test_a_recording_that_ends_before_its_protocol_is_noted_once_per_protocol(tmp_path,
+                                                                               capsys):
+    # its samples after the recording's end had weight 0, without a word
+    cfg = write_problem(tmp_path)
+    recording = tmp_path / "deactivation.csv"
+    lines = recording.read_text().splitlines()
+    head = [line for line in lines if line.startswith("#") or line.startswith("time")]
+    rows = [line for line in lines if line not in head]
+    recording.write_text("\n".join(head + rows[:300]) + "\n")  # 0 to 14.95 ms of 30
+    assert main(["fit", str(cfg), "-q", "--generations", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"kingen: note: {recording}: protocols.deactivation.recording: 1 of 1 "
+                   "recorded sweeps end before the protocol's sweep (the first, '0', at "
+                   "14.95 of 30 ms): the protocol's samples after a recording's end are not "
+                   "fitted; check the time unit and the protocol's durations, or add mask = "
+                   "[[14.95, 30]] to the protocol's entry to say so"]
+    # masked, the user has said so
+    cfg.write_text(cfg.read_text().replace('recording = "deactivation.csv"\n',
+                                           'recording = "deactivation.csv"\n'
+                                           'mask = [[14.95, 30]]\n'))
+    assert main(["fit", str(cfg), "-q", "--generations", "1", "--overwrite"]) == 0
+    assert capsys.readouterr().err == ""
