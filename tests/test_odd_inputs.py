@@ -83,38 +83,34 @@ pulses = [{ start = 2, duration = 5, concentration = 10 }]
 """
 
 
+def _simulated_csv_read_back(tmp_path: Path, protocol_text: str) -> tuple[list, list]:
+    """``kingen simulate --csv`` of the Jonas scheme under a protocol, read back as a
+    recording: (its sweep labels, its currents), checked against the simulation itself."""
+    from kingen import simulate
+    from kingen.data import load_recording
+
+    protocol = tmp_path / "protocol.toml"
+    protocol.write_text(protocol_text)
+    out = tmp_path / "simulated.csv"
+    model = ROOT / "models" / "jonas_1993.toml"
+    assert main(["simulate", str(model), "--protocol", str(protocol), "--csv", str(out)]) == 0
+    rec = load_recording(out)
+    sim = simulate(model, protocol)
+    for got, want in zip(rec.currents_list(), sim.currents, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
+    return rec.sweep_labels, sim.currents
+
+
 def test_simulate_csv_of_a_protocol_that_repeats_a_dose_reads_back_in_order(tmp_path):
     # the repeat used to give the CSV two current_pA_1 columns, which the reader refuses
-    from kingen import simulate
-    from kingen.data import load_recording
-
-    protocol = tmp_path / "doses.toml"
-    protocol.write_text(DOSE_TWICE)
-    out = tmp_path / "doses.csv"
-    model = ROOT / "models" / "jonas_1993.toml"
-    assert main(["simulate", str(model), "--protocol", str(protocol), "--csv", str(out)]) == 0
-    rec = load_recording(out)
-    assert rec.sweep_labels == ["1", "3", "1_2"]
-    sim = simulate(model, protocol)
-    for got, want in zip(rec.currents_list(), sim.currents, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
-    np.testing.assert_allclose(sim.currents[2], sim.currents[0], rtol=1e-12, atol=1e-12)
+    labels, currents = _simulated_csv_read_back(tmp_path, DOSE_TWICE)
+    assert labels == ["1", "3", "1_2"]
+    np.testing.assert_allclose(currents[2], currents[0], rtol=1e-12, atol=1e-12)
 
 
-def test_simulate_csv_quotes_labels_with_commas_and_reads_back(tmp_path, capsys):
-    from kingen import simulate
-    from kingen.data import load_recording
-
-    protocol = tmp_path / "odd.toml"
-    protocol.write_text(ODD_LABELS)
-    out = tmp_path / "odd.csv"
-    model = ROOT / "models" / "jonas_1993.toml"
-    assert main(["simulate", str(model), "--protocol", str(protocol), "--csv", str(out)]) == 0
-    rec = load_recording(out)
-    assert rec.sweep_labels == ["10 mM, 1 ms", 'the "long" one']
-    sim = simulate(model, protocol)
-    for got, want in zip(rec.currents_list(), sim.currents, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-12)
+def test_simulate_csv_quotes_labels_with_commas_and_reads_back(tmp_path):
+    labels, _ = _simulated_csv_read_back(tmp_path, ODD_LABELS)
+    assert labels == ["10 mM, 1 ms", 'the "long" one']
 
 
 def _late_problem(tmp_path: Path) -> tuple[Path, Path]:
