@@ -264,7 +264,7 @@ def fitted_recordings(run: RunView) -> dict[str, Recording]:
             renamed = ", ".join(f"sweep {k} {a!r} as {b!r}" for k, (a, b)
                                 in enumerate(zip(labels, distinct, strict=True)) if a != b)
             meta["relabelled"] = (f"the run's protocol repeats sweep labels (runs made before "
-                                  f"kingen refused that); written {renamed}")
+                                  f"kingen labelled repeats apart); written {renamed}")
         out[name] = Recording(
             name, times, [np.asarray(y) for y in tr["fit_pA"]], distinct,
             concentration_mM=conc, holding_mV=holding, source=run.path, meta=meta)

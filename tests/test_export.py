@@ -197,7 +197,7 @@ def test_an_output_that_cannot_be_written_is_one_line(run: tuple[Path, dict[str,
 
 
 def test_a_run_whose_protocol_repeats_a_label_exports_readable_files(tmp_path: Path) -> None:
-    """Runs made before protocol files refused a repeated label (a dose listed twice) keep
+    """Runs made before kingen labelled repeated doses apart (a dose listed twice) keep
     it in the run file; the export gives the repeat a label of its own instead of writing
     a CSV that the reader refuses or failing inside pynwb."""
     from dataclasses import replace
