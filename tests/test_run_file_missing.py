@@ -98,6 +98,26 @@ def test_a_deleted_item_is_named_in_one_line_by_every_command(
     assert output is None or not output.exists()
 
 
+@pytest.mark.parametrize("command", ["plot", "export", "resume"])
+@pytest.mark.parametrize(("path", "attribute"), [
+    ("/protocols", "names"), ("/protocols/deactivation", "kind"),
+    ("/protocols/deactivation", "name"), ("/generations", "population_size"),
+    ("/resume/slot_1", "fields")])
+def test_a_deleted_attribute_is_named_with_its_path(
+        fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str,
+        attribute: str, command: str) -> None:
+    # it used to be "an item it needs is missing (HDF5 says: ... 'kind')", naming no path
+    run = copy_run(fitted, tmp_path)
+    with h5py.File(run, "a") as f:
+        del f[path].attrs[attribute]
+    before = digest(run)
+    argv, output = commands(run, tmp_path)[command]
+    assert command_error(argv, capsys) == (f"{run}: {path}@{attribute}: "
+                                           f"{MISSING.format(kind='attribute')}")
+    assert digest(run) == before
+    assert output is None or not output.exists()
+
+
 def test_the_python_readers_refuse_a_deleted_time_axis_too(fitted: Path, tmp_path: Path
                                                           ) -> None:
     run = copy_run(fitted, tmp_path)

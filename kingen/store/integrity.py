@@ -23,8 +23,10 @@ from kingen.store.layout import (
     LAYOUT_VERSION,
     MARKER,
     PROFILE_DATASETS,
+    PROTOCOL_ATTRIBUTES,
     PROTOCOL_DATASETS,
     RECORDING_DATASETS,
+    REQUIRED_ATTRIBUTES,
     REQUIRED_DATASETS,
     REQUIRED_GROUPS,
     REQUIRED_SUBGROUPS,
@@ -153,6 +155,12 @@ def _need(f: h5py.File, name: str, path: str, kind: type[h5py.Group] | type[h5py
                           "edited; restore it from a copy", file=name, field=f"/{path}")
 
 
+def _need_attribute(f: h5py.File, name: str, path: str, attribute: str) -> None:
+    """KingenError naming ``/path@attribute`` unless the object at ``path`` has it."""
+    if attribute not in f[path].attrs:
+        raise _missing(name, f"/{path}@{attribute}", "attribute")
+
+
 def _check_required(f: h5py.File, name: str, protocols: list[str]) -> None:
     """Every group and dataset a run file has from its creation is there, checked once at
     opening, so that every reader (and resume, before it writes) refuses a file with a gap
@@ -173,6 +181,10 @@ def _check_required(f: h5py.File, name: str, protocols: list[str]) -> None:
                 paths += parts
         for path in paths:
             _need(f, name, path.replace("<p>", key), h5py.Dataset)
+        for path, attribute in PROTOCOL_ATTRIBUTES:
+            _need_attribute(f, name, path.replace("<p>", key), attribute)
+    for path, attribute in REQUIRED_ATTRIBUTES:
+        _need_attribute(f, name, path, attribute)
 
 
 def _unreadable(p: Path) -> KingenError:
@@ -313,6 +325,7 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
     """Check once, at opening, that the counters agree with the data; returns the protocol
     names. Attributes carry no checksum, so they are checked against the datasets too."""
     _validate(f, name)
+    _need_attribute(f, name, "protocols", "names")
     try:
         names = json.loads(_text(f["protocols"].attrs["names"]))
     except (KeyError, ValueError) as exc:

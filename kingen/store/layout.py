@@ -45,6 +45,10 @@ RECORDING_DATASETS = tuple(f"data/<p>/{n}" for n in ("labels", "n_samples", "tim
                                                       "current_pA"))
 TARGET_DATASETS = ("targets/<p>/features",)
 PROFILE_DATASETS = ("profiles/local", "profiles/slot_0", "profiles/slot_1", "profiles/commit")
+# Attributes the readers take as given (path, attribute); "<p>" as above.
+REQUIRED_ATTRIBUTES = (("protocols", "names"), ("generations", "population_size"),
+                       ("resume/slot_0", "fields"), ("resume/slot_1", "fields"))
+PROTOCOL_ATTRIBUTES = (("protocols/<p>", "name"), ("protocols/<p>", "kind"))
 TITLE = "## The run file"
 
 
@@ -244,13 +248,13 @@ ENTRIES: tuple[Entry, ...] = (
 
 # The prose after the table (markdown).
 OUTRO = """\
-Errors say what is wrong in one line, naming the file (and the dataset or counter, with its
-value): a file that is not HDF5, or not a readable one (a damaged superblock), an HDF5 file
-that is not a kingen run, a truncated file, a damaged dataset, counters that disagree with
-the data, a malformed resume state, a file of another layout version, a missing group or
-dataset, a run file that another process writes. `kingen plot`, `kingen report` and
-`kingen export` only read the run file and write their own outputs through temporary files,
-so they never leave a half-written file.
+Errors say what is wrong in one line, naming the file (and the dataset or counter, with
+its value): a file that is not HDF5, or not a readable one (a damaged superblock), an HDF5
+file that is not a kingen run, a truncated file, a damaged dataset, counters that disagree
+with the data, a malformed resume state, a file of another layout version, a missing
+group, dataset or attribute (named by its HDF5 path), a run file that another process
+writes. `kingen plot`, `kingen report` and `kingen export` only read the run file and
+write their own outputs through temporary files, so they never leave a half-written file.
 """
 
 

@@ -301,8 +301,8 @@ class RunStore:
         ------
         KingenError
             If the file is missing, not HDF5, not a kingen run, corrupt, damaged or
-            truncated, inconsistent, of another layout version, lacks a group or dataset,
-            or (mode ``"a"``) another process writes it.
+            truncated, inconsistent, of another layout version, lacks a group, dataset or
+            attribute, or (mode ``"a"``) another process writes it.
 
         Examples
         --------
