@@ -166,9 +166,10 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
         currents.append(current)
         times.append(t_ms)
         starts.append(float(t_abs[0]))
-        label = ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
+        label = _read_label(ts)
         labels.append(label)
-        stim = _match_stimulus(agonist_names[k], label, k, len(refs), stimuli, conc_stimuli)
+        named = ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
+        stim = _match_stimulus(agonist_names[k], named, k, len(refs), stimuli, conc_stimuli)
         concs.append(None if stim is None else _concentration_on(stim, t_abs, name))
     have = [c is not None for c in concs]
     meta = _nwb_meta(nwb)
@@ -267,7 +268,7 @@ def write_nwb(
     into place.
     """
     name = str(path)
-    _check_series_names(recording.sweep_labels, name)
+    series = _series_names(recording.sweep_labels, name)
     pynwb = optional_module("pynwb", "nwb", name)
     from pynwb.icephys import VoltageClampSeries, VoltageClampStimulusSeries
 
@@ -292,18 +293,20 @@ def write_nwb(
     start = 0.0
     for k, (label, t, current, conc) in enumerate(recording.sweeps()):
         timing = _nwb_timing(t, start)
-        response = VoltageClampSeries(name=f"current_{label}", data=np.asarray(current),
+        # the label as it is, where the series name could not hold it (read back first)
+        kept = {} if series[k] == label else {"comments": json.dumps({LABEL_KEY: label})}
+        response = VoltageClampSeries(name=f"current_{series[k]}", data=np.asarray(current),
                                       electrode=electrode, gain=1.0, conversion=1e-12,
-                                      sweep_number=np.uint32(k), **timing)
+                                      sweep_number=np.uint32(k), **kept, **timing)
         stimulus = None
         if recording.holding_mV is not None:
             stimulus = VoltageClampStimulusSeries(
-                name=f"holding_{label}", data=np.full(t.size, recording.holding_mV),
+                name=f"holding_{series[k]}", data=np.full(t.size, recording.holding_mV),
                 electrode=electrode, gain=1.0, conversion=1e-3, sweep_number=np.uint32(k),
                 **timing)
         agonist = ""
         if conc is not None:
-            agonist = f"agonist_{label}"
+            agonist = f"agonist_{series[k]}"
             nwb.add_stimulus(pynwb.TimeSeries(name=agonist, data=np.asarray(conc), unit="mM",
                                               description="agonist concentration", **timing))
         nwb.add_intracellular_recording(electrode=electrode, response=response,
@@ -318,20 +321,41 @@ def write_nwb(
     atomic_write(Path(name), write)
 
 
-def _check_series_names(labels: list[str], file: str) -> None:
-    """Refuse labels that cannot name NWB series (``current_<label>``): a repeat, which
-    pynwb fails on deep in its build, and '/' or ':', which NWB names cannot hold."""
-    seen: set[str] = set()
+LABEL_KEY = "kingen_sweep_label"
+"""Key of the JSON a series' ``comments`` holds when its name could not hold the label."""
+
+
+def _series_names(labels: list[str], file: str) -> list[str]:
+    """What each sweep's series are named after (``current_<name>``): its label, with '/'
+    and ':', which NWB names cannot hold, written '_' (the label itself goes in the
+    series' comments). Two sweeps with one label are refused: pynwb fails on them deep in
+    its build, and no reader could tell them apart."""
+    if len(set(labels)) != len(labels):
+        repeat = next(label for label in labels if labels.count(label) > 1)
+        raise KingenError("two sweeps share this label, and a label names the sweep's NWB "
+                          "series: give every sweep its own label", file=file,
+                          field="sweep label", value=repeat)
+    out: list[str] = []
     for label in labels:
-        if label in seen:
-            raise KingenError("two sweeps share this label, and a label names the sweep's "
-                              "NWB series: give every sweep its own label", file=file,
-                              field="sweep label", value=label)
-        if "/" in label or ":" in label:
-            raise KingenError("an NWB series name (current_<label>) cannot hold '/' or ':': "
-                              "relabel the sweep", file=file, field="sweep label",
-                              value=label)
-        seen.add(label)
+        base = label.replace("/", "_").replace(":", "_")
+        name, n = base, 1
+        while name in out or (name != label and name in labels):
+            n += 1
+            name = f"{base}_{n}"
+        out.append(name)
+    return out
+
+
+def _read_label(ts: Any) -> str:
+    """A series' sweep label: the one kingen kept in its comments, else its name without
+    ``current_``."""
+    try:
+        kept = json.loads(str(getattr(ts, "comments", "") or ""))
+    except ValueError:
+        kept = None
+    if isinstance(kept, dict) and isinstance(kept.get(LABEL_KEY), str):
+        return kept[LABEL_KEY]
+    return ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
 
 
 def _nwb_timing(t_ms: np.ndarray, start_s: float) -> dict[str, Any]:
