@@ -430,6 +430,42 @@ def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kep
         assert store.n_generations == 7 and store.finished
 
 
+@pytest.mark.parametrize(("code", "words"), [(28, "No space left on device"),
+                                            (122, "Disk quota exceeded")])
+def test_a_disk_that_fills_up_during_hdf5s_write_is_said_in_one_line(
+        tmp_path, monkeypatch, capsys, code, words):
+    # the disk filled after the free-space check (another process), or a quota statvfs
+    # cannot see: h5py's text, a paragraph of buffer addresses, was the message
+    import kingen.store.runstore as runstore
+    from kingen.fit_config import load_config
+
+    cfg = write_problem(tmp_path, ga="generations = 4")
+    run = load_config(cfg).output
+    real = runstore.RunStore._append
+
+    def full(store, generation, *args):
+        if generation >= 2:  # two generations written, then none
+            raise OSError(f"[Errno {code}] Can't write data (file write failed: time = Tue "
+                          f"Nov 24 22:19:57 2026, filename = '{run}', file descriptor = 5, "
+                          f"errno = {code}, error message = '{words}', buf = 0x55d0c0a0b000, "
+                          "total write size = 4096, bytes this sub-write = 4096, bytes "
+                          "actually written = 18446744073709551615, offset = 0)")
+        return real(store, generation, *args)
+
+    monkeypatch.setattr(runstore.RunStore, "_append", full)
+    assert main(["fit", str(cfg), "-q"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"kingen: error: {run}: the disk holding the run file filled up while generation 2 "
+        f"was written (HDF5: {words}): free some space and go on with kingen resume {run}, "
+        "which checks the file first"]
+    with RunStore.open(run) as store:  # whole: every checksum verified
+        assert store.n_generations == 2
+    monkeypatch.undo()
+    assert main(["resume", str(run), "-q"]) == 0
+    with RunStore.open(run) as store:
+        assert store.n_generations == 5 and store.finished
+
+
 def test_a_read_only_run_file_is_said_to_be_read_only_not_damaged(fitted: Path, tmp_path,
                                                                   capsys) -> None:
     run = tmp_path / "ro.h5"

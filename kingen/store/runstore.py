@@ -22,6 +22,7 @@ SWMR forbids creating objects once the writer is in SWMR mode, so every dataset 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import json
 import math
@@ -490,6 +491,23 @@ class RunStore:
         """
         self._need_writer()
         self._need_space(population, errors, fitness, fail, *(state or {}).values())
+        try:
+            self._append(generation, population, errors, fitness, fail, stats, timings, state)
+        except OSError as exc:
+            full = _disk_full(exc)
+            if full is None:
+                raise
+            # the disk filled between the check above and HDF5's write (another process
+            # wrote to it), or a quota the check cannot see: h5py's own text runs to a
+            # paragraph of buffer addresses
+            raise KingenError(f"the disk holding the run file filled up while generation "
+                              f"{int(generation)} was written (HDF5: {full}): free some space "
+                              f"and go on with kingen resume {self.path}, which checks the "
+                              "file first", file=str(self.path)) from None
+
+    def _append(self, generation: int, population: np.ndarray, errors: np.ndarray,
+                fitness: np.ndarray, fail: np.ndarray, stats: Mapping[str, float],
+                timings: Mapping[str, float], state: Mapping[str, np.ndarray] | None) -> None:
         f = self._f
         pop = np.asarray(population, dtype=np.float64)
         n = pop.shape[0]
@@ -1130,6 +1148,18 @@ def as_store(run: str | os.PathLike[str] | RunStore) -> tuple[RunStore, bool]:
         run.refresh()
         return run, False
     return RunStore.open(run, "r"), True
+
+
+def _disk_full(exc: OSError) -> str | None:
+    """``No space left on device`` or ``Disk quota exceeded`` where ``exc`` (h5py's, which
+    carries the C library's words in its text, not in ``errno``) says the disk is full."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return os.strerror(exc.errno)
+    text = str(exc)
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        if os.strerror(code) in text or f"errno = {code}," in text:
+            return os.strerror(code)
+    return None
 
 
 def _need_space(path: Path, need: int, then: str = "") -> None:
