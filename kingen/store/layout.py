@@ -75,6 +75,10 @@ It is written as the run goes, in HDF5's single-writer/multiple-reader (SWMR) mo
   (`the disk holding the run file is full (2.3 MB free; the next write needs about 2.3
   MB): the run file keeps every committed generation; free some space and go on with
   kingen resume RUN.h5`): HDF5 that runs out of space part-way cannot close its file.
+  A disk that fills between that check and HDF5's write (another process writing to it),
+  or a quota the check cannot see, is said in one line too (`the disk holding the run file
+  filled up while generation 12 was written (HDF5: No space left on device): ...`);
+  `kingen resume` then checks the file before it goes on.
   A fit stopped before its first generation was committed leaves no file; with
   `--overwrite`, the earlier run file stays as it was until the new run commits its first
   generation.
