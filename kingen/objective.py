@@ -503,15 +503,13 @@ def solver_scheme(scheme: Scheme) -> Scheme:
     return replace(scheme, parameters=params, derived_rules=[])
 
 
-def _late_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, rec: Recording,
-                where: str, label: str) -> KingenError | None:
+def _late_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, step: float,
+                rec: Recording, where: str, label: str) -> KingenError | None:
     """The error for a recorded sweep that starts after the protocol's sweep (time 0) with
     the gap unmasked, or None: its first samples would be left out of the fit without a
     word, and a clock offset would shift every recorded event against the protocol's
-    pulses. A first sample one sampling interval after 0 (as some rigs export) is no gap."""
-    step = float(t_rec[1] - t_rec[0]) if t_rec.size > 1 else 0.0
-    if t.size > 1:
-        step = max(step, float(t[1] - t[0]))
+    pulses. A first sample one sampling interval (``step``) after 0, as some rigs export,
+    is no gap."""
     if not ((t < t_rec[0] - step - 1e-9) & ~masked).any():
         return None
     start = float(t_rec[0])
@@ -657,10 +655,11 @@ class Objective:
             for lo, hi in item.mask:
                 masked |= (t >= lo) & (t <= hi)
             w[masked] = 0.0
-            late = _late_start(t, t_rec, masked, rec, where, rec.sweep_labels[order[k]])
+            # one sampling interval, the recording's or the protocol's, is no gap at either end
+            step = max(float(t_rec[1] - t_rec[0]), float(t[1] - t[0]) if t.size > 1 else 0.0)
+            late = _late_start(t, t_rec, masked, step, rec, where, rec.sweep_labels[order[k]])
             if late is not None:
                 self.late_starts.append(late)
-            step = max(float(t_rec[1] - t_rec[0]), float(t[1] - t[0]) if t.size > 1 else 0.0)
             if ((t > t_rec[-1] + step + 1e-9) & ~masked).any():
                 short.append((rec.sweep_labels[order[k]], float(t_rec[-1]), float(t[-1])))
             s = slice(int(self.sample_start[first + k]), int(self.sample_start[first + k + 1]))

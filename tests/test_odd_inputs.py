@@ -146,6 +146,7 @@ def test_a_run_made_before_late_starts_were_refused_still_resumes_and_profiles(
         assert main(["fit", str(cfg), "-q", "--generations", "1"]) == 0
     assert main(["resume", str(run), "-q", "--generations", "2"]) == 0
     assert "2 generations" in capsys.readouterr().out
+    assert main(["profile", str(run), "-q", "--points", "5"]) == 0
 
 
 def test_a_recording_that_ends_before_its_protocol_is_noted_once_per_protocol(tmp_path,

@@ -401,6 +401,18 @@ def test_a_resumed_killed_run_opens_with_plain_h5py(tmp_path: Path) -> None:
         assert int(f["run/commit"][0]) == 31
 
 
+def _kept_two_and_resumes(run: Path, monkeypatch: pytest.MonkeyPatch, generations: int
+                          ) -> None:
+    """The run file verifies whole with its two committed generations, and, the disk
+    given back, resumes to the end (``generations`` in all)."""
+    with RunStore.open(run) as store:  # whole: every checksum verified
+        assert store.n_generations == 2
+    monkeypatch.undo()
+    assert main(["resume", str(run), "-q"]) == 0
+    with RunStore.open(run) as store:
+        assert store.n_generations == generations and store.finished
+
+
 def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kept(
         tmp_path, monkeypatch, capsys):
     import kingen.store.runstore as runstore
@@ -422,12 +434,7 @@ def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kep
     assert err == [f"kingen: error: {run}: the disk holding the run file is full (0.0 MB "
                    "free; the next write needs about 1.1 MB): the run file keeps every "
                    f"committed generation; free some space and go on with kingen resume {run}"]
-    with RunStore.open(run) as store:  # whole: every checksum verified
-        assert store.n_generations == 2
-    monkeypatch.undo()
-    assert main(["resume", str(run), "-q"]) == 0
-    with RunStore.open(run) as store:
-        assert store.n_generations == 7 and store.finished
+    _kept_two_and_resumes(run, monkeypatch, generations=7)
 
 
 @pytest.mark.parametrize(("code", "words"), [(28, "No space left on device"),
@@ -458,12 +465,7 @@ def test_a_disk_that_fills_up_during_hdf5s_write_is_said_in_one_line(
         f"kingen: error: {run}: the disk holding the run file filled up while generation 2 "
         f"was written (HDF5: {words}): free some space and go on with kingen resume {run}, "
         "which checks the file first"]
-    with RunStore.open(run) as store:  # whole: every checksum verified
-        assert store.n_generations == 2
-    monkeypatch.undo()
-    assert main(["resume", str(run), "-q"]) == 0
-    with RunStore.open(run) as store:
-        assert store.n_generations == 5 and store.finished
+    _kept_two_and_resumes(run, monkeypatch, generations=5)
 
 
 def test_a_read_only_run_file_is_said_to_be_read_only_not_damaged(fitted: Path, tmp_path,
