@@ -17,6 +17,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from kingen._version import __version__
 from kingen.errors import KingenError
@@ -92,8 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unraisable(info: Any) -> None:
+    """Python's hook for errors it cannot raise, less Ctrl-C: a press that lands in a
+    finalizer (a weakref callback while Dask closes) is otherwise printed as "Exception
+    ignored in ..." with a traceback, after kingen has said it was interrupted."""
+    if info.exc_type is KeyboardInterrupt:
+        return
+    sys.__unraisablehook__(info)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``kingen`` command; returns the exit status."""
+    sys.unraisablehook = _unraisable
     try:
         # The parser imports every command's module (SciPy among them: a second or so, in
         # which a Ctrl-C is as likely as in the command itself). This module imports

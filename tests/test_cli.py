@@ -168,3 +168,32 @@ def test_bad_scheme_files_fail_from_the_command_line(tmp_path, mutation, message
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"kingen: error: {bad}")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_ctrl_c_python_cannot_raise_is_not_printed_but_other_errors_are(capsys,
+                                                                           monkeypatch):
+    # a press landing in a weakref callback while Dask closed printed "Exception ignored
+    # in ..." and a traceback under "kingen: interrupted"
+    import sys
+
+    from kingen.cli import _unraisable
+
+    def unraisable(exc):  # what Python hands the hook, from a finalizer that raises
+        class Raises:
+            def __del__(self):
+                raise exc
+
+        caught = []
+        with monkeypatch.context() as m:
+            m.setattr(sys, "unraisablehook", caught.append)
+            Raises()
+        return caught[0]
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    assert main(["fit"]) == 2  # refused at once: the hook is in place before anything runs
+    assert sys.unraisablehook is _unraisable
+    capsys.readouterr()
+    _unraisable(unraisable(KeyboardInterrupt()))
+    assert capsys.readouterr().err == ""
+    _unraisable(unraisable(ValueError("in a finalizer")))
+    assert "ValueError: in a finalizer" in capsys.readouterr().err
