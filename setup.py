@@ -2,7 +2,7 @@
 
 Everything else is declared in pyproject.toml. The repository keeps a single copy of the
 schemes, in ``models/`` (the folder the README and the tests name); a wheel carries them as
-``kingen/bundled/models/*.toml``, where :func:`kingen.shipped.models_dir` finds them in an
+``kingen/bundled/models/*.toml``, where :func:`kingen.model.shipped.models_dir` finds them in an
 installed kingen.
 """
 

@@ -1,6 +1,6 @@
 """Dask's round trip for one generation's shards, with no solver: where the send and return go.
 
-A sharded fit (:class:`kingen.distributed.shard.ShardedEvaluator`) sends each worker a block
+A sharded fit (:class:`kingen.scaleout.shard.ShardedEvaluator`) sends each worker a block
 of rate constants and gathers its scores, every generation. This suite times that round
 trip alone, on a local cluster of ``--workers`` CPU worker processes (the comm path of a GPU
 cluster: the same client, scheduler and TCP), with a stand-in task that sleeps
@@ -43,7 +43,7 @@ MODES = ("submit", "compute")
 
 def stand_in_shard(params: np.ndarray, n_protocols: int, solve_s: float) -> dict[str, Any]:
     """A shard's task without its solve: sleeps ``solve_s``, returns what
-    :func:`kingen.distributed.worker.evaluate_shard` returns, in shape and type."""
+    :func:`kingen.scaleout.worker.evaluate_shard` returns, in shape and type."""
     started = time.time()
     time.sleep(solve_s)
     n = params.shape[0]

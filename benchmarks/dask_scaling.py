@@ -3,7 +3,7 @@
 Two measurements, each written as JSON with the command, git commit, host and versions:
 
 ``batch``: a batch of ``--fits`` demo fits (the bundled demo, seeds 1..N, no polish) run by
-``kingen.distributed.run_batch`` on a local cluster of each ``--workers`` count (CPU worker
+``kingen.scaleout.run_batch`` on a local cluster of each ``--workers`` count (CPU worker
 processes, the cores shared between them; on a GPU host with dask-cuda, one worker per
 GPU). The cluster is started and every worker has compiled the solver before the clock
 starts; the batch's wall time, fits per second and the speed-up over the first count are
@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 import kingen  # noqa: E402
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
-from kingen.distributed.batch import run_batch  # noqa: E402
-from kingen.distributed.cluster import ClusterSettings, local_plan, open_client  # noqa: E402
-from kingen.distributed.manifest import load_manifest  # noqa: E402
+from kingen.scaleout.batch import run_batch  # noqa: E402
+from kingen.scaleout.cluster import ClusterSettings, local_plan, open_client  # noqa: E402
+from kingen.scaleout.manifest import load_manifest  # noqa: E402
 
 
 def environment() -> dict[str, Any]:
@@ -56,7 +56,7 @@ def environment() -> dict[str, Any]:
     import dask
     import distributed
 
-    from kingen.distributed.cluster import local_gpus
+    from kingen.scaleout.cluster import local_gpus
 
     return {"gpus": local_gpus(), "dask_versions": {"dask": dask.__version__,
                                                     "distributed": distributed.__version__}}
@@ -146,7 +146,7 @@ def bench_batch(args: argparse.Namespace) -> dict[str, Any]:
 def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
-    from kingen.distributed.shard import ShardedEvaluator
+    from kingen.scaleout.shard import ShardedEvaluator
 
     overrides = {"generations": args.generations, "population": args.population,
                  "backend": args.backend, "seed": 1}

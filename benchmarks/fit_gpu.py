@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
-from kingen.fit_config import demo_config, load_config  # noqa: E402
-from kingen.search.run import fit  # noqa: E402
+from kingen.fitting.config import demo_config, load_config  # noqa: E402
+from kingen.runs.fit import fit  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

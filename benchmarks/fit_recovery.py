@@ -53,10 +53,10 @@ from make_example import (  # noqa: E402
 )
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
-from kingen.data import load_recording  # noqa: E402
-from kingen.fit_config import load_config  # noqa: E402
-from kingen.objective import Objective  # noqa: E402
-from kingen.search.run import fit  # noqa: E402
+from kingen.experiment.recordings import load_recording  # noqa: E402
+from kingen.fitting.config import load_config  # noqa: E402
+from kingen.fitting.objective import Objective  # noqa: E402
+from kingen.runs.fit import fit  # noqa: E402
 from kingen.solve import simulate_exact  # noqa: E402
 
 # The classes of rates named by the must-show; k31 (recovery from the singly-bound

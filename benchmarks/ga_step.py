@@ -9,7 +9,7 @@ population, statistics, the resume snapshot). ``--threads`` sets numba's thread 
 the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to see whether
 collections explain the outliers; ``--parallel-from`` moves the size from which the operators use
 all threads (0: always); ``--allocator default`` leaves the C library's allocator as it is
-(a fit keeps its freed memory, :mod:`kingen.allocator`)::
+(a fit keeps its freed memory, :mod:`kingen.base.allocator`)::
 
     python -m benchmarks ga_step --populations 8192,65536 --generations 40 --name idle \\
         --solver-s 0.1
@@ -31,13 +31,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kingen.search.operators as operators  # noqa: E402
+import kingen.fitting.operators as operators  # noqa: E402
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
-from kingen.allocator import keep_freed_memory  # noqa: E402
-from kingen.fit_config import demo_config, load_config  # noqa: E402
-from kingen.objective import Evaluation  # noqa: E402
-from kingen.search.engine import Engine  # noqa: E402
-from kingen.search.result import Progress  # noqa: E402
+from kingen.base.allocator import keep_freed_memory  # noqa: E402
+from kingen.fitting.config import demo_config, load_config  # noqa: E402
+from kingen.fitting.engine import Engine  # noqa: E402
+from kingen.fitting.objective import Evaluation  # noqa: E402
+from kingen.fitting.progress import Progress  # noqa: E402
 
 
 class _StandInObjective:
@@ -126,12 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solver-s", type=float, default=0.0,
                     help="seconds to idle in each evaluation, as while the GPU solves")
     ap.add_argument("--parallel-from", type=int, default=None,
-                    help="override kingen.search.operators.PARALLEL_FROM_GENES "
+                    help="override kingen.fitting.operators.PARALLEL_FROM_GENES "
                          "(0: always all threads)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--allocator", choices=("kept", "default"), default="kept",
                     help="kept: freed memory kept for reuse, as in a fit "
-                         "(kingen.allocator); default: the C library's own behaviour")
+                         "(kingen.base.allocator); default: the C library's own behaviour")
     add_output_options(ap, "ga_step")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)

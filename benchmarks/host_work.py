@@ -2,7 +2,7 @@
 
 A one-process fit evaluates on its main thread; a Dask worker runs each shard (and each
 fit of a batch) on a thread of its own, whose memory comes from an arena of its own
-(:mod:`kingen.allocator`). This suite times the host's share of one evaluation of
+(:mod:`kingen.base.allocator`). This suite times the host's share of one evaluation of
 ``--population`` candidates of a fit configuration (the solver's preparation and results,
 ``prepare_ms`` and ``finish_ms``; the objective's checks and errors beyond them,
 ``score_ms``) and counts the process's minor page faults during it (``faults``: pages
@@ -13,8 +13,8 @@ written for the first time since the allocator got them), in each place:
 - ``worker``: one task of a one-worker ``LocalCluster`` that builds the objective and
   evaluates it (on the worker's task thread);
 - ``shard``: as a sharded fit does it: the objective built once on the worker by
-  :class:`~kingen.distributed.worker.SolverPlugin`, and each evaluation one task of
-  :func:`~kingen.distributed.worker.evaluate_shard` given the candidates as its argument.
+  :class:`~kingen.scaleout.worker.SolverPlugin`, and each evaluation one task of
+  :func:`~kingen.scaleout.worker.evaluate_shard` given the candidates as its argument.
 
 ::
 
@@ -54,9 +54,9 @@ def evaluations(config: str, population: int, evaluations: int, backend: str,
                 pause_s: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """Evaluate one batch of candidates ``evaluations`` times in the calling thread, as a
     fit's process does (freed memory kept); per evaluation its host work and page faults."""
-    from kingen.allocator import keep_freed_memory
-    from kingen.fit_config import load_config
-    from kingen.objective import Objective
+    from kingen.base.allocator import keep_freed_memory
+    from kingen.fitting.config import load_config
+    from kingen.fitting.objective import Objective
 
     kept = keep_freed_memory()
     cfg = load_config(config, overrides={"backend": backend})
@@ -84,8 +84,8 @@ def evaluations(config: str, population: int, evaluations: int, backend: str,
 
 
 def _shard_task(plugin: str, params: np.ndarray) -> dict[str, Any]:
-    """:func:`~kingen.distributed.worker.evaluate_shard`, with the page faults it caused."""
-    from kingen.distributed.worker import evaluate_shard
+    """:func:`~kingen.scaleout.worker.evaluate_shard`, with the page faults it caused."""
+    from kingen.scaleout.worker import evaluate_shard
 
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     got = evaluate_shard(plugin, params, False)
@@ -94,9 +94,9 @@ def _shard_task(plugin: str, params: np.ndarray) -> dict[str, Any]:
 
 
 def _shards(client: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from kingen.distributed.worker import SolverPlugin, workers_per_host
-    from kingen.fit_config import load_config
-    from kingen.objective import Objective
+    from kingen.fitting.config import load_config
+    from kingen.fitting.objective import Objective
+    from kingen.scaleout.worker import SolverPlugin, workers_per_host
 
     cfg = load_config(args.config, overrides={"backend": args.backend})
     start = cfg.pmap.start_genes()

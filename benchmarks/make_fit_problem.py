@@ -23,9 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kingen.data import Recording, write_csv  # noqa: E402
-from kingen.protocol import standard_protocol  # noqa: E402
-from kingen.scheme import Scheme  # noqa: E402
+from kingen.experiment.protocol import standard_protocol  # noqa: E402
+from kingen.experiment.recordings import Recording, write_csv  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
-from kingen.data import Recording, write_csv  # noqa: E402
-from kingen.identify.run import profile_run  # noqa: E402
-from kingen.protocol import standard_protocol  # noqa: E402
-from kingen.scheme import Scheme  # noqa: E402
-from kingen.search.run import fit  # noqa: E402
+from kingen.experiment.protocol import standard_protocol  # noqa: E402
+from kingen.experiment.recordings import Recording, write_csv  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
+from kingen.runs.fit import fit  # noqa: E402
+from kingen.runs.profile import profile_run  # noqa: E402
 from kingen.solve import simulate_exact  # noqa: E402
 
 TRUTH = ROOT / "data" / "jonas_1993_reversible.toml"

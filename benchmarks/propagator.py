@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates, objective_inputs  # noqa: E402
-from kingen.protocol import standard_protocol  # noqa: E402
-from kingen.scheme import Scheme  # noqa: E402
+from kingen.experiment.protocol import standard_protocol  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
 from kingen.solve.cuda import LaunchConfig  # noqa: E402
 from kingen.solve.plan import flops_per_product, flops_per_step  # noqa: E402

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates  # noqa: E402
-from kingen.scheme import Scheme  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import rest  # noqa: E402
 from kingen.solve.rest import rest_occupancy_batch  # noqa: E402
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.codegen import N_WINDOWS  # noqa: E402
-from kingen.protocol import standard_protocol, standard_set  # noqa: E402
-from kingen.scheme import Scheme  # noqa: E402
+from kingen.experiment.protocol import standard_protocol, standard_set  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import ObjectiveInputs, Simulator, simulate_exact  # noqa: E402
 from kingen.solve.backends import cuda_status  # noqa: E402
 

@@ -36,10 +36,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from kingen.data import Recording, write_csv, write_nwb  # noqa: E402
-from kingen.params import to_file_units  # noqa: E402
-from kingen.protocol import load_protocol, standard_protocol  # noqa: E402
-from kingen.scheme import Scheme  # noqa: E402
+from kingen.experiment.protocol import load_protocol, standard_protocol  # noqa: E402
+from kingen.experiment.recordings import Recording, write_csv, write_nwb  # noqa: E402
+from kingen.fitting.params import to_file_units  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import simulate_exact  # noqa: E402
 
 SEED = 19930615
@@ -283,8 +283,8 @@ mutpb = 0.3
 
 
 def repeated_protocol_toml(protocol, repeats: int) -> str:
-    """``protocol`` (a :class:`~kingen.protocol.Protocol`) as a protocol file whose sweeps
-    are its own, recorded ``repeats`` times in a row (labels ``r<k>_<label>``)."""
+    """``protocol`` (a :class:`~kingen.experiment.protocol.Protocol`) as a protocol file
+    whose sweeps are its own, recorded ``repeats`` times in a row (labels ``r<k>_<label>``)."""
     first = protocol.sweeps[0]
     text = (f"# The standard {protocol.name} protocol, each sweep recorded {repeats} times "
             f"(SYNTHETIC example).\n[protocol]\nname = \"{protocol.name}\"\n"
@@ -308,7 +308,7 @@ def write_recovery_experiment(folder: str | Path, *, dt_ms: float = RICH_DT_MS,
                               noise_fraction: float = NOISE_FRACTION) -> Path:
     """Write a richer SYNTHETIC experiment from the example's ground truth into ``folder``.
 
-    The four standard protocols (``kingen.protocol.standard_protocol``) sampled every
+    The four standard protocols (``kingen.experiment.protocol.standard_protocol``) sampled every
     ``dt_ms`` with exchange ``exchange_ms``, each sweep recorded ``repeats[protocol]`` times
     (default :data:`RICH_REPEATS`) with independent Gaussian noise of SD ``noise_fraction``
     × the 10 mM peak. Writes the model, one protocol file per protocol (its sweeps
@@ -367,7 +367,7 @@ def write_recovery_experiment(folder: str | Path, *, dt_ms: float = RICH_DT_MS,
         "channels": scheme.channels, "peak_10mM_pA": peak, "noise_sd_pA": sd,
         "noise_fraction_of_peak": noise_fraction, "seed": seed, "exchange_ms": exchange_ms,
         "dt_ms": dt_ms, "repeats": {name: n for name, n, _ in recorded},
-        "protocols": "the standard protocols of kingen.protocol.standard_protocol",
+        "protocols": "the standard protocols of kingen.experiment.protocol.standard_protocol",
     }
     (out / "ground_truth.json").write_text(json.dumps(truth_json, indent=2) + "\n",
                                            encoding="utf-8")

@@ -51,34 +51,34 @@ from kingen.errors import KingenError
 
 # public name -> (module, attribute)
 _LAZY: dict[str, tuple[str, str]] = {
-    "Scheme": ("kingen.scheme", "Scheme"),
-    "import_scheme": ("kingen.interop", "import_scheme"),
-    "export_scheme": ("kingen.interop", "export_scheme"),
-    "standard_protocol": ("kingen.protocol", "standard_protocol"),
-    "load_protocol": ("kingen.protocol", "load_protocol"),
-    "Protocol": ("kingen.protocol", "Protocol"),
-    "load_recording": ("kingen.data", "load_recording"),
-    "load_targets": ("kingen.data", "load_targets"),
-    "Recording": ("kingen.data", "Recording"),
-    "Targets": ("kingen.data", "Targets"),
-    "simulate": ("kingen.simulation", "simulate"),
-    "Simulation": ("kingen.simulation", "Simulation"),
+    "Scheme": ("kingen.model.scheme", "Scheme"),
+    "import_scheme": ("kingen.outputs.interop", "import_scheme"),
+    "export_scheme": ("kingen.outputs.interop", "export_scheme"),
+    "standard_protocol": ("kingen.experiment.protocol", "standard_protocol"),
+    "load_protocol": ("kingen.experiment.protocol", "load_protocol"),
+    "Protocol": ("kingen.experiment.protocol", "Protocol"),
+    "load_recording": ("kingen.experiment.recordings", "load_recording"),
+    "load_targets": ("kingen.experiment.recordings", "load_targets"),
+    "Recording": ("kingen.experiment.recordings", "Recording"),
+    "Targets": ("kingen.experiment.recordings", "Targets"),
+    "simulate": ("kingen.runs.simulate", "simulate"),
+    "Simulation": ("kingen.runs.simulate", "Simulation"),
     "simulate_batch": ("kingen.solve.batch", "simulate_batch"),
-    "Objective": ("kingen.objective", "Objective"),
-    "load_config": ("kingen.fit_config", "load_config"),
-    "demo_config": ("kingen.fit_config", "demo_config"),
-    "FitConfig": ("kingen.fit_config", "FitConfig"),
-    "fit": ("kingen.search.run", "fit"),
-    "resume": ("kingen.search.run", "resume"),
-    "FitResult": ("kingen.search.result", "FitResult"),
+    "Objective": ("kingen.fitting.objective", "Objective"),
+    "load_config": ("kingen.fitting.config", "load_config"),
+    "demo_config": ("kingen.fitting.config", "demo_config"),
+    "FitConfig": ("kingen.fitting.config", "FitConfig"),
+    "fit": ("kingen.runs.fit", "fit"),
+    "resume": ("kingen.runs.fit", "resume"),
+    "FitResult": ("kingen.runs.result", "FitResult"),
     "RunStore": ("kingen.store", "RunStore"),
-    "plot_run": ("kingen.plot", "plot_run"),
-    "write_report": ("kingen.report", "write_report"),
-    "run_batch": ("kingen.distributed.batch", "run_batch"),
-    "fit_on_cluster": ("kingen.distributed.fitting", "fit_on_cluster"),
-    "ClusterSettings": ("kingen.distributed.cluster", "ClusterSettings"),
-    "profile": ("kingen.identify.run", "profile_run"),
-    "ProfileResult": ("kingen.identify.run", "ProfileResult"),
+    "plot_run": ("kingen.outputs.plot", "plot_run"),
+    "write_report": ("kingen.outputs.report", "write_report"),
+    "run_batch": ("kingen.scaleout.batch", "run_batch"),
+    "fit_on_cluster": ("kingen.scaleout.fitting", "fit_on_cluster"),
+    "ClusterSettings": ("kingen.scaleout.cluster", "ClusterSettings"),
+    "profile": ("kingen.runs.profile", "profile_run"),
+    "ProfileResult": ("kingen.runs.profile", "ProfileResult"),
 }
 
 __all__ = [
@@ -92,22 +92,22 @@ __all__ = [
 # (a test checks that __all__ is _LAZY plus the two eager names)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from kingen.data import Recording, Targets, load_recording, load_targets
-    from kingen.distributed.batch import run_batch
-    from kingen.distributed.cluster import ClusterSettings
-    from kingen.distributed.fitting import fit_on_cluster
-    from kingen.fit_config import FitConfig, demo_config, load_config
-    from kingen.identify.run import ProfileResult
-    from kingen.identify.run import profile_run as profile
-    from kingen.interop import export_scheme, import_scheme
-    from kingen.objective import Objective
-    from kingen.plot import plot_run
-    from kingen.protocol import Protocol, load_protocol, standard_protocol
-    from kingen.report import write_report
-    from kingen.scheme import Scheme
-    from kingen.search.result import FitResult
-    from kingen.search.run import fit, resume
-    from kingen.simulation import Simulation, simulate
+    from kingen.experiment.protocol import Protocol, load_protocol, standard_protocol
+    from kingen.experiment.recordings import Recording, Targets, load_recording, load_targets
+    from kingen.fitting.config import FitConfig, demo_config, load_config
+    from kingen.fitting.objective import Objective
+    from kingen.model.scheme import Scheme
+    from kingen.outputs.interop import export_scheme, import_scheme
+    from kingen.outputs.plot import plot_run
+    from kingen.outputs.report import write_report
+    from kingen.runs.fit import fit, resume
+    from kingen.runs.profile import ProfileResult
+    from kingen.runs.profile import profile_run as profile
+    from kingen.runs.result import FitResult
+    from kingen.runs.simulate import Simulation, simulate
+    from kingen.scaleout.batch import run_batch
+    from kingen.scaleout.cluster import ClusterSettings
+    from kingen.scaleout.fitting import fit_on_cluster
     from kingen.solve.batch import simulate_batch
     from kingen.store import RunStore
 

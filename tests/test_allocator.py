@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kingen.allocator import is_glibc
+from kingen.base.allocator import is_glibc
 
 # A generation's worth of arrays, allocated, written, freed, five times over; the minor page
 # faults of the last four. Arrays under 4 MB: numpy asks for huge pages from 4 MB on. With
@@ -19,10 +19,10 @@ _GENERATIONS = """
 import resource, sys, threading
 import numpy as np
 if sys.argv[1] == "kept":
-    from kingen.allocator import keep_freed_memory
+    from kingen.base.allocator import keep_freed_memory
     assert keep_freed_memory()
 elif sys.argv[1] == "kept-off":  # KINGEN_KEEP_FREED_MEMORY=0 in the environment
-    from kingen.allocator import keep_freed_memory
+    from kingen.base.allocator import keep_freed_memory
     assert not keep_freed_memory()
 threaded = sys.argv[2:] == ["thread"]
 faults = []
@@ -90,9 +90,9 @@ def test_kingen_keep_freed_memory_0_leaves_the_allocator_as_it_is(monkeypatch):
 def test_the_fit_and_the_sharded_workers_set_it_up(tmp_path, monkeypatch):
     from test_fit_helpers import write_problem
 
-    from kingen.distributed import worker
-    from kingen.fit_config import load_config
-    from kingen.search import run
+    from kingen.fitting import run
+    from kingen.fitting.config import load_config
+    from kingen.scaleout import worker
 
     calls: list[str] = []
     monkeypatch.setattr(run, "keep_freed_memory", lambda: calls.append("fit"))

@@ -6,7 +6,7 @@ import argparse
 import subprocess
 import sys
 
-from kingen.analysis.cli import add_analyze_parser, cmd_analyze
+from kingen.cli.analysis import add_analyze_parser, cmd_analyze
 
 
 def parse(argv):
@@ -26,7 +26,7 @@ def test_no_gpu_one_line(tmp_path, capsys):
 
 
 def test_no_gpu_without_simulator_in_fresh_process(tmp_path):
-    code = ("import argparse, sys; from kingen.analysis.cli import add_analyze_parser, "
+    code = ("import argparse, sys; from kingen.cli.analysis import add_analyze_parser, "
             "cmd_analyze; p = argparse.ArgumentParser(); "
             "add_analyze_parser(p.add_subparsers()); "
             f"sys.exit(cmd_analyze(p.parse_args(['analyze', 'stencil', '--out', "
@@ -51,7 +51,7 @@ def test_bad_target_rejected():
 
 
 def parse_tune(argv):
-    from kingen.analysis.cli import add_tune_parser
+    from kingen.cli.analysis import add_tune_parser
 
     p = argparse.ArgumentParser(prog="kingen")
     sub = p.add_subparsers(dest="command")
@@ -71,7 +71,7 @@ def test_analyze_takes_the_solver_options():
 
 
 def test_tune_without_gpu_is_one_line(tmp_path, capsys):
-    from kingen.analysis.cli import cmd_tune
+    from kingen.cli.analysis import cmd_tune
 
     args = parse_tune(["tune", "--model", "jonas_1993", "--out", str(tmp_path / "t")])
     assert args.handler is cmd_tune and args.out == tmp_path / "t" and args.gain == 1.05
@@ -82,7 +82,7 @@ def test_tune_without_gpu_is_one_line(tmp_path, capsys):
 
 
 def test_tune_model_errors_are_one_line(capsys):
-    from kingen.analysis.cli import cmd_tune
+    from kingen.cli.analysis import cmd_tune
 
     assert cmd_tune(parse_tune(["tune", "no_such_scheme"])) == 1
     out = capsys.readouterr().out.strip().splitlines()

@@ -379,8 +379,8 @@ def test_propagator_flop_model():
     from types import SimpleNamespace
 
     from kingen.analysis.solver_cases import flops_per_candidate, flops_per_step
-    from kingen.scheme import Scheme
-    from kingen.shipped import resolve_model
+    from kingen.model.scheme import Scheme
+    from kingen.model.shipped import resolve_model
 
     scheme = Scheme.load(resolve_model("robert_howe_2003"))
     s, fps = scheme.n_states, flops_per_step(scheme, "float64")
@@ -408,8 +408,8 @@ def test_run_tune_end_to_end_under_the_simulator(tmp_path, monkeypatch):
     import kingen.analysis.hardware as hw
     import kingen.solve.backends as backends
     from kingen.analysis.optimize import run_tune
-    from kingen.scheme import Scheme
-    from kingen.shipped import resolve_model
+    from kingen.model.scheme import Scheme
+    from kingen.model.shipped import resolve_model
     from kingen.solve.cuda import tuned_config
 
     def wall_ms(fn, repeats=10, warmup=2, batch=5):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kingen.errors import KingenError
-from kingen.shipped import DEFAULT_MODEL, models_dir, resolve_model, shipped_models
+from kingen.model.shipped import DEFAULT_MODEL, models_dir, resolve_model, shipped_models
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def test_one_gpu_probe_and_one_tuning_cache():
 
 
 def test_tuning_entries_share_one_file(tmp_path, monkeypatch):
-    from kingen.scheme import Scheme
+    from kingen.model.scheme import Scheme
     from kingen.solve.cuda import LaunchConfig, load_tuning, record_entry, record_tuning
 
     monkeypatch.setenv("KINGEN_CACHE", str(tmp_path))
@@ -139,7 +139,7 @@ def test_non_editable_install_in_a_fresh_venv(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     kingen = venv / "bin" / "kingen"
-    where = subprocess.run([str(py), "-c", "import kingen, kingen.shipped as s; "
+    where = subprocess.run([str(py), "-c", "import kingen, kingen.model.shipped as s; "
                             "print(kingen.__file__); print(s.models_dir())"],
                            capture_output=True, text=True, env=env, cwd=outside, timeout=120)
     assert where.returncode == 0, where.stderr

@@ -68,7 +68,7 @@ def test_public_names_resolve() -> None:
     for name in kingen.__all__:
         assert getattr(kingen, name) is not None, name
     # kingen.fit is the function (no module of that name shadows it)
-    from kingen.search.run import fit
+    from kingen.runs.fit import fit
 
     assert kingen.fit is fit
 

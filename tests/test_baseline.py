@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from test_fit_helpers import FOUR_STATE, standard_errors
 
-from kingen.data import Recording
-from kingen.features import edge_half_width
-from kingen.objective import Objective, ProtocolData
-from kingen.params import ParameterMap
-from kingen.protocol import Protocol, standard_protocol
-from kingen.scheme import Scheme
-from kingen.search.polish import polish
+from kingen.experiment.features import edge_half_width
+from kingen.experiment.protocol import Protocol, standard_protocol
+from kingen.experiment.recordings import Recording
+from kingen.fitting.objective import Objective, ProtocolData
+from kingen.fitting.params import ParameterMap
+from kingen.fitting.polish import polish
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 
 SCHEME = Scheme.loads(FOUR_STATE, "four_state.toml")

@@ -10,9 +10,9 @@ import pytest
 from scipy.linalg import expm
 
 import kingen
-from kingen.cli import _split_failed, main
-from kingen.features import protocol_features
-from kingen.protocol import standard_protocol
+from kingen.cli.command import _split_failed, main
+from kingen.experiment.features import protocol_features
+from kingen.experiment.protocol import standard_protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 JONAS = ROOT / "models" / "jonas_1993.toml"
@@ -176,7 +176,7 @@ def test_a_ctrl_c_python_cannot_raise_is_not_printed_but_other_errors_are(capsys
     # in ..." and a traceback under "kingen: interrupted"
     import sys
 
-    from kingen.cli import _unraisable
+    from kingen.cli.command import _unraisable
 
     def unraisable(exc):  # what Python hands the hook, from a finalizer that raises
         class Raises:

@@ -21,7 +21,7 @@ def _tune(args) -> None:
 
     root, i = args
     os.environ["KINGEN_CACHE"] = root
-    from kingen.scheme import Scheme
+    from kingen.model.scheme import Scheme
     from kingen.solve.cuda import LaunchConfig, record_tuning
 
     scheme = Scheme.load(MODEL)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kingen import data as D
 from kingen.errors import KingenError
+from kingen.experiment import recordings as D
 
 FIXTURES = Path(__file__).parent / "fixtures" / "data"
 ABF_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "abf"
@@ -101,7 +101,7 @@ def test_csv_labels_with_commas_and_quotes_are_quoted_and_read_back(tmp_path: Pa
 def test_csv_write_refuses_labels_that_read_back_as_one_sweep(tmp_path: Path,
                                                               labels: list[str],
                                                               column: str) -> None:
-    from kingen.protocol import Protocol, Sweep
+    from kingen.experiment.protocol import Protocol, Sweep
 
     t = np.arange(5) * 0.1
     rec = D.Recording("p", t, np.ones((len(labels), 5)), labels)

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kingen import data
-from kingen.data import registry
 from kingen.errors import KingenError
+from kingen.experiment import recordings as data
+from kingen.experiment.recordings import registry
 
 
 def test_the_built_in_readers_are_registered_by_suffix() -> None:
@@ -49,7 +49,7 @@ def test_a_registered_reader_is_used_and_given_the_channel(tmp_path: Path,
 
 
 def test_written_files_get_the_permissions_open_would_give(tmp_path):
-    from kingen.files import atomic_write
+    from kingen.base.files import atomic_write
 
     atomic_write(tmp_path / "a.csv", lambda p: p.write_text("x"))
     (tmp_path / "b.csv").write_text("x")  # what open() gives under this umask

@@ -27,11 +27,11 @@ distributed = pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402
 
 import kingen  # noqa: E402
-from kingen.distributed.batch import run_batch  # noqa: E402
-from kingen.distributed.cluster import ClusterSettings, open_client  # noqa: E402
-from kingen.distributed.fitting import fit_on_cluster  # noqa: E402
-from kingen.distributed.manifest import load_manifest  # noqa: E402
-from kingen.distributed.shard import ShardedEvaluator  # noqa: E402
+from kingen.scaleout.batch import run_batch  # noqa: E402
+from kingen.scaleout.cluster import ClusterSettings, open_client  # noqa: E402
+from kingen.scaleout.fitting import fit_on_cluster  # noqa: E402
+from kingen.scaleout.manifest import load_manifest  # noqa: E402
+from kingen.scaleout.shard import ShardedEvaluator  # noqa: E402
 from kingen.store import RunStore  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -436,7 +436,7 @@ def _sleep_then(seconds: float, value: str) -> str:
 
 
 def test_the_batch_driver_wakes_when_a_fit_ends_not_at_its_next_poll(client):
-    from kingen.distributed.batch import finished_queue, next_finished
+    from kingen.scaleout.batch import finished_queue, next_finished
 
     quick = client.submit(_sleep_then, 0.1, "quick", pure=False)
     slow = client.submit(_sleep_then, 3.0, "slow", pure=False)
@@ -485,7 +485,7 @@ def _fake_slurm(tmp_path: Path, monkeypatch, sbatch: str, kind: str = "slurm") -
 
 def test_a_sharded_fit_on_a_batch_system_waits_for_its_queued_job(tmp_path, monkeypatch,
                                                                   capsys, one_process):
-    from kingen.distributed.cluster import parse_cluster_option
+    from kingen.scaleout.cluster import parse_cluster_option
 
     reference, _ = one_process
     settings = parse_cluster_option(str(_fake_slurm(tmp_path, monkeypatch, _SBATCH)))
@@ -545,7 +545,7 @@ def test_a_pbs_system_refusing_the_jobs_without_a_word_is_one_line(tmp_path, mon
 def test_an_existing_scheduler_without_workers_is_one_line(tmp_path, monkeypatch, capsys):
     from test_fit_helpers import write_problem
 
-    import kingen.distributed.cluster as cluster_module
+    import kingen.scaleout.cluster as cluster_module
     from kingen.cli import main as cli
 
     monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 2.0)

@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 
 import kingen
-from kingen.distributed.cluster import (
+from kingen.errors import KingenError
+from kingen.model.fields import loads_toml
+from kingen.model.scheme import Scheme
+from kingen.scaleout.cluster import (
     cluster_settings,
     jobqueue_cluster,
     local_plan,
     parse_cluster_option,
     settings_from_file,
 )
-from kingen.distributed.manifest import load_manifest
-from kingen.distributed.summary import aic_bic, csv_text, html_text, ranking
-from kingen.distributed.tomlout import dumps_toml
-from kingen.errors import KingenError
-from kingen.fields import loads_toml
-from kingen.scheme import Scheme
+from kingen.scaleout.manifest import load_manifest
+from kingen.scaleout.summary import aic_bic, csv_text, html_text, ranking
+from kingen.scaleout.tomlout import dumps_toml
 
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
@@ -64,7 +64,7 @@ def test_slurm_job_script_from_a_cluster_table():
 
 
 def test_kingen_info_gives_a_batch_systems_workers_in_all():
-    from kingen.distributed.cluster import describe
+    from kingen.scaleout.cluster import describe
 
     lines = describe(cluster_settings(SLURM, "batch.toml"))
     assert lines[0].startswith("cluster: slurm (4 jobs), each job 2 GPUs (one worker per GPU)")
@@ -437,8 +437,8 @@ def test_the_readme_slurm_example(tmp_path):
 
 def test_each_worker_of_a_host_takes_its_share_of_the_cores(monkeypatch):
     # a GPU host's workers (one per GPU) must not each start a thread per core
-    import kingen.distributed.worker as worker
-    from kingen.distributed.worker import SolverPlugin, solver_threads
+    import kingen.scaleout.worker as worker
+    from kingen.scaleout.worker import SolverPlugin, solver_threads
 
     monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
     monkeypatch.setattr(worker, "_numba_pool", lambda: 64)

@@ -30,11 +30,11 @@ distributed = pytest.importorskip("distributed")
 import cloudpickle  # noqa: E402
 
 import kingen  # noqa: E402
-import kingen.distributed.cluster as cluster_module  # noqa: E402
-import kingen.distributed.shard as shard_module  # noqa: E402
+import kingen.scaleout.cluster as cluster_module  # noqa: E402
+import kingen.scaleout.shard as shard_module  # noqa: E402
 from kingen.cli import main as cli  # noqa: E402
-from kingen.distributed.shard import ShardedEvaluator  # noqa: E402
 from kingen.errors import KingenError  # noqa: E402
+from kingen.scaleout.shard import ShardedEvaluator  # noqa: E402
 from kingen.store import RunStore  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -196,7 +196,7 @@ def test_a_fits_output_and_a_runs_state_are_checked_before_the_cluster(tmp_path,
 
 def test_a_fit_stopped_before_its_first_generation_leaves_no_run_file(tmp_path,
                                                                        monkeypatch):
-    from kingen.search.engine import Engine
+    from kingen.fitting.engine import Engine
 
     def interrupted(self, genes):
         raise KeyboardInterrupt
@@ -209,8 +209,8 @@ def test_a_fit_stopped_before_its_first_generation_leaves_no_run_file(tmp_path,
 
 
 def test_the_hint_to_resume_gives_the_cluster_as_the_user_gave_it():
-    from kingen.distributed.fitting import _spec
-    from kingen.fit_cli import BARE_CLUSTER, _cluster
+    from kingen.cli.fit import BARE_CLUSTER, _cluster
+    from kingen.scaleout.fitting import _spec
 
     table = '[cluster]\nkind = "local"\nworkers = 2\n'
     assert _spec(_cluster(BARE_CLUSTER, Path("run.h5"), table)) == ""   # --cluster alone
@@ -399,7 +399,7 @@ def _closing(client) -> list[str]:
 def test_a_local_worker_leaves_out_only_what_its_closing_causes():
     from distributed.comm.core import CommClosedError
 
-    from kingen.distributed.local_worker import _DriverGone
+    from kingen.scaleout.local_worker import _DriverGone
 
     def record(message: str, exc: BaseException | None = None) -> logging.LogRecord:
         return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, message,
@@ -453,7 +453,7 @@ def test_ctrl_c_while_a_local_cluster_starts_slowly_or_never(tmp_path, start_s, 
                [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
     args = ["fit", str(_config(tmp_path, generations=4)), "--backend", "cpu",
             "-o", str(tmp_path / "run.h5"), "--cluster", "local:2"]
-    code = ("import sys, kingen.distributed.cluster as c; c.HOLD_S = 2.0; "
+    code = ("import sys, kingen.scaleout.cluster as c; c.HOLD_S = 2.0; "
             "from kingen.cli import main; sys.exit(main(sys.argv[1:]))")
     err_path = tmp_path / "err.txt"
     proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
@@ -508,7 +508,7 @@ def test_a_stopped_start_ends_only_its_own_worker_processes():
 @pytest.mark.parametrize("held", [True, False], ids=["started-by-the-hold", "started-bare"])
 def test_a_semaphore_left_by_a_stopped_start_is_cleaned_up_in_silence(held):
     # what a worker process killed mid-start leaves registered with the resource tracker
-    code = ("import multiprocessing.resource_tracker as rt, kingen.distributed.cluster as c\n"
+    code = ("import multiprocessing.resource_tracker as rt, kingen.scaleout.cluster as c\n"
             + ("with c._ctrl_c_held():\n    pass\n" if held else "rt.ensure_running()\n")
             + "rt.register('/mp-kingen-test-leak', 'semaphore')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from test_store import AMPLITUDES, make_run, one_line, small_protocols
 
-from kingen.data import load_recording
+from kingen.cli.outputs import add_parsers
 from kingen.errors import KingenError
-from kingen.export import export_csv, export_model, export_nwb, fitted_scheme_text
-from kingen.output_cli import add_parsers
-from kingen.scheme import Scheme
+from kingen.experiment.recordings import load_recording
+from kingen.model.scheme import Scheme
+from kingen.outputs.export import export_csv, export_model, export_nwb, fitted_scheme_text
 from kingen.solve import simulate_exact
 from kingen.store import RunStore
 
@@ -129,8 +129,8 @@ def test_exported_and_reported_bounds_are_the_runs_not_the_scheme_files(tmp_path
     # text, so the box the run searched must come from the run's own parameter table.
     from test_store import JONAS, small_protocols
 
-    from kingen.params import apply_overrides, to_file_units
-    from kingen.report import write_report
+    from kingen.fitting.params import apply_overrides, to_file_units
+    from kingen.outputs.report import write_report
 
     scheme = Scheme.load(JONAS)
     name = scheme.param_names[0]
@@ -224,7 +224,7 @@ def test_a_run_whose_protocol_repeats_a_label_exports_readable_files(tmp_path: P
 
 
 def test_distinct_labels_keep_the_first_and_take_no_other_sweeps_label() -> None:
-    from kingen.protocol import distinct_labels
+    from kingen.experiment.protocol import distinct_labels
 
     assert distinct_labels(["5", "10"]) == ["5", "10"]
     assert distinct_labels(["a", "a", "a"]) == ["a", "a_2", "a_3"]

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from kingen import features as F
 from kingen.errors import KingenError
-from kingen.protocol import Protocol, Pulse, Sweep, standard_protocol
+from kingen.experiment import features as F
+from kingen.experiment.protocol import Protocol, Pulse, Sweep, standard_protocol
 
 RNG_SEED = 20240601
 

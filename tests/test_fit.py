@@ -13,18 +13,18 @@ import pytest
 from deap import tools
 from test_fit_helpers import ROOT, TRUTH_MODEL, whole_and_half_run, write_problem
 
-import kingen.search.operators
+import kingen.fitting.operators
 import kingen.solve.batch as batch
-from kingen.fit_cli import demo_config
-from kingen.fit_config import load_config
-from kingen.search.operators import (
+from kingen.cli.fit import demo_config
+from kingen.fitting.config import load_config
+from kingen.fitting.operators import (
     np_poly_bounded,
     np_sbx_bounded,
     np_sel_tournament,
     take_survivors,
 )
-from kingen.search.result import Progress
-from kingen.search.run import fit, resume
+from kingen.fitting.progress import Progress
+from kingen.runs.fit import fit, resume
 from kingen.store import RunStore
 
 
@@ -98,7 +98,7 @@ def test_numpy_operators_and_cmaes_are_deterministic(tmp_path):
 
 
 def test_numbers_drawn_during_the_solve_are_those_drawn_in_turn(tmp_path, monkeypatch):
-    from kingen.search.engine import Engine
+    from kingen.fitting.engine import Engine
 
     ga = 'operators = "numpy"\noffspring = 12\ngenerations = 5'
     ahead = fit(write_problem(tmp_path, ga=ga), progress=False)
@@ -115,7 +115,7 @@ def test_numbers_drawn_during_the_solve_are_those_drawn_in_turn(tmp_path, monkey
 def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, monkeypatch):
     # Started before, they would compete with the solve's preparation for the interpreter's
     # lock: the background work of each generation starts between preparing and solving.
-    from kingen.search.engine import Engine
+    from kingen.fitting.engine import Engine
 
     events: list[str] = []
     start_write, start_draws = Engine._start_write, Engine._start_draws
@@ -152,8 +152,8 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
 
 def test_an_evaluator_without_the_hook_gets_the_background_work_started_before_it(
         tmp_path):
-    from kingen.objective import Evaluation
-    from kingen.search.engine import Engine
+    from kingen.fitting.engine import Engine
+    from kingen.fitting.objective import Evaluation
 
     cfg = load_config(write_problem(tmp_path, ga='operators = "numpy"\noffspring = 8'))
     seen: list[bool] = []
@@ -217,7 +217,7 @@ def _feed(monkeypatch, values):
 @pytest.mark.parametrize("parallel", [False, True], ids=["one-thread", "all-threads"])
 def test_numpy_operators_give_deaps_children_exactly(monkeypatch, parallel):
     # Small batches run on the calling thread alone; both paths must give DEAP's children.
-    monkeypatch.setattr(kingen.search.operators, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
+    monkeypatch.setattr(kingen.fitting.operators, "PARALLEL_FROM_GENES", 0 if parallel else 1 << 40)
     threads = numba.get_num_threads()
     rng = np.random.default_rng(3)
     n, m = 300, 6

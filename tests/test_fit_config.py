@@ -8,8 +8,8 @@ from test_fit_helpers import write_problem
 import kingen.solve.batch as batch
 from kingen.cli import main
 from kingen.errors import KingenError
-from kingen.fit_config import load_config
-from kingen.search.run import fit
+from kingen.fitting.config import load_config
+from kingen.runs.fit import fit
 
 
 @pytest.fixture

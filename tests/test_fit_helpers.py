@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kingen.data import Recording, write_csv
-from kingen.protocol import Protocol, standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol, standard_protocol
+from kingen.experiment.recordings import Recording, write_csv
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def recovery_problem(tmp: Path, *, dt: float, free: list[str], population: int,
     """
     from dataclasses import replace
 
-    from kingen.protocol import load_protocol
+    from kingen.experiment.protocol import load_protocol
 
     scheme = Scheme.load(TRUTH_MODEL)
     rng = np.random.default_rng(NOISE_SEED)
@@ -139,7 +139,7 @@ def recovery_problem(tmp: Path, *, dt: float, free: list[str], population: int,
 def whole_and_half_run(tmp: Path, ga: str, half: int) -> tuple[object, Path]:
     """A fit run to its end in ``tmp/whole``, and the same fit stopped after ``half``
     generations in ``tmp/part``: the uninterrupted result and the stopped run's folder."""
-    from kingen.search.run import fit
+    from kingen.runs.fit import fit
 
     whole, part = tmp / "whole", tmp / "part"
     whole.mkdir()

@@ -11,7 +11,7 @@ import numpy as np
 from test_fit_helpers import write_problem
 
 from kingen.cli import main
-from kingen.search.run import fit
+from kingen.runs.fit import fit
 from kingen.store import RunStore
 
 GENERATIONS = 30

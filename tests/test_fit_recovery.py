@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from test_fit_helpers import recovery_problem, standard_errors
 
-from kingen.fit_config import load_config
-from kingen.scheme import Scheme
-from kingen.search.run import _objective, fit
+from kingen.fitting.config import load_config
+from kingen.model.scheme import Scheme
+from kingen.runs.fit import _objective, fit
 from kingen.solve import simulate_exact
 
 FREE = ["k12", "k21", "k2o", "ko2", "k13", "k24"]

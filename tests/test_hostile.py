@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from test_scheme import TWO_STATE
 
-from kingen import limits
 from kingen.cli import main
-from kingen.data import load_targets, read_csv
 from kingen.errors import KingenError
-from kingen.fit_config import loads_config
-from kingen.protocol import load_protocol, protocol_from_dict
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import load_protocol, protocol_from_dict
+from kingen.experiment.recordings import load_targets, read_csv
+from kingen.fitting.config import loads_config
+from kingen.model import limits
+from kingen.model.scheme import Scheme
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -72,7 +72,7 @@ def scheme_error(text: str) -> str:
 
 
 def protocol_error(text: str) -> str:
-    from kingen.fields import loads_toml
+    from kingen.model.fields import loads_toml
 
     with pytest.raises(KingenError) as err:
         protocol_from_dict(loads_toml(text, "p.toml"), source="p.toml")
@@ -110,7 +110,7 @@ def test_sampling_bomb_in_a_protocol_file() -> None:
     msg = protocol_error(PROTOCOL.replace("dt = 0.05", "dt = 1e-9"))
     assert msg == ("p.toml: sweeps[0]: needs 20,000,000,001 samples in one sweep; the limit is "
                    "10,000,000: sweep '0' lasts 20 ms sampled every 1e-09 ms: raise dt or "
-                   "shorten the sweep (kingen.limits.MAX_SAMPLES_PER_SWEEP), or pass --force "
+                   "shorten the sweep (kingen.model.limits.MAX_SAMPLES_PER_SWEEP), or pass --force "
                    "(force = true in a fit configuration) to try anyway")
 
 
@@ -120,7 +120,7 @@ def test_duration_and_train_bombs() -> None:
     msg = protocol_error("[train]\nstart = 2\nduration = 1\nconcentration = 10\n"
                          "n = 100000000\nfrequency = 50\n")
     assert msg == ("p.toml: train.n = 100000000: needs 100,000,000 pulses in one sweep; the "
-                   "limit is 2,000: fewer pulses (kingen.limits.MAX_PULSES_PER_SWEEP), or "
+                   "limit is 2,000: fewer pulses (kingen.model.limits.MAX_PULSES_PER_SWEEP), or "
                    "pass --force (force = true in a fit configuration) to try anyway")
 
 
@@ -129,7 +129,7 @@ def test_step_and_courant_bombs() -> None:
     assert msg.startswith("fit.toml: step = 1e-09: needs ")
     assert msg.endswith("RK4 steps to simulate one candidate; the limit is 1,000,000,000: a "
                         "larger step, a courant nearer 2.5, a larger dt or shorter sweeps "
-                        "(kingen.limits.MAX_STEPS_PER_CANDIDATE), or pass --force (force = "
+                        "(kingen.model.limits.MAX_STEPS_PER_CANDIDATE), or pass --force (force = "
                         "true in a fit configuration) to try anyway")
     assert config_error("courant = 1e-9\n" + CONFIG).startswith("fit.toml: courant = 1e-09: "
                                                                  "needs ")
@@ -145,7 +145,7 @@ def test_ten_thousand_states_refused_at_once(tmp_path: Path, capsys) -> None:
     path.write_text("\n".join(lines))
     assert cli_error(["info", str(path)], capsys) == (
         f"kingen: error: {path}: states: needs 10,000 states; the limit is 500: split the "
-        "model or lump states (kingen.limits.MAX_STATES), or pass --force (force = true in a "
+        "model or lump states (kingen.model.limits.MAX_STATES), or pass --force (force = true in a "
         "fit configuration) to try anyway")
 
 
@@ -226,9 +226,9 @@ def test_current_that_overflows_in_pA(tmp_path: Path) -> None:
 
 
 def test_failed_feature_is_named_not_null(monkeypatch, capsys) -> None:
-    import kingen.features
+    import kingen.experiment.features
 
-    monkeypatch.setattr(kingen.features, "protocol_features",
+    monkeypatch.setattr(kingen.experiment.features, "protocol_features",
                         lambda *a, **k: {"peak_pA": [-1.0, float("nan")],
                                          "tau_des_ms": float("nan")})
     assert main(["simulate", str(MODEL), "--protocol", "deactivation", "--json"]) == 0
@@ -256,7 +256,7 @@ def test_csv_cell_over_128_kib(tmp_path: Path) -> None:
 def _nwb_variant(tmp_path: Path, name: str, edit) -> Path:
     h5py = pytest.importorskip("h5py")
     pytest.importorskip("pynwb")
-    from kingen.data import write_nwb
+    from kingen.experiment.recordings import write_nwb
 
     path = tmp_path / name
     write_nwb(read_csv(DATA / "deactivation.csv"), path)
@@ -297,7 +297,7 @@ def _strings(f):
     ("strings.nwb", _strings, "acquisition/current_0.data: not numbers (stored as |S1)"),
 ])
 def test_nwb_gets_the_csv_checks(tmp_path: Path, name, edit, expected) -> None:
-    from kingen.data import read_nwb
+    from kingen.experiment.recordings import read_nwb
 
     path = _nwb_variant(tmp_path, name, edit)
     with pytest.raises(KingenError) as err:
@@ -307,7 +307,7 @@ def test_nwb_gets_the_csv_checks(tmp_path: Path, name, edit, expected) -> None:
 
 def test_reversed_nwb_is_blamed_on_the_file_not_the_config(tmp_path: Path) -> None:
     pytest.importorskip("pynwb")
-    from kingen.data import Recording, read_nwb, write_nwb
+    from kingen.experiment.recordings import Recording, read_nwb, write_nwb
 
     t = np.array([0.0, 0.05, 0.02, 0.1])
     path = tmp_path / "rev.nwb"

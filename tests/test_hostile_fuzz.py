@@ -12,14 +12,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kingen import limits
 from kingen.cli import main
-from kingen.data import read_csv
 from kingen.errors import KingenError
-from kingen.fields import loads_toml
-from kingen.fit_config import loads_config
-from kingen.protocol import protocol_from_dict
-from kingen.scheme import RATE_RANGE, Scheme
+from kingen.experiment.protocol import protocol_from_dict
+from kingen.experiment.recordings import read_csv
+from kingen.fitting.config import loads_config
+from kingen.model import limits
+from kingen.model.fields import loads_toml
+from kingen.model.scheme import RATE_RANGE, Scheme
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"

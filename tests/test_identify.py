@@ -14,11 +14,11 @@ from scipy.optimize import minimize_scalar
 from test_fit_helpers import write_problem
 
 from kingen.cli import main
-from kingen.data import Recording, write_csv
 from kingen.errors import KingenError
+from kingen.experiment.recordings import Recording, write_csv
 from kingen.identify.noise import integrated_time
-from kingen.identify.run import profile_run
-from kingen.search.run import fit
+from kingen.runs.fit import fit
+from kingen.runs.profile import profile_run
 from kingen.store import RunStore, RunView
 
 TWO_STATE = """
@@ -219,7 +219,7 @@ def test_desensitization_rates_from_deactivation_alone_are_flagged(tmp_path):
 
 
 def test_plot_has_one_profile_panel_per_parameter(jonas_run, tmp_path):
-    from kingen.plot import plot_run_detailed, profile_figure
+    from kingen.outputs.plot import plot_run_detailed, profile_figure
 
     fresh = tmp_path / "fresh.h5"
     shutil.copy(jonas_run, fresh)
@@ -254,8 +254,8 @@ def test_intervals_cover_the_truth_over_noise_replicates(tmp_path, two_state_run
 
 
 def test_a_fit_ends_with_its_local_uncertainty_and_the_outputs_show_it(jonas_fit, tmp_path):
-    from kingen.export import fitted_scheme_text
-    from kingen.report import _uncertainty_tables, write_report
+    from kingen.outputs.export import fitted_scheme_text
+    from kingen.outputs.report import _uncertainty_tables, write_report
 
     local = jonas_fit.uncertainty
     assert local["names"] == ["k2o", "ko2"]
@@ -281,7 +281,7 @@ def test_a_fit_ends_with_its_local_uncertainty_and_the_outputs_show_it(jonas_fit
     assert "profile-likelihood intervals" in exported
     assert exported.count("identifiable: yes") == 2
     # the NEURON and Myokit exports carry the same intervals beside each rate
-    from kingen.export import export_foreign
+    from kingen.outputs.export import export_foreign
 
     with RunView.open(run) as view:
         rows = {r["name"]: r for r in view.uncertainty()[0]}
@@ -330,7 +330,7 @@ def test_a_damaged_or_malformed_profile_state_is_one_line(jonas_run, tmp_path, c
 def test_summary_targets_enter_the_likelihood(tmp_path):
     """A fit to summary targets alone: those with an sd are Gaussian observations, the
     others are scaled from the best fit (5 % of each when it meets them exactly)."""
-    from kingen.data import load_targets
+    from kingen.experiment.recordings import load_targets
 
     (tmp_path / "model.toml").write_text(
         (Path(__file__).resolve().parents[1] / "data" / "jonas_1993_reversible.toml")

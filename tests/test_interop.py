@@ -15,10 +15,10 @@ import pytest
 
 from kingen.cli import main
 from kingen.errors import KingenError
-from kingen.interop import export_text, import_text
-from kingen.interop.imported import ImportProblems
-from kingen.interop.nmodl.writer import state_names
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
+from kingen.outputs.interop import export_text, import_text
+from kingen.outputs.interop.imported import ImportProblems
+from kingen.outputs.interop.nmodl.writer import state_names
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -235,7 +235,7 @@ def test_cli_import_and_export(tmp_path: Path, capsys: pytest.CaptureFixture) ->
 def test_export_of_a_run_carries_provenance_and_intervals(tmp_path: Path) -> None:
     from test_store import make_run
 
-    from kingen.export import export_foreign
+    from kingen.outputs.export import export_foreign
     from kingen.store import RunView
 
     run = tmp_path / "run.h5"

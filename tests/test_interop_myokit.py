@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kingen.interop import export_text
-from kingen.protocol import standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import standard_protocol
+from kingen.model.scheme import Scheme
+from kingen.outputs.interop import export_text
 from kingen.solve.reference import simulate_exact
 
 myokit = pytest.importorskip("myokit")

@@ -1,46 +1,39 @@
-"""The layers of DESIGN.md hold: no module of ``kingen`` imports from a layer below its own.
+"""The layers of docs/architecture.md hold: no module of ``kingen`` imports from a layer below
+its own.
 
-Data flows top to bottom through the layers (model, experiment, simulation, objective,
-search, persistence & output, scale-out, analysis, interface); a module may import from its
-own layer and the layers above it. Every import counts, at module level or inside a
-function. A module that no layer claims fails the test: place it in ``LAYERS``.
+The architecture document's table lists the layers top to bottom, each with its packages; a
+module may import from its own layer and the layers above it. Every import counts, at module
+level or inside a function. A module that no layer claims fails the test, and so does a
+package the table names that does not exist.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "kingen"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "kingen"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def read_layers(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(layer, packages) rows of the table between the ``layers: begin/end`` markers."""
+    block = text.split("<!-- layers: begin", 1)[1].split("<!-- layers: end", 1)[0]
+    rows = []
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        rows.append((cells[0], tuple(re.findall(r"`([A-Za-z0-9_.]+)`", cells[1]))))
+    return rows
+
 
 # Top to bottom; each module (or package: every module under it) by its dotted name.
-# Modules DESIGN.md does not list are placed where their imports say they belong.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("model", ("kingen._version", "kingen.errors", "kingen.files", "kingen.console",
-               "kingen.units",
-               "kingen.fields", "kingen.limits", "kingen.allocator",
-               "kingen.scheme", "kingen.shipped",
-               # scheme import/export (NEURON .mod, Myokit .mmt): the model layer (DESIGN.md)
-               "kingen.interop")),
-    ("experiment", ("kingen.protocol", "kingen.data")),
-    ("simulation", ("kingen.codegen", "kingen.solve")),
-    ("objective", ("kingen.objective", "kingen.features")),
-    ("search", ("kingen.params", "kingen.search", "kingen.fit_config",
-                "kingen.identify")),
-    # kingen.simulation is the one-call simulate() of the public API: it reaches down to
-    # the solvers and up to the features, the CSV writer and the plots. The run drivers
-    # fit()/resume() (kingen.search.run) create and open the run file, so they sit here,
-    # below the engine they drive; so does kingen profile's driver (kingen.identify.run).
-    ("persistence & output", ("kingen.store", "kingen.plot", "kingen.report", "kingen.export",
-                              "kingen.simulation", "kingen.search.run",
-                              "kingen.identify.run")),
-    ("scale-out", ("kingen.distributed",)),
-    ("analysis", ("kingen.analysis",)),
-    ("interface", ("kingen", "kingen.__main__", "kingen.cli", "kingen.fit_cli",
-                   "kingen.output_cli", "kingen.batch_cli", "kingen.identify.cli")),
-]
+LAYERS: list[tuple[str, tuple[str, ...]]] = read_layers(ARCHITECTURE.read_text(encoding="utf-8"))
 
 # Known imports against the order, each with its reason: (importer, imported).
 ALLOWED: dict[tuple[str, str], str] = {}
@@ -134,5 +127,17 @@ def test_the_solver_never_imports_the_analysis(module: str) -> None:
 
 
 def test_the_walker_sees_imports_inside_functions() -> None:
-    # search/run.py imports the features inside a function only: the walk must see it
-    assert "kingen.features" in imports_of("kingen.search.run")
+    # runs/fit.py imports the features inside a function only: the walk must see it
+    assert "kingen.experiment.features" in imports_of("kingen.runs.fit")
+
+
+def test_the_architecture_table_names_only_packages_that_exist() -> None:
+    named = [m for _, members in LAYERS for m in members]
+    assert len(LAYERS) >= 10 and "kingen.model" in named
+    assert not [m for m in named if m not in MODULES], "the table names missing packages"
+
+
+def test_no_module_sits_flat_in_the_package_but_the_base_and_interface() -> None:
+    flat = sorted(m for m, p in MODULES.items()
+                  if p.parent == PACKAGE and p.name != "__init__.py")
+    assert flat == ["kingen.__main__", "kingen._version", "kingen.errors"]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from kingen.errors import KingenError
-from kingen.protocol import standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import standard_protocol
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 
 MODELS = Path(__file__).resolve().parent.parent / "models"

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from test_fit_helpers import TRUTH_MODEL, synthetic_recording
 
-from kingen.data import Recording, Target, Targets
 from kingen.errors import KingenError
-from kingen.features import edge_half_width, peak, protocol_features, steady_state
-from kingen.objective import Objective, ProtocolData, fit_hill_batch, fit_recovery_batch
-from kingen.params import ParameterMap
-from kingen.protocol import standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.features import edge_half_width, peak, protocol_features, steady_state
+from kingen.experiment.protocol import standard_protocol
+from kingen.experiment.recordings import Recording, Target, Targets
+from kingen.fitting.objective import Objective, ProtocolData, fit_hill_batch, fit_recovery_batch
+from kingen.fitting.params import ParameterMap
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 
 SCHEME = Scheme.load(TRUTH_MODEL)
@@ -133,7 +133,8 @@ def test_the_kernel_carries_only_the_windows_a_target_reads():
     np.testing.assert_allclose(ev.errors, with_targets.evaluate_traces(p).errors, rtol=1e-9)
 
 def test_window_targets_match_the_features_of_the_simulated_currents():
-    """Targets measured by kingen.features on the model's own currents are met at the truth."""
+    """Targets measured by kingen.experiment.features on the model's own currents are met at
+    the truth."""
     recov = standard_protocol("recovery", exchange=0.2, dt=0.05)
     items = []
     for proto in (DEACT, DESENS, recov):
@@ -152,7 +153,7 @@ def test_window_targets_match_the_features_of_the_simulated_currents():
                 "recovery": ("tau_rec_ms",)}[proto.kind]
         t = Targets({k: Target(f[k]) for k in keys})
         if proto.kind == "recovery":
-            from kingen.data import RecoveryTable
+            from kingen.experiment.recordings import RecoveryTable
 
             rows = np.array(f["recovery"])
             t.recovery = RecoveryTable(rows[:, 0], rows[:, 1])

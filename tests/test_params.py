@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fit_helpers import TRUTH_MODEL
 
-import kingen.params as params_module
+import kingen.fitting.params as params_module
 from kingen.errors import KingenError
-from kingen.params import ParameterMap, apply_overrides, apply_ties, to_file_units
-from kingen.scheme import Scheme
+from kingen.fitting.params import ParameterMap, apply_overrides, apply_ties, to_file_units
+from kingen.model.scheme import Scheme
 
 SCHEME = Scheme.load(TRUTH_MODEL)
 

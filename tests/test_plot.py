@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_store import make_run, small_protocols
 
-from kingen.plot import DPI, FIGURE_SIZES, plot_run, plot_run_detailed, plot_traces
+from kingen.outputs.plot import DPI, FIGURE_SIZES, plot_run, plot_run_detailed, plot_traces
 from kingen.store import RunStore
 
 FIGURES = ["fit_deactivation", "fit_desensitization", "fit_recovery", "fit_dose_response",

@@ -11,8 +11,8 @@ from test_solver import _mini_protocols, _objective_case
 
 from kingen.codegen import generate_propagator
 from kingen.errors import KingenError
-from kingen.protocol import standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import standard_protocol
+from kingen.model.scheme import Scheme
 from kingen.solve import Simulator, simulate_exact
 from kingen.solve.batch import ObjectiveInputs
 from kingen.solve.cuda import LaunchConfig, default_config

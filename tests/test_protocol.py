@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kingen.errors import KingenError
-from kingen.protocol import (
+from kingen.experiment.protocol import (
     STANDARD_DOSES_MM,
     STANDARD_RECOVERY_INTERVALS_MS,
     Pulse,

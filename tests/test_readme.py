@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from kingen.protocol import load_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import load_protocol
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -22,7 +22,7 @@ def test_readme_scheme_example_loads_and_simulates():
     assert scheme.n_states == 5 and len(scheme.cycles) == 1
     assert scheme.cycles[0].derived is not None
     assert scheme.values[scheme.param_names.index("kon")] == pytest.approx(10.0)  # mM-1 ms-1
-    from kingen.protocol import standard_protocol
+    from kingen.experiment.protocol import standard_protocol
 
     current = simulate_exact(scheme, standard_protocol("deactivation")).sweeps[0].current
     assert current.min() < -1.0  # an inward current at -60 mV

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kingen.protocol import Protocol, Pulse, Sweep, standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol, Pulse, Sweep, standard_protocol
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -73,7 +73,7 @@ def test_smooth_solver_agrees_with_expm_where_both_apply():
 def test_synaptic_transient_matches_high_accuracy_ode():
     from scipy.integrate import solve_ivp
 
-    from kingen.protocol import Transient
+    from kingen.experiment.protocol import Transient
 
     s = Scheme.load(MODELS / "jonas_1993.toml")
     tr_def = Transient(start=1.0, peak=1.1, tau_decay=1.2, tau_rise=0.05)
@@ -149,7 +149,7 @@ def test_rates_far_beyond_the_others_match_the_scheme_they_lump_into(fast, toler
 
 def test_simulate_refuses_rates_the_exact_solver_cannot_resolve():
     from kingen.errors import KingenError
-    from kingen.simulation import simulate
+    from kingen.runs.simulate import simulate
 
     scheme = Scheme.loads(FAST_PAIR.replace("FAST", "1e11"))
     with pytest.raises(KingenError) as exc:
@@ -158,7 +158,7 @@ def test_simulate_refuses_rates_the_exact_solver_cannot_resolve():
         "<scheme>: protocol desensitization: state C1 is left at 1e+11 /ms (at 0 mM; fastest "
         "C1 -> O, parameter b); the exact solver resolves rates up to 1e+10 /ms beside slow "
         "ones, and no channel's kinetics come near it: check the parameters' values and "
-        "units (kingen.limits.MAX_EXACT_RATE), or pass --force to try anyway"]
+        "units (kingen.model.limits.MAX_EXACT_RATE), or pass --force to try anyway"]
     forced = simulate(scheme, "desensitization", force=True)
     lumped = simulate(Scheme.loads(LUMPED), "desensitization")
     np.testing.assert_allclose(forced.currents[0], lumped.currents[0], rtol=0,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from test_store import make_run, small_protocols
 
-from kingen.report import write_report
+from kingen.outputs.report import write_report
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from test_fit_helpers import FOUR_STATE
 
 import kingen.solve.rest as rest_module
 from kingen.errors import KingenError
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 from kingen.solve.rest import rest_occupancy_batch, resting_class
 
 MODELS = Path(__file__).resolve().parents[1] / "models"

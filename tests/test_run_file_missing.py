@@ -14,7 +14,7 @@ from test_fit_helpers import write_problem
 
 from kingen.cli import main
 from kingen.errors import KingenError
-from kingen.search.run import fit
+from kingen.runs.fit import fit
 from kingen.store import RunStore, RunView, layout
 from kingen.store.integrity import _corrupt
 

@@ -23,7 +23,7 @@ import pytest
 from test_fit_helpers import whole_and_half_run, write_problem
 
 from kingen.cli import main
-from kingen.search.run import fit, resume
+from kingen.runs.fit import fit, resume
 from kingen.store import LAYOUT_VERSION, RunStore, WriterLock
 
 
@@ -416,7 +416,7 @@ def _kept_two_and_resumes(run: Path, monkeypatch: pytest.MonkeyPatch, generation
 def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kept(
         tmp_path, monkeypatch, capsys):
     import kingen.store.runstore as runstore
-    from kingen.fit_config import load_config
+    from kingen.fitting.config import load_config
 
     cfg = write_problem(tmp_path, ga="generations = 6")
     run = load_config(cfg).output  # as the configuration gives it
@@ -444,7 +444,7 @@ def test_a_disk_that_fills_up_during_hdf5s_write_is_said_in_one_line(
     # the disk filled after the free-space check (another process), or a quota statvfs
     # cannot see: h5py's text, a paragraph of buffer addresses, was the message
     import kingen.store.runstore as runstore
-    from kingen.fit_config import load_config
+    from kingen.fitting.config import load_config
 
     cfg = write_problem(tmp_path, ga="generations = 4")
     run = load_config(cfg).output
@@ -489,7 +489,7 @@ def test_a_read_only_run_file_is_said_to_be_read_only_not_damaged(fitted: Path, 
 
 def test_names_end_where_they_end_and_toml_may_start_with_a_bom(tmp_path) -> None:
     from kingen.errors import KingenError
-    from kingen.scheme import Scheme
+    from kingen.model.scheme import Scheme
 
     text = (Path(__file__).resolve().parents[1] / "models" / "jonas_1993.toml").read_text()
     bom = tmp_path / "bom.toml"
@@ -504,7 +504,7 @@ def test_names_end_where_they_end_and_toml_may_start_with_a_bom(tmp_path) -> Non
 
 def test_overwrite_keeps_the_earlier_run_until_the_new_one_commits(fitted: Path, tmp_path,
                                                                   monkeypatch) -> None:
-    from kingen.search.engine import Engine
+    from kingen.fitting.engine import Engine
 
     cfg = write_problem(tmp_path, ga="generations = 2")
     run = tmp_path / "run.h5"

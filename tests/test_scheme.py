@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kingen.errors import KingenError
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 
@@ -280,7 +280,7 @@ def test_rest_sink_shortcut_equals_the_equilibrium_solve():
 
 
 def test_default_rate_units_can_be_read_back_for_every_concentration_unit():
-    from kingen.params import to_file_units
+    from kingen.fitting.params import to_file_units
 
     text = TWO_STATE.replace('concentration = "M"', 'concentration = "mol/l"').replace(
         ', unit = "M^-1 s^-1"', "")
@@ -298,7 +298,7 @@ def test_negative_reversibility_tolerance_is_a_clear_error():
 
 
 def test_unit_spellings_are_exact_because_case_carries_meaning():
-    from kingen import units
+    from kingen.model import units
 
     assert units.factor("conductance", "mS") == 1e9
     assert units.factor("time", "s") == 1e3 and units.factor("concentration", "uM") == 1e-3

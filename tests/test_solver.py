@@ -9,8 +9,8 @@ import pytest
 
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS
 from kingen.errors import KingenError
-from kingen.protocol import Protocol, Pulse, Sweep, standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol, Pulse, Sweep, standard_protocol
+from kingen.model.scheme import Scheme
 from kingen.solve import ObjectiveInputs, Simulator, simulate_batch, simulate_exact
 from kingen.solve.cuda import LaunchConfig
 
@@ -266,7 +266,7 @@ def test_varying_concentration_is_read_from_the_schedule_at_every_stage_time():
     """Exchange edges and a synaptic transient in one sweep: the schedule holds the
     waveform at the three stage times of every step of the smooth rows, and both forms of
     the solver reproduce the exact reference from it."""
-    from kingen.protocol import Transient
+    from kingen.experiment.protocol import Transient
 
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
     sweep = Sweep("edges and transient", 12.0, 0.02,

@@ -21,11 +21,11 @@ import h5py
 import numpy as np
 import pytest
 
-from kingen.data import Recording, RecoveryTable, Target, Targets
 from kingen.errors import KingenError
-from kingen.features import protocol_features
-from kingen.protocol import Protocol, standard_protocol
-from kingen.scheme import Scheme
+from kingen.experiment.features import protocol_features
+from kingen.experiment.protocol import Protocol, standard_protocol
+from kingen.experiment.recordings import Recording, RecoveryTable, Target, Targets
+from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
 from kingen.store import LAYOUT_VERSION, RunStore
 
@@ -241,8 +241,8 @@ def test_a_reader_cannot_write(run: tuple[Path, dict[str, Any]]) -> None:
 WRITER = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from kingen.protocol import standard_protocol
-    from kingen.scheme import Scheme
+    from kingen.experiment.protocol import standard_protocol
+    from kingen.model.scheme import Scheme
     from kingen.store import RunStore
 
     path, n_gen, n_pop, pause, mode = sys.argv[1:6]

@@ -76,7 +76,7 @@ def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "s
 
 def protocol_set(name: str) -> list:
     """The protocols of a named set (``desensitization``, ``standard``) or one standard one."""
-    from kingen.protocol import standard_protocol
+    from kingen.experiment.protocol import standard_protocol
 
     names = PROTOCOL_SETS.get(name, (name,))
     return [standard_protocol(n) for n in names]
@@ -165,8 +165,8 @@ def solver_problem(model: str | Path | None = None, n_candidates: int = 16384,
     default Robert & Howe 2003) under the protocol set, with objective inputs (a noisy
     trace of the file's values, one peak window per sweep)."""
     from kingen.codegen import N_WINDOWS
-    from kingen.scheme import Scheme
-    from kingen.shipped import resolve_model
+    from kingen.model.scheme import Scheme
+    from kingen.model.shipped import resolve_model
     from kingen.solve.batch import ObjectiveInputs, Simulator
 
     if n_candidates < 1:

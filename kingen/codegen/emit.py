@@ -8,7 +8,7 @@ which transition each name is. Constants are wrapped in the module's working-pre
 
 from __future__ import annotations
 
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 
 N_WINDOWS = 4
 N_OUT = 2 + 2 * N_WINDOWS

@@ -45,7 +45,7 @@ from kingen.codegen.stage import (
     finished,
     thread_start,
 )
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 
 PROP_ARGS = ("c, w, lane, gmask, sh, base, P, S0, rows_f, rows_i, row_start, row_key,\n"
              "               conc, row_conc, drive, sample_start, tol, D,")
@@ -331,7 +331,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
 
     Examples
     --------
-    >>> from kingen.scheme import Scheme
+    >>> from kingen.model.scheme import Scheme
     >>> s = Scheme.load("models/jonas_1993.toml")
     >>> code = generate_propagator(s, "objective")
     >>> "def build_thread(" in code.source and "p0 * d0_0" in code.source

@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 
 from kingen.codegen.emit import N_WINDOWS, Emitter
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 
 THREAD_ARGS = ("c, w, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,\n"
                "               sample_start, tol,")
@@ -87,7 +87,7 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
 
     Examples
     --------
-    >>> from kingen.scheme import Scheme
+    >>> from kingen.model.scheme import Scheme
     >>> s = Scheme.loads('''
     ... [model]
     ... name = "two-state"

@@ -1,6 +1,6 @@
 """The Gaussian log-likelihood of a fit, from the same residuals the fit minimises.
 
-For a recorded protocol p the fit minimises Σ w (A g − d)² (:mod:`kingen.objective`), with
+For a recorded protocol p the fit minimises Σ w (A g − d)² (:mod:`kingen.fitting.objective`), with
 the amplitude A solved in closed form (least squares, clamped ≥ 0) for every candidate. With
 independent Gaussian noise of σ_p, and τ_p samples per independent one
 (:mod:`kingen.identify.noise`),
@@ -9,7 +9,7 @@ independent Gaussian noise of σ_p, and τ_p samples per independent one
                   + const,
 
 A profiled out as in the fit (it is re-solved for every θ). The second sum is over summary
-targets (:mod:`kingen.objective`): s_t = 1 for a target with an sd; a protocol's targets
+targets (:mod:`kingen.fitting.objective`): s_t = 1 for a target with an sd; a protocol's targets
 without one share the scale that makes their χ² at the best equal their number (or
 :data:`ASSUMED_RELATIVE_SD` of their value, when the best meets them exactly, and their
 scatter says nothing). The protocols' fit weights do not enter:
@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
+from kingen.fitting.objective import host_windows
 from kingen.identify.noise import NoiseModel, has_sd
-from kingen.objective import host_windows
 
 FAILED = np.inf  # χ² of a candidate that cannot be simulated
 # Targets without an sd that the best fit meets to within this (squared, relative) per
@@ -42,9 +42,9 @@ class Likelihood:
     Parameters
     ----------
     objective
-        The fit's :class:`~kingen.objective.Objective`.
+        The fit's :class:`~kingen.fitting.objective.Objective`.
     pmap
-        The fit's :class:`~kingen.params.ParameterMap` (genes: log10 rates).
+        The fit's :class:`~kingen.fitting.params.ParameterMap` (genes: log10 rates).
     noise
         The noise model (:func:`~kingen.identify.noise.estimate_noise`).
     best_genes

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.features import edge_half_width
+from kingen.experiment.features import edge_half_width
 
 MIN_BASELINE = 20      # baseline samples (all sweeps) needed to take σ from the baseline
 MAX_LAG = 200          # longest lag of the autocorrelation sum, in samples

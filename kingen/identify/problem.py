@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.objective import Objective, ProtocolData
-from kingen.params import ParameterMap
+from kingen.fitting.objective import Objective, ProtocolData
+from kingen.fitting.params import ParameterMap
 from kingen.solve.schedule import DEFAULT_COURANT
 
 

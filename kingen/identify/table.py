@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.params import file_unit_factor
+from kingen.fitting.params import file_unit_factor
 
 
 def _fmt(v: float | None) -> str:

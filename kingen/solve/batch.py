@@ -21,8 +21,8 @@ import numpy as np
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
 from kingen.codegen.propagator import padded_states
 from kingen.errors import KingenError
-from kingen.protocol import Protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol
+from kingen.model.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
 from kingen.solve.inputs import checked_transpose
@@ -186,7 +186,7 @@ class Simulator:
             ``kingen tune`` recorded for this device, else 128 threads per block.
         complete
             Recompute the derived rates (default). False: ``params`` holds them already
-            (:meth:`kingen.scheme.Scheme.complete` has run on it), and they are taken as
+            (:meth:`kingen.model.scheme.Scheme.complete` has run on it), and they are taken as
             they are.
         while_solving
             Called once while the solver runs: on the GPU once its kernels are launched

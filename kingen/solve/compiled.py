@@ -17,7 +17,7 @@ from types import ModuleType
 from kingen.codegen import N_WINDOWS, generate, generate_propagator
 from kingen.codegen.propagator import shared_stride
 from kingen.codegen.span import span_groups
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 
 _LOADED: dict[str, ModuleType] = {}
 

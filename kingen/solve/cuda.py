@@ -141,7 +141,7 @@ def default_config(scheme, precision: str = "float64",
       414 ms with spans of 8 over 4 lanes, 698 ms on 2 lanes without spans and 723 ms with
       spans of 16 over 8).
 
-    >>> from kingen.scheme import Scheme
+    >>> from kingen.model.scheme import Scheme
     >>> default_config(Scheme.load("models/robert_howe_2003.toml")).name
     'prop-l8-s16-b128'
     >>> default_config(Scheme.load("models/robert_howe_2003.toml"), stage_rows="smooth").name

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kingen.scheme import Scheme
+from kingen.model.scheme import Scheme
 from kingen.solve.schedule import Schedule
 
 
@@ -72,7 +72,7 @@ def flops_per_span_sample(scheme: Scheme, span: int) -> float:
     Each span costs ``span`` currents (a dot product over S states each) and one product
     with M^B − I for the state (see :mod:`kingen.codegen.span`).
 
-    >>> from kingen.scheme import Scheme
+    >>> from kingen.model.scheme import Scheme
     >>> s = Scheme.load("models/robert_howe_2003.toml")
     >>> flops_per_product(s), flops_per_span_sample(s, 16)
     (528, 65.0)

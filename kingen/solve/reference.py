@@ -13,8 +13,8 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.linalg import expm
 
-from kingen.protocol import Protocol, Sweep
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol, Sweep
+from kingen.model.scheme import Scheme
 
 RTOL = 1e-11
 ATOL = 1e-14

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from kingen.scheme import Scheme, closed_classes
+from kingen.model.scheme import Scheme, closed_classes
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

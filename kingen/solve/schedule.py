@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kingen.protocol import Protocol, Sweep
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol, Sweep
+from kingen.model.scheme import Scheme
 
 # RK4 is stable for real h·λ in (−2.785, 0); the default keeps h·ρ at 2.5, just inside
 # that, where ρ is the Gershgorin bound on the spectral radius (at most twice the largest
@@ -157,7 +157,7 @@ def stage_concentrations(sweep: Sweep, row_f: list[float], row_i: list[int]) -> 
 
     Examples
     --------
-    >>> from kingen.protocol import Pulse, Sweep
+    >>> from kingen.experiment.protocol import Pulse, Sweep
     >>> sweep = Sweep("one pulse", 5.0, 0.1, pulses=(Pulse(1.0, 2.0, 10.0, rise=0.2),))
     >>> c = stage_concentrations(sweep, [0.9, 0.05, 0.0, 1.0], [4, 1, 1, 1])
     >>> c.shape, round(float(c[6]), 3)          # step 2 starts at 1.0 ms: half way up

@@ -10,10 +10,16 @@ import math
 import h5py
 import numpy as np
 
-from kingen.data import DoseResponseTable, Recording, RecoveryTable, Target, Targets
-from kingen.params import file_factors
-from kingen.protocol import Protocol, Pulse, Sweep, Transient
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol, Pulse, Sweep, Transient
+from kingen.experiment.recordings import (
+    DoseResponseTable,
+    Recording,
+    RecoveryTable,
+    Target,
+    Targets,
+)
+from kingen.fitting.params import file_factors
+from kingen.model.scheme import Scheme
 from kingen.store.datasets import (
     _STR,
     _dataset,

@@ -37,10 +37,10 @@ from typing import Any, TypeVar
 import h5py
 import numpy as np
 
-from kingen.data import Recording, Targets
 from kingen.errors import KingenError
-from kingen.protocol import Protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol
+from kingen.experiment.recordings import Recording, Targets
+from kingen.model.scheme import Scheme
 from kingen.store.datasets import (
     _CHECKSUM,
     MAX_COLUMNS,

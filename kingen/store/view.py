@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.params import file_factors
-from kingen.protocol import Protocol
-from kingen.scheme import Scheme
+from kingen.experiment.protocol import Protocol
+from kingen.fitting.params import file_factors
+from kingen.model.scheme import Scheme
 from kingen.store.runstore import RunStore
 
 

@@ -1,0 +1,42 @@
+"""Fit a scheme's rate constants: DEAP's (μ + λ) or CMA-ES, one batched solve per generation.
+
+One module per job, as PINTS splits a controller from its methods and DEAP groups its
+operators by kind:
+
+==========================  =================================================================
+module                      its one job
+==========================  =================================================================
+:mod:`.objective`           a population's fitness, batched: one solve, every protocol
+:mod:`.params`              genes <-> rate constants, bounds and scales
+:mod:`.config`              the fit configuration file (``fit.toml``) and the demo's
+:mod:`.operators`           crossover, mutation, selection and varOr as array code (DEAP's
+                            formulas, compiled per-gene loops)
+:mod:`.state`               the resume state: its arrays, encoding, checks, CMA-ES rebuild
+:mod:`.engine`              the controller: the generation loop, stopping rules, the hall of
+                            fame; every generation's candidates scored by ONE call of a
+                            replaceable evaluator
+:mod:`.polish`              least-squares polish of the best candidate
+:mod:`.progress`            the live progress line of a fit
+==========================  =================================================================
+
+``kingen.fit`` and ``kingen.resume`` (:mod:`kingen.runs.fit`, which opens the run file) are
+the public entry points (:mod:`kingen`). The package is not called ``fit`` so that
+``kingen.fit`` stays the function.
+
+Search. Genes are log10 rate constants (linear for ``scale = "linear"``) inside the bounds
+(:mod:`kingen.fitting.params`). ``mu_plus_lambda`` is DEAP's (μ + λ): ``algorithms.varOr`` with
+``tools.cxSimulatedBinaryBounded`` and ``tools.mutPolynomialBounded``, survival by
+``tools.selTournament`` over parents and offspring, a ``tools.HallOfFame``. The toolbox's
+``map`` is replaced by a batched evaluator, so every individual a generation must evaluate
+goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM`` offspring on (or with
+``operators = "numpy"``), varOr, the two operators and the tournament run as array code
+(:mod:`.operators`) with the same formulas and probabilities; given the same random
+numbers, the children are DEAP's exactly. ``cmaes`` is ``deap.cma.Strategy`` in genes
+scaled to [0, 1] per gene (samples outside are clipped for evaluation and penalised by
+their squared distance).
+
+Reproducibility. ``random``, numpy's global generator (used by DEAP's CMA-ES) and the
+fit's own numpy generator are seeded from ``seed``; their states are stored with every
+generation, so the same seed, backend and precision give the same result, and a resumed run
+ends as an uninterrupted one would.
+"""

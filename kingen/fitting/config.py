@@ -1,0 +1,642 @@
+"""The fit configuration file (TOML): read, validate every field, resolve paths.
+
+Everything is checked here, before any simulation: each problem ends in one
+:class:`~kingen.errors.KingenError` line naming the file, the field and the value. Paths are
+relative to the configuration file. See :data:`EXAMPLE` for every field with its default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kingen.base.files import read_text
+from kingen.errors import KingenError
+from kingen.experiment.protocol import (
+    STANDARD_PROTOCOLS,
+    Sweep,
+    check_size,
+    load_protocol,
+    standard_protocol,
+)
+from kingen.experiment.recordings import Recording, Targets, load_recording, load_targets
+from kingen.fitting.objective import BASELINES, ProtocolData
+from kingen.fitting.params import ParameterMap, apply_overrides, apply_ties
+from kingen.model import limits
+from kingen.model.fields import Fields, join, loads_toml
+from kingen.model.scheme import Scheme, check_rate_range
+from kingen.solve.schedule import (
+    DEFAULT_COURANT,
+    RK4_STABILITY_LIMIT,
+    max_rates,
+    step_limit,
+)
+
+ALGORITHMS = ("mu_plus_lambda", "cmaes")
+OPERATORS = ("auto", "deap", "numpy")
+# At and above this many offspring the numpy operators replace DEAP's per-individual ones.
+NUMPY_OPERATORS_FROM = 2048
+
+EXAMPLE = '''\
+model = "model.toml"        # required: the kinetic scheme to fit
+output = "fit.h5"           # run file (default: <config name>.h5 beside the config)
+seed = 0                    # random seed (same seed, backend, precision: same result)
+backend = "auto"            # auto | cpu | cuda
+precision = "float64"       # float64 | float32
+# step = 0.001              # fixed RK4 step, ms (default: automatic, per segment)
+courant = 2.5               # h·ρ of the automatic step choice, in (0, 2.785)
+polish = true               # refine the best by least squares in log space at the end
+polish_evaluations = 40     # at most this many least-squares iterations
+force = false               # lift the size limits of kingen.model.limits (as --force does)
+
+[[protocols]]
+protocol = "deactivation"   # standard name, or a protocol TOML file
+name = "deactivation"       # default: the protocol's own name; must be unique
+exchange = 0.2              # standard protocols: 10-90 % exchange time, ms (default 0)
+dt = 0.05                   # standard protocols: sampling interval, ms
+                            #   (default: the recording's, else 0.02)
+recording = "deact.csv"     # CSV, NWB or ABF; or a list of files (sweeps in order)
+targets = "features.csv"    # summary targets (feature CSV, dose or recovery table), or a list
+weight = 1.0                # weight of this protocol's error in the fitness
+# amplitude = 100           # fix the number of channels (default: solved by least squares)
+mask = []                   # [[t0, t1], ...] ms ranges of every sweep to ignore
+baseline = "none"           # none | pre-pulse | per-sweep: what to subtract from the recording
+                            #   (pre-pulse: the mean before the first pulse, all sweeps)
+
+[parameters]
+# free = ["k01", "k10"]     # search only these (all others fixed); default: all free ones
+# fixed = ["k31"]           # hold these at their values
+# tied = { k_b = "k_a" }    # k_b = k_a; or { k_b = { to = "k_a", factor = 2 } }
+# k12 = { bounds = [1, 100], value = 20, scale = "log", fixed = false }  # file units
+
+[ga]
+algorithm = "mu_plus_lambda"  # mu_plus_lambda | cmaes
+population = 64             # μ (cmaes: parents kept; default λ/2)
+offspring = 64              # λ: candidates evaluated per generation (default: population)
+generations = 100           # maximum number of generations
+cxpb = 0.6                  # crossover probability
+mutpb = 0.3                 # mutation probability (cxpb + mutpb <= 1)
+eta_cx = 15.0               # SBX distribution index
+eta_mut = 20.0              # polynomial-mutation distribution index
+indpb = 0.0                 # per-gene mutation probability (0: 1 / number of genes)
+tournament = 3              # tournament size
+hall_of_fame = 10           # best candidates kept
+sigma = 0.25                # cmaes: initial step, fraction of each gene's range
+operators = "auto"          # deap | numpy | auto (numpy from 2048 offspring on)
+start_from_model = false    # put the model file's values in the initial population
+
+[stop]
+patience = 0                # stop after this many generations without improvement (0: off)
+min_improvement = 1e-6      # relative improvement of the best that counts
+target_error = 0.0          # stop once the best fitness is at or below this (0: off)
+wall_time = 0.0             # stop after this many seconds (0: off)
+'''
+
+
+@dataclass
+class GASettings:
+    """Search settings (see :data:`EXAMPLE`)."""
+
+    algorithm: str = "mu_plus_lambda"
+    population: int = 64
+    offspring: int = 0
+    generations: int = 100
+    cxpb: float = 0.6
+    mutpb: float = 0.3
+    eta_cx: float = 15.0
+    eta_mut: float = 20.0
+    indpb: float = 0.0
+    tournament: int = 3
+    hall_of_fame: int = 10
+    sigma: float = 0.25
+    operators: str = "auto"
+    start_from_model: bool = False
+
+    @property
+    def lambda_(self) -> int:
+        """Offspring per generation."""
+        return self.offspring or self.population
+
+
+@dataclass
+class StopSettings:
+    """Stopping rules (see :data:`EXAMPLE`)."""
+
+    patience: int = 0
+    min_improvement: float = 1e-6
+    target_error: float = 0.0
+    wall_time: float = 0.0
+
+
+@dataclass
+class FitConfig:
+    """A validated fit configuration with everything loaded.
+
+    Attributes
+    ----------
+    path, text
+        The configuration file and its text.
+    scheme
+        The scheme with the configuration's parameter overrides and ties applied.
+    pmap
+        Genes ↔ parameters.
+    protocols
+        The protocols with their data.
+    """
+
+    path: str
+    text: str
+    model_path: str
+    scheme: Scheme
+    pmap: ParameterMap
+    ties: dict[str, tuple[str, float]]
+    protocols: list[ProtocolData]
+    ga: GASettings
+    stop: StopSettings
+    seed: int = 0
+    backend: str = "auto"
+    precision: str = "float64"
+    step: float | None = None
+    courant: float = DEFAULT_COURANT
+    output: str = "fit.h5"
+    polish: bool = True
+    polish_evaluations: int = 40
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def recordings(self) -> dict[str, Recording | None]:
+        """Recording per protocol name."""
+        return {p.protocol.name: p.recording for p in self.protocols}
+
+    @property
+    def targets(self) -> dict[str, Targets | None]:
+        """Targets per protocol name."""
+        return {p.protocol.name: p.targets for p in self.protocols}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able settings as resolved (for the run file)."""
+        return {
+            "config_path": str(Path(self.path).resolve()) if self.path[:1] != "<" else self.path,
+            "model": self.model_path, "seed": self.seed, "backend": self.backend,
+            "precision": self.precision, "step": self.step, "courant": self.courant,
+            "output": self.output, "polish": self.polish,
+            "polish_evaluations": self.polish_evaluations,
+            "ga": asdict(self.ga), "stop": asdict(self.stop),
+            "ties": {k: list(v) for k, v in self.ties.items()},
+            "free": self.pmap.gene_names,
+            "protocols": [{"name": p.protocol.name, "kind": p.protocol.kind,
+                           "source": p.protocol.source, "weight": p.weight,
+                           "amplitude": p.amplitude, "mask": [list(m) for m in p.mask],
+                           "baseline": p.baseline,
+                           "recording": None if p.recording is None else p.recording.source,
+                           "targets": None if p.targets is None else list(p.targets.sources)}
+                          for p in self.protocols],
+        }
+
+
+# ---------------------------------------------------------------------- reading
+
+_TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "polish",
+        "polish_evaluations", "protocols", "parameters", "ga", "stop", "force",
+        "cluster"}  # [cluster]: where `kingen fit --cluster CONFIG` runs (kingen.scaleout)
+_PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
+             "amplitude", "mask", "baseline", "subtract_baseline"}
+_PARAM_KEYS = {"bounds", "value", "scale", "fixed"}
+
+
+class _Checker(Fields):
+    """:class:`~kingen.model.fields.Fields` with the configuration's own file-list field."""
+
+    def paths(self, t: dict, key: str, where: str, base: Path) -> list[Path]:
+        value = t.get(key)
+        if value is None:
+            return []
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items or not all(
+                isinstance(v, str) and v.strip() for v in items):
+            raise self.error("must be a file name or a non-empty list of file names",
+                             join(where, key), value)
+        out = []
+        for v in items:
+            p = (base / v) if not Path(v).is_absolute() else Path(v)
+            if not p.is_file():
+                raise self.error("file not found", join(where, key), v)
+            out.append(p)
+        return out
+
+
+def demo_config() -> Path:
+    """The bundled demo configuration (``kingen/bundled/demo.toml``), which ``kingen fit
+    --demo`` runs: the Jonas et al. (1993) scheme fitted to SYNTHETIC example recordings.
+
+    Examples
+    --------
+    >>> import kingen
+    >>> path = kingen.demo_config()
+    >>> path.name
+    'demo.toml'
+    >>> cfg = kingen.load_config(path, overrides={"generations": 2, "population": 8})
+    >>> [p.protocol.kind for p in cfg.protocols]
+    ['deactivation', 'desensitization', 'recovery', 'dose_response']
+    >>> cfg.ga.generations, cfg.ga.population
+    (2, 8)
+    """
+    from importlib import resources
+
+    path = Path(str(resources.files("kingen") / "bundled" / "demo.toml"))
+    if not path.is_file():
+        raise KingenError("the bundled demo is missing from this installation (reinstall "
+                          "kingen)", file=str(path))
+    return path
+
+
+def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) -> FitConfig:
+    """Read and validate a fit configuration, loading the model, protocols and data.
+
+    Parameters
+    ----------
+    path
+        The TOML file.
+    overrides
+        Command-line values that replace the file's: ``backend``, ``precision``, ``seed``,
+        ``output``, ``generations``, ``population``, ``force`` (lift the size limits of
+        :mod:`kingen.model.limits`).
+
+    Raises
+    ------
+    KingenError
+        On the first problem found, naming the file, the field and the value.
+
+    Examples
+    --------
+    >>> cfg = load_config(demo_config(), overrides={"population": 16, "output": "x.h5"})
+    >>> cfg.ga.population, cfg.output, cfg.pmap.n_genes
+    (16, 'x.h5', 10)
+    """
+    text = read_text(path, what="configuration file")
+    return loads_config(text, path=str(path), base=Path(path).parent, overrides=overrides)
+
+
+def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
+                 overrides: dict[str, Any] | None = None, scheme: Scheme | None = None
+                 ) -> FitConfig:
+    """Validate configuration text; relative paths are taken from ``base``.
+
+    ``scheme``, if given, is used instead of reading the configuration's model file (a
+    resumed run uses the scheme stored in its run file); the model file need not exist.
+    """
+    doc = loads_toml(text, path)
+    base = Path(base)
+    c = _Checker(path)
+    c.keys(doc, _TOP, "")
+    ov = dict(overrides or {})
+    for key in ("backend", "precision", "seed", "output"):
+        if ov.get(key) is not None:
+            doc[key] = ov[key]
+    force = bool(ov.get("force")) or c.boolean(doc, "force", "", False)
+
+    # ---- model
+    model = c.string(doc, "model", "", None)
+    if model is None:
+        raise c.error("missing: the scheme file to fit", "model")
+    model_path = base / model if not Path(model).is_absolute() else Path(model)
+    if scheme is None:
+        if not model_path.is_file():
+            raise c.error("scheme file not found", "model", model)
+        scheme = Scheme.load(model_path, force=force)
+
+    # ---- top-level settings
+    seed = c.integer(doc, "seed", "", 0, ge=0)
+    backend = c.choice(doc, "backend", ("auto", "cpu", "cuda"), "", "auto")
+    precision = c.choice(doc, "precision", ("float64", "float32"), "", "float64")
+    step = None
+    if "step" in doc:
+        step = c.number(doc, "step", "", gt=0.0)
+    courant = c.number(doc, "courant", "", DEFAULT_COURANT, gt=0.0)
+    if courant >= RK4_STABILITY_LIMIT:
+        raise c.error(f"must be below RK4's stability limit {RK4_STABILITY_LIMIT}", "courant",
+                      courant)
+    polish = c.boolean(doc, "polish", "", True)
+    polish_evaluations = c.integer(doc, "polish_evaluations", "", 40, ge=1)
+    output = c.string(doc, "output", "", None)
+    if output is None:
+        stem = Path(path).stem if path[:1] != "<" else "fit"
+        out_path = base / f"{stem}.h5"
+    else:
+        # -o on the command line is the user's path as typed (from the working folder);
+        # the file's own is relative to the file, as its other paths are
+        out_path = Path(output) if Path(output).is_absolute() or ov.get(
+            "output") is not None else base / output
+
+    # ---- parameters
+    scheme, ties = _parameters(c, c.table(doc, "parameters"), scheme)
+    pmap = ParameterMap(scheme, ties)
+    if pmap.n_genes == 0:
+        raise c.error("no free parameter to fit", "parameters")
+
+    # ---- GA and stopping rules
+    ga = _ga(c, c.table(doc, "ga"), ov)
+    stop = _stop(c, c.table(doc, "stop"))
+
+    # ---- protocols and data
+    raw = doc.get("protocols")
+    if raw is None:
+        raise c.error("missing: give at least one [[protocols]] table", "protocols")
+    if not isinstance(raw, list) or not raw or not all(isinstance(t, dict) for t in raw):
+        raise c.error("must be a non-empty array of tables ([[protocols]])", "protocols")
+    items = [_protocol(c, t, i, base, force) for i, t in enumerate(raw)]
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item.protocol.name in seen:
+            raise c.error("two protocols with the same name (give one a distinct name = ...)",
+                          f"protocols[{i}].name", item.protocol.name)
+        seen.add(item.protocol.name)
+
+    # ---- the work and memory a generation needs, before anything is allocated
+    sweeps = [s for item in items for s in item.protocol.sweeps]
+    steps = estimate_rk4_steps(scheme, sweeps, step=step, courant=courant)
+    limits.check(steps, limits.MAX_STEPS_PER_CANDIDATE, "RK4 steps to simulate one candidate",
+                 force=force, file=path, field="step" if step is not None else "courant",
+                 value=step if step is not None else courant,
+                 hint="a larger step, a courant nearer 2.5, a larger dt or shorter sweeps "
+                      "(kingen.model.limits.MAX_STEPS_PER_CANDIDATE)")
+    candidates = ga.population + ga.lambda_
+    limits.check_memory(
+        generation_bytes(candidates, scheme.n_params, scheme.n_states, len(sweeps)),
+        f"a generation of {candidates:,} candidates", force=force, file=path,
+        field="ga.population", value=ga.population, hint="lower ga.population")
+
+    cfg = FitConfig(path=path, text=text, model_path=str(model_path), scheme=scheme,
+                    pmap=pmap, ties=ties, protocols=items, ga=ga, stop=stop, seed=seed,
+                    backend=backend, precision=precision, step=step, courant=courant,
+                    output=str(out_path), polish=polish, polish_evaluations=polish_evaluations)
+    cfg.settings = cfg.to_dict()
+    return cfg
+
+
+def estimate_rk4_steps(scheme: Scheme, sweeps: list[Sweep], *, step: float | None = None,
+                       courant: float = DEFAULT_COURANT) -> float:
+    """RK4 steps one candidate takes over ``sweeps``, estimated without building the
+    schedule: each segment at the step :func:`kingen.solve.schedule.build_schedule` would
+    choose there, plus one per sample. A float: a hostile step makes it astronomically big."""
+    pmax = max_rates(scheme)
+    total = 0.0
+    for sweep in sweeps:
+        total += sweep.duration / sweep.dt + 1.0
+        for seg in sweep.segments():
+            if seg.smooth:
+                probe = np.linspace(seg.start, seg.end, 257)
+                cmax = float(sweep.concentration(probe).max())
+            else:
+                cmax = seg.concentration
+            h = step if step is not None else step_limit(scheme, cmax, pmax, courant)
+            h = min(h, sweep.dt)
+            with np.errstate(over="ignore"):
+                total += (seg.end - seg.start) / h if h > 0 else math.inf
+    return total
+
+
+def generation_bytes(candidates: int, n_params: int, n_states: int, n_sweeps: int) -> float:
+    """Memory one generation's arrays take, estimated: per candidate its genes, parameters,
+    errors and features (16 numbers a parameter), and per candidate and sweep the solver's
+    state and results (4 numbers a state, and 32 more)."""
+    per_candidate = 16 * n_params + n_sweeps * (4 * n_states + 32)
+    return 8.0 * float(candidates) * per_candidate
+
+
+def _parameters(c: _Checker, t: dict, scheme: Scheme
+                ) -> tuple[Scheme, dict[str, tuple[str, float]]]:
+    names = scheme.param_names
+    reserved = {"free", "fixed", "tied"}
+
+    def known(name: Any, where: str) -> str:
+        if not isinstance(name, str) or name not in names:
+            raise c.error(f"unknown parameter (parameters are {', '.join(names)})", where, name)
+        return name
+
+    def name_list(key: str) -> list[str] | None:
+        if key not in t:
+            return None
+        v = t[key]
+        if not isinstance(v, list):
+            raise c.error("must be a list of parameter names", f"parameters.{key}", v)
+        return [known(x, f"parameters.{key}") for x in v]
+
+    overrides: dict[str, dict] = {}
+    for key, spec in t.items():
+        if key in reserved:
+            continue
+        where = f"parameters.{key}"
+        known(key, where)
+        if not isinstance(spec, dict):
+            raise c.error("must be a table such as { bounds = [1, 100] }", where, spec)
+        c.keys(spec, _PARAM_KEYS, where)
+        o: dict[str, Any] = {}
+        if "bounds" in spec:
+            o["bounds"] = c.numbers(spec, "bounds", where, length=2, gt=0.0)
+        if "value" in spec:
+            o["value"] = c.number(spec, "value", where, gt=0.0)
+        if "scale" in spec:
+            o["scale"] = c.choice(spec, "scale", ("log", "linear"), where)
+        if "fixed" in spec:
+            o["fixed"] = c.boolean(spec, "fixed", where)
+        overrides[key] = o
+    free = name_list("free")
+    fixed = name_list("fixed") or []
+    derived = {p.name for p in scheme.parameters if p.derived}
+    for n in fixed + (free or []):
+        if n in derived:
+            raise c.error("is derived (computed for microscopic reversibility); it cannot be "
+                          "listed as free or fixed", "parameters", n)
+    if free is not None:
+        for p in scheme.parameters:
+            if not p.derived:
+                overrides.setdefault(p.name, {})["fixed"] = p.name not in free
+    for n in fixed:
+        if free is not None and n in free:
+            raise c.error("listed both as free and as fixed", "parameters.fixed", n)
+        overrides.setdefault(n, {})["fixed"] = True
+    scheme = apply_overrides(scheme, overrides, file=c.file)
+
+    ties: dict[str, tuple[str, float]] = {}
+    raw = c.table(t, "tied", "parameters")
+    for target, spec in raw.items():
+        where = f"parameters.tied.{target}"
+        known(target, where)
+        if isinstance(spec, str):
+            source, factor = spec, 1.0
+        elif isinstance(spec, dict):
+            c.keys(spec, {"to", "factor"}, where)
+            source = spec.get("to")
+            factor = c.number(spec, "factor", where, 1.0, gt=0.0)
+        else:
+            raise c.error("must be a parameter name or { to = \"k_a\", factor = 2 }", where,
+                          spec)
+        known(source, f"{where}.to")
+        ps = {p.name: p for p in scheme.parameters}
+        if source == target:
+            raise c.error("a parameter cannot be tied to itself", where, source)
+        if ps[target].derived or ps[source].derived:
+            raise c.error("derived parameters cannot be tied", where, source)
+        if source in raw:
+            raise c.error("tied to a parameter that is itself tied", where, source)
+        if ps[target].order != ps[source].order:
+            raise c.error("tied to a parameter of another order (a binding rate and a "
+                          "first-order rate)", where, source)
+        for bound in (ps[source].lower * factor, ps[source].upper * factor):
+            check_rate_range(bound, ps[target].internal_unit, file=c.file,
+                             field=f"{where}.factor", value=factor,
+                             what="with the bounds of the rate it is tied to")
+        ties[target] = (source, factor)
+    if ties:
+        scheme = apply_ties(scheme, ties)
+    return scheme, ties
+
+
+def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
+    w = "ga"
+    c.keys(t, set(GASettings.__dataclass_fields__), w)
+    if ov.get("generations") is not None:
+        t = {**t, "generations": ov["generations"]}
+    if ov.get("population") is not None:
+        t = {**t, "population": ov["population"]}
+        t.pop("offspring", None)
+    ga = GASettings(
+        algorithm=c.choice(t, "algorithm", ALGORITHMS, w, "mu_plus_lambda"),
+        population=c.integer(t, "population", w, 64, ge=2),
+        offspring=c.integer(t, "offspring", w, 0, ge=0),
+        generations=c.integer(t, "generations", w, 100, ge=1),
+        cxpb=c.number(t, "cxpb", w, 0.6, ge=0.0, le=1.0),
+        mutpb=c.number(t, "mutpb", w, 0.3, ge=0.0, le=1.0),
+        eta_cx=c.number(t, "eta_cx", w, 15.0, gt=0.0),
+        eta_mut=c.number(t, "eta_mut", w, 20.0, gt=0.0),
+        indpb=c.number(t, "indpb", w, 0.0, ge=0.0, le=1.0),
+        tournament=c.integer(t, "tournament", w, 3, ge=1),
+        hall_of_fame=c.integer(t, "hall_of_fame", w, 10, ge=1),
+        # a fraction of each gene's range: past 1 it only throws samples out of bounds,
+        # and a huge one overflows CMA-ES's covariance
+        sigma=c.number(t, "sigma", w, 0.25, gt=0.0, le=1.0),
+        operators=c.choice(t, "operators", OPERATORS, w, "auto"),
+        start_from_model=c.boolean(t, "start_from_model", w, False),
+    )
+    if ga.cxpb + ga.mutpb > 1.0 + 1e-12:
+        raise c.error("cxpb + mutpb must be <= 1", "ga.mutpb", ga.mutpb)
+    if ga.tournament > ga.population + ga.lambda_:
+        # each selection draws this many: past the pool it only costs time
+        raise c.error(f"must be <= population + offspring ({ga.population + ga.lambda_})",
+                      "ga.tournament", ga.tournament)
+    return ga
+
+
+def _stop(c: _Checker, t: dict) -> StopSettings:
+    w = "stop"
+    c.keys(t, set(StopSettings.__dataclass_fields__), w)
+    return StopSettings(
+        patience=c.integer(t, "patience", w, 0, ge=0),
+        min_improvement=c.number(t, "min_improvement", w, 1e-6, ge=0.0),
+        target_error=c.number(t, "target_error", w, 0.0, ge=0.0),
+        wall_time=c.number(t, "wall_time", w, 0.0, ge=0.0),
+    )
+
+
+def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> ProtocolData:
+    w = f"protocols[{i}]"
+    c.keys(t, _PROTOCOL, w)
+    spec = c.string(t, "protocol", w, None)
+    if spec is None:
+        raise c.error("missing: a standard protocol name or a protocol file", f"{w}.protocol")
+    recordings = c.paths(t, "recording", w, base)
+    target_files = c.paths(t, "targets", w, base)
+    recs = [load_recording(p) for p in recordings]
+    for p, r in zip(recordings, recs, strict=True):
+        if r.n_sweeps == 0 or all(np.asarray(r.sweep_current(k)).size == 0
+                                  for k in range(r.n_sweeps)):
+            raise c.error("empty recording: no sweeps", f"{w}.recording", str(p))
+    standard = spec in STANDARD_PROTOCOLS
+    if standard:
+        dt_default = _recording_dt(recs) or 0.02
+        exchange = c.number(t, "exchange", w, 0.0, ge=0.0)
+        dt = c.number(t, "dt", w, dt_default, gt=0.0)
+        protocol = standard_protocol(spec, exchange=exchange, dt=dt, force=True)
+        check_size(protocol, file=c.file, field=f"{w}.dt", value=dt, force=force)
+    else:
+        p = base / spec if not Path(spec).is_absolute() else Path(spec)
+        if not p.is_file():
+            raise c.error(f"not a standard protocol ({', '.join(STANDARD_PROTOCOLS)}) and no "
+                          "such protocol file", f"{w}.protocol", spec)
+        for key in ("exchange", "dt"):
+            if key in t:
+                raise c.error("only for standard protocols (set it in the protocol file)",
+                              f"{w}.{key}", t[key])
+        protocol = load_protocol(p, force=force)
+    name = c.string(t, "name", w, None)
+    if name is not None:
+        protocol = replace(protocol, name=name)
+    recording = _merge_recordings(recs) if recs else None
+    if recording is not None and recording.protocol is not None:
+        ok = {protocol.name, protocol.kind, Path(protocol.source).stem, spec}
+        if recording.protocol not in ok:
+            raise c.error(f"the recording is of protocol '{recording.protocol}', which is not "
+                          f"the protocol it is given for ('{protocol.name}')",
+                          f"{w}.recording", recording.source)
+    targets = load_targets(target_files) if target_files else None
+    if targets is not None and not (targets.features or targets.recovery is not None
+                                    or targets.dose_response is not None):
+        raise c.error("empty targets: no feature or table", f"{w}.targets",
+                      target_files[0].name)
+    if recording is None and targets is None:
+        raise c.error("no data: give recording = ... and/or targets = ...", f"{w}.recording")
+    amplitude = None
+    if "amplitude" in t:
+        amplitude = c.number(t, "amplitude", w, gt=0.0)
+    mask = []
+    for k, m in enumerate(c.array(t, "mask", w)):
+        where = f"{w}.mask[{k}]"
+        if not isinstance(m, list) or len(m) != 2:
+            raise c.error("must be a [t0, t1] range (ms)", where, m)
+        t0, t1 = (c.number(m, j, where) for j in range(2))
+        if t0 >= t1:
+            raise c.error("must be a [t0, t1] range with t0 < t1 (ms)", where, m)
+        mask.append((t0, t1))
+    return ProtocolData(
+        protocol=protocol, recording=recording, targets=targets,
+        weight=c.number(t, "weight", w, 1.0, gt=0.0), amplitude=amplitude, mask=mask,
+        baseline=_baseline(c, t, w), source=c.file)
+
+
+def _baseline(c: _Checker, t: dict, w: str) -> str:
+    """``baseline``, or the ``subtract_baseline`` flag of earlier configurations (true was
+    each sweep's own pre-pulse mean, the default then)."""
+    if "subtract_baseline" in t:
+        if "baseline" in t:
+            raise c.error("give baseline or subtract_baseline (its older form), not both",
+                          f"{w}.subtract_baseline", t["subtract_baseline"])
+        return "per-sweep" if c.boolean(t, "subtract_baseline", w, True) else "none"
+    return c.choice(t, "baseline", BASELINES, w, "none")
+
+
+def _recording_dt(recs: list[Recording]) -> float | None:
+    for r in recs:
+        t = np.asarray(r.sweep_time(0), dtype=float)
+        if t.size > 1:
+            return float(np.median(np.diff(t)))
+    return None
+
+
+def _merge_recordings(recs: list[Recording]) -> Recording:
+    if len(recs) == 1:
+        return recs[0]
+    times, currents, labels = [], [], []
+    for r in recs:
+        for label, t, y, _ in r.sweeps():
+            times.append(t)
+            currents.append(y)
+            labels.append(label)
+    return Recording(recs[0].protocol, times, currents, labels,
+                     source=", ".join(r.source for r in recs),
+                     meta={"files": [r.source for r in recs]})
+

@@ -1,7 +1,0 @@
-"""NEURON NMODL ``.mod`` files: :func:`read_nmodl` (a ``KINETIC`` block) and
-:func:`write_nmodl` (a ``POINT_PROCESS``)."""
-
-from kingen.interop.nmodl.reader import read_nmodl
-from kingen.interop.nmodl.writer import write_nmodl
-
-__all__ = ["read_nmodl", "write_nmodl"]

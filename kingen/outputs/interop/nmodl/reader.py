@@ -1,0 +1,537 @@
+"""Read a kinetic scheme from an NMODL (``.mod``) file's ``KINETIC`` block.
+
+Accepted: ``~ A <-> B (kf, kb)`` reactions whose rates are a number times at most one
+``PARAMETER`` times at most one transmitter concentration (a ``POINTER``, or a variable
+declared in a concentration unit), written directly or through assignments in the
+``KINETIC`` block or a ``PROCEDURE`` it calls; ``CONSERVE``; ``PARAMETER`` values with their
+units (``/ms``, ``/mM /ms``, ``(1/s)``, ``(/uM-ms)``, ...). The conductance of each state comes
+from the ``BREAKPOINT`` assignment that is linear in the states (``g = gmax * O``), a
+dimensionless count (``nchan``) multiplying it becoming ``model.channels``.
+
+Anything else a rate depends on (the membrane potential ``v``, ``celsius``, a function call,
+a variable computed elsewhere, a sum) is reported with its line and nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from kingen.errors import KingenError
+from kingen.model import units
+from kingen.outputs.interop.imported import (
+    ImportedParameter,
+    ImportedRate,
+    ImportedScheme,
+    ImportProblems,
+)
+from kingen.outputs.interop.nmodl.parser import (
+    Assign,
+    Bin,
+    Call,
+    CallStmt,
+    Conserve,
+    ModFile,
+    Name,
+    Neg,
+    Num,
+    Other,
+    Reaction,
+    parse,
+)
+
+_SPECIAL = {"v": "the membrane potential v (a voltage-dependent rate)",
+            "celsius": "the temperature celsius (a temperature factor such as Q10)",
+            "t": "the time t", "dt": "the time step dt", "area": "the segment area",
+            "diam": "the diameter diam"}
+_CHANNEL_NAMES = {"nchan", "n_chan", "nchannels", "n_channels", "channels", "nch", "N",
+                  "Nchan", "numchan"}
+_CONDUCTANCE = {**units.CONDUCTANCE_PS, "mho": 1e12, "mmho": 1e9, "umho": 1e6,
+                "micromho": 1e6, "nanomho": 1e3, "nS": 1e3, "picosiemens": 1.0,
+                "nanosiemens": 1e3, "microsiemens": 1e6}
+_REVERSAL_NAMES = ("erev", "Erev", "e", "E", "e_rev", "Erev_ampa", "Ev", "E_rev", "erev_ampa")
+
+
+class _Unsupported(Exception):
+    """A rate or conductance outside what a scheme holds (message, line)."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+Terms = list[tuple[float, Counter]]  # a sum of products: coefficient, names with powers
+
+
+def nmodl_unit(text: str | None) -> tuple[dict[str, int], bool]:
+    """Exponents of the unit names in an NMODL unit (``/mM /ms`` -> {mM: -1, ms: -1}).
+
+    Returns the exponents and whether the text could be read. NMODL writes a product with
+    spaces or ``-`` and a power as trailing digits (``cm2``); every ``/`` divides the unit
+    after it.
+
+    Examples
+    --------
+    >>> nmodl_unit("/mM /ms")[0]
+    {'mM': -1, 'ms': -1}
+    >>> nmodl_unit("1/s")[0], nmodl_unit("/uM-ms")[0]
+    ({'s': -1}, {'uM': -1, 'ms': -1})
+    """
+    if text is None:
+        return {}, True
+    out: dict[str, int] = {}
+    tokens = text.replace("/", " / ").replace("-", " ").split()
+    sign = 1
+    for tok in tokens:
+        if tok == "/":
+            sign = -1
+            continue
+        if tok == "1":
+            continue
+        name = tok.rstrip("0123456789")
+        power = int(tok[len(name):] or 1)
+        if not name.replace("µ", "u").isalpha():
+            return {}, False
+        out[name] = out.get(name, 0) + sign * power
+    return out, True
+
+
+def rate_unit(text: str | None) -> tuple[float, int] | None:
+    """(factor to ms⁻¹ or mM⁻¹ ms⁻¹, order) of an NMODL rate unit; None if not a rate."""
+    exps, ok = nmodl_unit(text)
+    if not ok:
+        return None
+    parts = [f"{u}^{p}" for u, p in exps.items()]
+    try:
+        return units.parse_rate_unit(" ".join(parts))
+    except KingenError:
+        return None
+
+
+def _concentration_unit(text: str | None) -> float | None:
+    exps, ok = nmodl_unit(text)
+    if ok and len(exps) == 1:
+        (u, p), = exps.items()
+        if p == 1 and u in units.CONCENTRATION_MM:
+            return units.CONCENTRATION_MM[u]
+    return None
+
+
+def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedScheme:
+    """The kinetic scheme of an NMODL file, in kingen's internal units.
+
+    Parameters
+    ----------
+    path
+        The ``.mod`` file.
+    agonist
+        The transmitter concentration variable, when the rates multiply more than one.
+
+    Raises
+    ------
+    KingenError
+        A syntax error, no ``KINETIC`` block, an ambiguous agonist (one line each, naming
+        the file and line); :class:`ImportProblems` for every rate or conductance a scheme
+        cannot hold, one line each.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KingenError(f"cannot read: {exc}", file=name) from None
+    return _Reader(parse(text, name), agonist).scheme()
+
+
+class _Reader:
+    def __init__(self, mod: ModFile, agonist: str | None) -> None:
+        self.mod = mod
+        self.path = mod.path
+        self.agonist = agonist
+        self.problems: list[tuple[int | None, str]] = []
+        self.notes: list[str] = []
+
+    def fail(self, message: str, line: int | None) -> KingenError:
+        return KingenError(message, file=self.path, field=f"line {line or 1}")
+
+    # -- the kinetic block
+    def kinetic(self):
+        blocks = self.mod.find("KINETIC")
+        if not blocks:
+            other = self.mod.find("DERIVATIVE") or self.mod.find("BREAKPOINT")
+            line = other[0].line if other else 1
+            hint = (" (it has a DERIVATIVE block: gating ODEs, not a kinetic scheme)"
+                    if self.mod.find("DERIVATIVE") else "")
+            raise self.fail(f"no KINETIC block: kingen imports kinetic schemes written as "
+                            f"'~ A <-> B (kf, kb)' reactions{hint}", line)
+        if len(blocks) > 1:
+            solved = [s.block for b in self.mod.find("BREAKPOINT") for s in b.statements
+                      if hasattr(s, "block")]
+            chosen = [b for b in blocks if b.name in solved]
+            if len(chosen) != 1:
+                raise self.fail(f"{len(blocks)} KINETIC blocks and none SOLVEd in BREAKPOINT "
+                                f"picks one", blocks[1].line)
+            return chosen[0]
+        return blocks[0]
+
+    def statements(self, block, seen: tuple = ()) -> list:
+        """The block's statements, with the PROCEDUREs it calls inlined (their assignments)."""
+        out = []
+        for s in block.statements:
+            if isinstance(s, CallStmt):
+                procs = self.mod.find("PROCEDURE", s.name)
+                if procs and s.name not in seen:
+                    out += [x for x in self.statements(procs[0], seen + (s.name,))
+                            if isinstance(x, (Assign, Other))]
+                    continue
+            out.append(s)
+        return out
+
+    # -- expressions
+    def expand(self, expr, env: dict, line: int, depth: int = 0) -> Terms:
+        """``expr`` as a sum of (coefficient, names) products; raises _Unsupported."""
+        if depth > 50:
+            raise _Unsupported("assignments refer to each other in a loop", line)
+        if isinstance(expr, Num):
+            return [(expr.value, Counter())]
+        if isinstance(expr, Name):
+            n = expr.name
+            if n in env:
+                return self.expand(env[n], env, line, depth + 1)
+            return [(1.0, Counter({n: 1}))]
+        if isinstance(expr, Neg):
+            return [(-c, n) for c, n in self.expand(expr.a, env, line, depth)]
+        if isinstance(expr, Call):
+            special = sorted(n for n in _names(expr, env) if n in _SPECIAL)
+            if special:
+                raise _Unsupported(f"depends on {_SPECIAL[special[0]]} through "
+                                   f"{expr.name}()", line)
+            raise _Unsupported(f"calls {expr.name}(): a rate is a number times a parameter "
+                               f"[times the transmitter]", line)
+        if isinstance(expr, Bin):
+            a = self.expand(expr.a, env, line, depth)
+            b = self.expand(expr.b, env, line, depth)
+            if expr.op == "+":
+                return a + b
+            if expr.op == "-":
+                return a + [(-c, n) for c, n in b]
+            if expr.op == "*":
+                return [(ca * cb, _add(na, nb)) for ca, na in a for cb, nb in b]
+            if expr.op == "/":
+                if len(b) != 1:
+                    raise _Unsupported("divides by a sum", line)
+                cb, nb = b[0]
+                if cb == 0:
+                    raise _Unsupported("divides by zero", line)
+                inv = Counter({k: -p for k, p in nb.items()})
+                return [(ca / cb, _add(na, inv)) for ca, na in a]
+            if expr.op == "^":
+                if len(b) == 1 and not b[0][1] and float(b[0][0]).is_integer() \
+                        and 0 <= b[0][0] <= 8:
+                    out: Terms = [(1.0, Counter())]
+                    for _ in range(int(b[0][0])):
+                        out = [(ca * cb, _add(na, nb)) for ca, na in out for cb, nb in a]
+                    return out
+                raise _Unsupported("raises to a power that is not a whole number", line)
+            raise _Unsupported(f"uses the operator '{expr.op}'", line)
+        raise _Unsupported("an expression kingen cannot read", line)
+
+    def where_assigned(self, name: str) -> str:
+        for b in self.mod.blocks:
+            for s in b.statements:
+                if isinstance(s, Assign) and s.target == name:
+                    return f"{b.kind}{' ' + b.name if b.name else ''} at line {s.line}"
+        return "nowhere in the file"
+
+    # -- the scheme
+    def scheme(self) -> ImportedScheme:
+        mod = self.mod
+        block = self.kinetic()
+        states = list(mod.states)
+        if not states:
+            raise self.fail("no STATE block: the states of the scheme are not declared",
+                            block.line)
+        env: dict = {}
+        reactions: list[Reaction] = []
+        conserve = None
+        for s in self.statements(block):
+            if isinstance(s, Assign):
+                env[s.target] = s.expr
+            elif isinstance(s, Reaction):
+                reactions.append(s)
+            elif isinstance(s, Conserve):
+                conserve = s
+            elif isinstance(s, Other):
+                self.problems.append((s.line, f"'{s.word}' in the KINETIC block: a scheme "
+                                              f"holds fixed reactions only"))
+        if not reactions:
+            raise self.fail("the KINETIC block has no '~ A <-> B (kf, kb)' reaction",
+                            block.line)
+        if conserve is not None and set(conserve.names) != set(states):
+            missing = sorted(set(states) - set(conserve.names))
+            self.problems.append((conserve.line, f"CONSERVE leaves out {', '.join(missing)}: "
+                                                 f"kingen conserves the sum of all states"))
+        raw: list[tuple[str, str, float, Counter, int]] = []
+        lines: dict[tuple[str, str], int] = {}
+        for r in reactions:
+            if r.op != "<->":
+                self.problems.append((r.line, f"'{r.op}' (a flux or one-way reaction): a "
+                                              f"scheme holds '~ A <-> B (kf, kb)' reactions"))
+                continue
+            if len(r.lhs) != 1 or len(r.rhs) != 1 or r.lhs[0][0] != 1 or r.rhs[0][0] != 1:
+                self.problems.append((r.line, "a reaction of more than one state on a side "
+                                              "(or a stoichiometry): not a channel scheme"))
+                continue
+            a, b = r.lhs[0][1], r.rhs[0][1]
+            for s in (a, b):
+                if s not in mod.states:
+                    self.problems.append((r.line, f"'{s}' is not declared in STATE"))
+            for src, dst, expr in ((a, b, r.kf), (b, a, r.kb)):
+                try:
+                    terms = self.expand(expr, env, r.line)
+                except _Unsupported as exc:
+                    self.problems.append((r.line, f"rate {src} -> {dst} {exc.message}"))
+                    continue
+                terms = [(c, Counter({k: p for k, p in n.items() if p})) for c, n in terms
+                         if c != 0]
+                if not terms:
+                    continue  # a zero rate: no transition this way
+                if len(terms) > 1:
+                    self.problems.append((r.line, f"rate {src} -> {dst} is a sum of terms: a "
+                                                  f"rate is a number times a parameter "
+                                                  f"[times the transmitter]"))
+                    continue
+                if (src, dst) in lines:
+                    self.problems.append((r.line, f"transition {src} -> {dst} is given twice "
+                                                  f"(also line {lines[(src, dst)]})"))
+                    continue
+                lines[(src, dst)] = r.line
+                raw.append((src, dst, terms[0][0], terms[0][1], r.line))
+        agonist, agonist_factor = self.pick_agonist(raw)
+        rates, params = self.rates(raw, agonist, agonist_factor)
+        conductance, channels = self.conductance(states)
+        if self.problems:
+            raise ImportProblems(self.path, self.problems)
+        self.notes.insert(0, f"Mechanism {mod.kind or '?'} {mod.mechanism or '?'}"
+                             + (f" ('{mod.title}')" if mod.title else "") + ".")
+        if agonist:
+            self.notes.append(f"Agonist: the transmitter concentration '{agonist}' of the "
+                              f".mod file.")
+        self.reversal_note()
+        if mod.find("INITIAL"):
+            self.notes.append("The .mod file's INITIAL block is not carried over: kingen "
+                              "starts from the equilibrium without agonist.")
+        return ImportedScheme(self.path, "NEURON NMODL", mod.title or mod.mechanism or
+                              Path(self.path).stem, states, conductance, params, rates,
+                              agonist="glu" if agonist is None else _agonist_name(agonist),
+                              channels=channels, notes=self.notes)
+
+    def is_concentration(self, name: str) -> float | None:
+        """Factor to mM of a transmitter concentration variable, None if not one."""
+        decl = self.mod.parameters.get(name) or self.mod.assigned.get(name)
+        unit = decl.unit if decl else None
+        factor = _concentration_unit(unit)
+        if factor is not None:
+            return factor
+        if name in self.mod.pointer and unit is None:
+            self.notes.append(f"POINTER {name} declares no unit: taken as mM.")
+            return 1.0
+        return None
+
+    def pick_agonist(self, raw) -> tuple[str | None, float]:
+        seen: dict[str, int] = {}
+        for _, _, _, names, line in raw:
+            for n in names:
+                if n == self.agonist or (self.agonist is None and self.is_concentration(n)
+                                         is not None):
+                    seen.setdefault(n, line)
+        if self.agonist is not None:
+            if self.agonist not in seen:
+                raise self.fail(f"--agonist {self.agonist}: no rate of the KINETIC block "
+                                f"multiplies it", self.kinetic().line)
+            return self.agonist, self.is_concentration(self.agonist) or 1.0
+        if len(seen) > 1:
+            which = ", ".join(f"{n} (line {line})" for n, line in seen.items())
+            first = min(seen.values())
+            raise self.fail(f"the rates multiply more than one concentration: {which}; say "
+                            f"which is the agonist with --agonist NAME", first)
+        if not seen:
+            return None, 1.0
+        (n, _), = seen.items()
+        return n, self.is_concentration(n) or 1.0
+
+    def rates(self, raw, agonist: str | None, c_factor: float):
+        mod = self.mod
+        params: dict[str, ImportedParameter] = {}
+        rates: list[ImportedRate] = []
+        for src, dst, coef, names, line in raw:
+            uses = names.pop(agonist, 0) if agonist else 0
+            if uses not in (0, 1):
+                self.problems.append((line, f"rate {src} -> {dst} has the agonist {agonist} "
+                                            f"to the power {uses}"))
+                continue
+            # celsius is often a PARAMETER with a value: still a temperature, never a rate
+            bad = [n for n in names if n in _SPECIAL or n not in mod.parameters or
+                   mod.parameters[n].value is None]
+            if bad:
+                n = bad[0]
+                if n in _SPECIAL:
+                    why = f"depends on {_SPECIAL[n]}"
+                elif n in mod.assigned or n in mod.parameters:
+                    why = (f"depends on {n}, which the KINETIC block does not compute "
+                           f"(assigned {self.where_assigned(n)})")
+                else:
+                    why = f"uses '{n}', which the file does not declare"
+                self.problems.append((line, f"rate {src} -> {dst} {why}"))
+                continue
+            if len(names) > 1 or any(p != 1 for p in names.values()):
+                prod = " * ".join(n if p == 1 else f"{n}^{p}" for n, p in names.items())
+                self.problems.append((line, f"rate {src} -> {dst} is a product of parameters "
+                                            f"({prod}): a rate is a number times one "
+                                            f"parameter [times the transmitter]"))
+                continue
+            if coef <= 0:
+                self.problems.append((line, f"rate {src} -> {dst} is negative ({coef:g})"))
+                continue
+            order = 2 if uses else 1
+            if names:
+                (pname, _), = names.items()
+                decl = mod.parameters[pname]
+                unit = rate_unit(decl.unit)
+                if decl.unit is None:
+                    unit = (1.0, 1) if order == 1 else (1.0 / c_factor, 2)
+                    self.notes.append(f"PARAMETER {pname} declares no unit: taken as "
+                                      + ("/ms." if order == 1 else "per ms and per unit of "
+                                         "the transmitter's concentration."))
+                if unit is None:
+                    self.problems.append((decl.line, f"PARAMETER {pname} has the unit "
+                                                     f"({decl.unit}), not a rate unit"))
+                    continue
+                factor, p_order = unit
+                if p_order != order:
+                    want = "/ms" if order == 1 else "/mM /ms"
+                    self.problems.append((line, f"rate {src} -> {dst}: {pname} has the unit "
+                                                f"({decl.unit}) but is used as a rate in "
+                                                f"{want}"))
+                    continue
+                value = decl.value * factor
+            else:
+                pname = f"k_{src}_{dst}"
+                value = coef * (1.0 if order == 1 else 1.0 / c_factor)
+                coef = 1.0
+            old = params.get(pname)
+            if old is not None and old.order != order:
+                self.problems.append((line, f"{pname} is used both with and without the "
+                                            f"transmitter; kingen needs two parameters"))
+                continue
+            params.setdefault(pname, ImportedParameter(pname, value, order, line))
+            rates.append(ImportedRate(src, dst, coef, pname, bool(uses), line))
+        return rates, params
+
+    def conductance(self, states: list[str]) -> tuple[dict[str, float], float]:
+        mod = self.mod
+        env: dict = {}
+        candidates = []
+        for b in mod.find("BREAKPOINT"):
+            for s in self.statements(b):
+                if isinstance(s, Assign):
+                    env[s.target] = s.expr
+                    candidates.append(s)
+        for s in candidates:
+            try:
+                terms = self.expand(s.expr, {}, s.line)
+            except _Unsupported:
+                continue
+            if "v" in {n for _, ns in terms for n in ns}:
+                continue
+            if not any(st in ns for _, ns in terms for st in states):
+                continue
+            decl = mod.assigned.get(s.target) or mod.parameters.get(s.target)
+            unit = decl.unit if decl else None
+            exps, ok = nmodl_unit(unit)
+            if not (ok and len(exps) == 1 and list(exps.values()) == [1]
+                    and list(exps)[0] in _CONDUCTANCE):
+                continue
+            to_ps = _CONDUCTANCE[list(exps)[0]]
+            return self.state_conductances(s, terms, states, to_ps)
+        self.problems.append((candidates[-1].line if candidates else None,
+                              "no conductance found: kingen needs a BREAKPOINT assignment "
+                              "such as 'g = gmax * O' with g declared in a conductance "
+                              "unit (pS, nS, uS, umho)"))
+        return {}, 1.0
+
+    def state_conductances(self, s: Assign, terms: Terms, states: list[str], to_ps: float):
+        mod = self.mod
+        common = set.intersection(*[set(ns) for _, ns in terms]) if terms else set()
+        channels, chan_name = 1.0, None
+        for n in sorted(common):
+            decl = mod.parameters.get(n)
+            if decl and decl.value and (n in _CHANNEL_NAMES or decl.unit == "1") and all(
+                    ns[n] == 1 for _, ns in terms):
+                channels, chan_name = decl.value, n
+                break
+        out: dict[str, float] = {}
+        for coef, ns in terms:
+            ns = Counter({k: p for k, p in ns.items() if k != chan_name})
+            st = [k for k in ns if k in states]
+            if len(st) != 1 or ns[st[0]] != 1:
+                self.problems.append((s.line, f"{s.target} is not a sum of (conductance x "
+                                              f"state) terms"))
+                return {}, 1.0
+            value = coef
+            for k, p in ns.items():
+                if k == st[0]:
+                    continue
+                decl = mod.parameters.get(k)
+                if decl is None or decl.value is None:
+                    self.problems.append((s.line, f"the conductance {s.target} depends on "
+                                                  f"{k}, not a PARAMETER with a value"))
+                    return {}, 1.0
+                value *= decl.value ** p
+            out[st[0]] = out.get(st[0], 0.0) + value * to_ps
+        if chan_name:
+            self.notes.append(f"Channels: {chan_name} = {channels:g}; state conductances from "
+                              f"'{s.target}' (line {s.line}).")
+        else:
+            self.notes.append(f"State conductances from '{s.target}' (line {s.line}), as the "
+                              f"whole mechanism's conductance with channels = 1 (the .mod "
+                              f"file gives no single-channel conductance).")
+        return out, channels
+
+    def reversal_note(self) -> None:
+        for n in _REVERSAL_NAMES:
+            d = self.mod.parameters.get(n)
+            if d is not None and d.value is not None and d.unit == "mV":
+                self.notes.append(f"Reversal potential {n} = {d.value:g} mV in the .mod file: "
+                                  f"kingen's protocols hold the reversal (reversal = "
+                                  f"{d.value:g} in a protocol).")
+                return
+
+
+def _names(expr, env: dict, depth: int = 0) -> set[str]:
+    """Every name ``expr`` uses, through the assignments of ``env``."""
+    if depth > 50:
+        return set()
+    if isinstance(expr, Name):
+        if expr.name in env:
+            return _names(env[expr.name], env, depth + 1)
+        return {expr.name}
+    if isinstance(expr, Call):
+        return set().union(*[_names(a, env, depth) for a in expr.args])
+    if isinstance(expr, Bin):
+        return _names(expr.a, env, depth) | _names(expr.b, env, depth)
+    if isinstance(expr, Neg):
+        return _names(expr.a, env, depth)
+    return set()
+
+
+def _add(a: Counter, b: Counter) -> Counter:
+    out = Counter(a)
+    for k, p in b.items():
+        out[k] = out.get(k, 0) + p
+    return out
+
+
+def _agonist_name(name: str) -> str:
+    # kingen's schemes name the agonist in their rates; a .mod file's C or T is kept
+    return name

@@ -1,0 +1,155 @@
+"""A batch's summary: ``batch_summary.csv``, ``batch_summary.html`` and the scheme ranking.
+
+One row per fit: cell, scheme, seed, status (``ok`` or ``failed`` with its one-line
+reason), the final error per protocol, the fitted parameters in the scheme file's units, and
+AIC/BIC. The fitness kingen minimises is a sum of squared, normalised residuals (SSR, see
+:mod:`kingen.fitting.objective`), one per recorded sample and per summary target (n of them), so
+with k free parameters (the searched rate constants, plus one amplitude per recording
+whose number of channels is fitted):
+
+    AIC = n ln(SSR / n) + 2k,    BIC = n ln(SSR / n) + k ln n.
+
+The normalisation depends on the data alone, so differences of AIC or BIC between schemes
+fitted to the same cell are those of Gaussian least squares; across cells they mean
+nothing. The ranking view takes, per cell and scheme, the seed with the lowest AIC and
+orders the schemes by it (ΔAIC, ΔBIC, Akaike weight).
+
+>>> aic_bic(ssr=2.0, n=100, k=4)
+(-383.2023..., -372.7816...)
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from kingen.base.files import atomic_write
+
+FIRST_COLUMNS = ("id", "cell", "scheme", "seed", "status", "reason", "fitness", "n_free",
+                 "n_samples", "aic", "bic", "generations", "stopped", "resumed", "search_s",
+                 "wall_s", "worker", "run_file")
+CSV_NAME = "batch_summary.csv"
+HTML_NAME = "batch_summary.html"
+
+
+def aic_bic(ssr: float, n: int, k: int) -> tuple[float, float]:
+    """AIC and BIC of a least-squares fit: ``ssr`` over ``n`` residuals, ``k`` free
+    parameters (NaN when undefined)."""
+    if n <= 0 or not math.isfinite(ssr) or ssr < 0:
+        return math.nan, math.nan
+    ll = n * math.log(max(ssr, 1e-300) / n)
+    return ll + 2 * k, ll + k * math.log(n)
+
+
+def columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The first columns, then every error and parameter column any row has, in order."""
+    cols = list(FIRST_COLUMNS)
+    for row in rows:
+        for key in row:
+            if key not in cols:
+                cols.append(key)
+    return cols
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.10g}"
+    return str(v)
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """``batch_summary.csv`` as text."""
+    buf = io.StringIO()
+    cols = columns(rows)
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(cols)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in cols])
+    return buf.getvalue()
+
+
+def ranking(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per cell, its schemes best first: ``{"scheme", "seed", "aic", "bic", "d_aic",
+    "d_bic", "weight", "fitness"}`` for the lowest-AIC seed of each scheme."""
+    best: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        if row.get("status") != "ok" or not math.isfinite(row.get("aic", math.nan)):
+            continue
+        per = best.setdefault(row["cell"], {})
+        cur = per.get(row["scheme"])
+        if cur is None or row["aic"] < cur["aic"]:
+            per[row["scheme"]] = row
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cell, per in sorted(best.items()):
+        ordered = sorted(per.values(), key=lambda r: r["aic"])
+        a0, b0 = ordered[0]["aic"], min(r["bic"] for r in ordered)
+        weights = [math.exp(-0.5 * (r["aic"] - a0)) for r in ordered]
+        total = sum(weights)
+        out[cell] = [{"scheme": r["scheme"], "seed": r["seed"], "aic": r["aic"],
+                      "bic": r["bic"], "d_aic": r["aic"] - a0, "d_bic": r["bic"] - b0,
+                      "weight": w / total, "fitness": r.get("fitness", math.nan)}
+                     for r, w in zip(ordered, weights, strict=True)]
+    return out
+
+
+def ranking_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The ranking as plain text (printed at the end of ``kingen batch``)."""
+    lines = []
+    for cell, ranked in ranking(rows).items():
+        lines.append(f"{cell}: " + ", ".join(
+            f"{r['scheme']} (ΔAIC {r['d_aic']:.3g}, w {r['weight']:.2f})" for r in ranked))
+    return lines
+
+
+def html_text(rows: list[dict[str, Any]], title: str) -> str:
+    """``batch_summary.html``: the ranking per cell, then every fit."""
+    e = html.escape
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
+           f"<title>{e(title)}</title>",
+           "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;"
+           "margin-bottom:1.5em}td,th{border:1px solid #bbb;padding:2px 6px;text-align:right}"
+           "th{background:#eee}td.t{text-align:left}tr.failed td{background:#fde2e2}</style>",
+           "</head><body>", f"<h1>{e(title)}</h1>"]
+    n_ok = sum(1 for r in rows if r.get("status") == "ok")
+    out.append(f"<p>{len(rows)} fits: {n_ok} ok, {len(rows) - n_ok} failed. AIC and BIC "
+               "compare schemes fitted to the same cell (see the README, 'Scale-out "
+               "(Dask)').</p>")
+    out.append("<h2>Schemes ranked per cell (lowest AIC first; best seed of each)</h2>")
+    for cell, ranked in ranking(rows).items():
+        out.append(f"<h3>{e(cell)}</h3><table><tr><th>rank</th><th>scheme</th><th>seed</th>"
+                   "<th>AIC</th><th>ΔAIC</th><th>BIC</th><th>ΔBIC</th>"
+                   "<th>Akaike weight</th><th>fitness</th></tr>")
+        for i, r in enumerate(ranked, 1):
+            out.append(f"<tr><td>{i}</td><td class='t'>{e(r['scheme'])}</td><td>{r['seed']}"
+                       f"</td><td>{r['aic']:.6g}</td><td>{r['d_aic']:.3g}</td>"
+                       f"<td>{r['bic']:.6g}</td><td>{r['d_bic']:.3g}</td>"
+                       f"<td>{r['weight']:.3f}</td><td>{r['fitness']:.4g}</td></tr>")
+        out.append("</table>")
+    out.append("<h2>Every fit</h2><table><tr>")
+    cols = columns(rows)
+    out += [f"<th>{e(c)}</th>" for c in cols]
+    out.append("</tr>")
+    for row in rows:
+        cls = " class='failed'" if row.get("status") != "ok" else ""
+        out.append(f"<tr{cls}>" + "".join(
+            f"<td class='t'>{e(_cell(row.get(c)))}</td>" if not isinstance(row.get(c), float)
+            else f"<td>{e(_cell(row.get(c)))}</td>" for c in cols) + "</tr>")
+    out.append("</table></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write_summary(folder: Path, rows: list[dict[str, Any]], title: str) -> tuple[Path, Path]:
+    """Write ``batch_summary.csv`` and ``batch_summary.html`` into ``folder`` (each
+    through a temporary file: never half written)."""
+    rows = sorted(rows, key=lambda r: (str(r.get("cell")), str(r.get("scheme")),
+                                       int(r.get("seed", 0))))
+    paths = folder / CSV_NAME, folder / HTML_NAME
+    for path, text in zip(paths, (csv_text(rows), html_text(rows, title)), strict=True):
+        atomic_write(path, lambda tmp, t=text: tmp.write_text(t, encoding="utf-8"))
+    return paths
