@@ -336,7 +336,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     >>> code = generate_propagator(s, "objective")
     >>> "def build_thread(" in code.source and "p0 * d0_0" in code.source
     True
-    >>> "p1 * Dk[1, 0]" in generate_propagator(s, "objective", target="cpu").source
+    >>> "p1 * D[c, kk, 1, 0]" in generate_propagator(s, "objective", target="cpu").source
     True
     """
     check_mode(mode)

@@ -238,10 +238,9 @@ def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
     a("@DEVICE")
     a("def span_thread(c, k, D, GV, DV):")
     ind = "    "
-    a(f"{ind}Dk = D[c, k]")
     a(f"{ind}for i in range({S}):")
     ind2 = ind + "    "
-    _span_rows(a, ind2, span, d_flush, "F64(Dk[{i}, {j}])", "GV[c, k, jj, i]",
+    _span_rows(a, ind2, span, d_flush, "F64(D[c, k, {i}, {j}])", "GV[c, k, jj, i]",
                "DV[c, k, i, {j}]")
     a("")
 
@@ -253,9 +252,6 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
 
     S, F = a.scheme.n_states, a.cast
     p = [f"p{i}" for i in range(S)]
-    a(f"{ind}Gk = GV[c, kk]")
-    a(f"{ind}Mk = DV[c, kk]")
-    a(f"{ind}Dk = D[c, kk]")
     a(f"{ind}nb = nrep // {span}")
     a(f"{ind}rem = nrep - nb * {span}")
 
@@ -263,14 +259,14 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
         a(f"{ind2}if rec == 1:")
         a(f"{ind2}    for q in range({count}):")
         ind3 = ind2 + "        "
-        a(f"{ind3}g = float({dot([f'{x} * Gk[q, {i}]' for i, x in enumerate(p)])}) * drv")
+        a(f"{ind3}g = float({dot([f'{x} * GV[c, kk, q, {i}]' for i, x in enumerate(p)])}) * drv")
         a(f"{ind3}smp += 1")
         a(f"{ind3}code = 0")
         a.store_sample(ind3, "objective", [])
 
     def advance(ind2: str, matrix: str) -> None:
         for j in range(S):
-            terms = [f"p{i} * {matrix}[{i}, {j}]" for i in range(S)]
+            terms = [f"p{i} * {matrix}[c, kk, {i}, {j}]" for i in range(S)]
             a(f"{ind2}n{j} = {dot([f'p{j}'] + terms, 2)}")
         for j in range(S):
             a(f"{ind2}p{j} = n{j}")
@@ -278,11 +274,11 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
 
     a(f"{ind}for b in range(nb):")
     currents(ind + "    ", str(span))
-    advance(ind + "    ", "Mk")
+    advance(ind + "    ", "DV")
     a(f"{ind}if rem > 0:")
     currents(ind + "    ", "rem")
     a(f"{ind}    for t in range(rem):")
-    advance(ind + "        ", "Dk")
+    advance(ind + "        ", "D")
     _row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
                                                       for x in p), "objective", None)
     if a.compensated:

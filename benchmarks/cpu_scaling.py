@@ -1,0 +1,123 @@
+"""Candidates per second of the CPU backend against its thread count (strong and weak scaling).
+
+For one scheme on the standard protocol set (objective mode, the GA's path, the CPU's
+default form unless ``--variant``), the batch is timed end to end through
+``Simulator.run`` at each thread count of ``--threads`` (``numba.set_num_threads``):
+
+- weak scaling: ``--per-thread`` candidates per thread (the population grows with the
+  threads);
+- strong scaling: ``--population`` candidates whatever the thread count.
+
+Each row gives candidates/s, seconds per generation, and the speed-up over one thread.
+The result of every thread count is checked against the one-thread result (bit for bit is
+expected: each (candidate, sweep) is one thread's work whatever the split).
+
+    python -m benchmarks cpu_scaling --threads 1,2,4,8,16 --name rh03_f64
+
+writes ``benchmarks/results/<device>/cpu_scaling/rh03_f64.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
+from benchmarks.solver import candidates, objective_inputs  # noqa: E402
+from kingen.experiment.protocol import standard_protocol  # noqa: E402
+from kingen.model.scheme import Scheme  # noqa: E402
+from kingen.solve import Simulator  # noqa: E402
+from kingen.solve.cuda import CPU_DEFAULT, LaunchConfig  # noqa: E402
+
+STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
+
+
+def timed(sim: Simulator, params: np.ndarray, config: LaunchConfig, repeats: int):
+    """Median seconds of one objective-mode run, the medians of its parts (the host's
+    preparation, the parallel solve, the results), and the last result."""
+    times, parts, res = [], [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = sim.run(params, "objective", launch_config=config)
+        times.append(time.perf_counter() - t0)
+        parts.append(res.timings)
+    medians = {k: float(np.median([p[k] for p in parts]))
+               for k in ("prepare_s", "solve_s", "finish_s")}
+    return float(np.median(times)), medians, res
+
+
+def main(argv: list[str] | None = None) -> int:
+    import numba
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="robert_howe_2003")
+    ap.add_argument("--precision", default="float64", choices=["float64", "float32"])
+    ap.add_argument("--variant", default=None,
+                    help=f"launch variant (default: the CPU's, {CPU_DEFAULT.name})")
+    ap.add_argument("--threads", default="1,2,4,8,16")
+    ap.add_argument("--per-thread", type=int, default=64,
+                    help="candidates per thread for weak scaling (0: skip)")
+    ap.add_argument("--population", type=int, default=1024,
+                    help="candidates for strong scaling (0: skip)")
+    ap.add_argument("--exchange", type=float, default=0.0, help="10-90 %% exchange time, ms")
+    ap.add_argument("--repeats", type=int, default=3)
+    add_output_options(ap, "cpu_scaling")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(argv)
+    out = output_path(args, "cpu_scaling")
+
+    scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
+    protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
+    sim = Simulator(scheme, protocols, backend="cpu", precision=args.precision,
+                    objective=objective_inputs(scheme, protocols))
+    config = LaunchConfig.parse(args.variant) if args.variant else CPU_DEFAULT
+    threads = [t for t in map(int, args.threads.split(",")) if t <= numba.config.NUMBA_NUM_THREADS]
+    result = {"provenance": provenance("cpu_scaling", argv), "model": args.model,
+              "precision": args.precision, "variant": config.name,
+              "exchange_ms": args.exchange, "cores": os.cpu_count(),
+              "numba_threads_max": numba.config.NUMBA_NUM_THREADS, "rows": []}
+    sim.run(candidates(scheme, 8, seed=1), "objective", launch_config=config)  # compile
+    result["threading_layer"] = numba.threading_layer()
+    print(f"== {args.model} {args.precision} {config.name} on {os.cpu_count()} cores "
+          f"({result['threading_layer']}); threads {threads}", flush=True)
+    for kind, sizes in (("weak", [args.per_thread * t for t in threads] if args.per_thread
+                         else []),
+                        ("strong", [args.population] * len(threads) if args.population else [])):
+        if not sizes:
+            continue
+        base = ref = None
+        for t, n in zip(threads, sizes):
+            numba.set_num_threads(t)
+            params = candidates(scheme, n, seed=n)
+            seconds, parts, res = timed(sim, params, config, args.repeats)
+            rate = n / seconds
+            if kind == "strong":
+                if ref is None:
+                    ref = res.sgg.copy()
+                same = bool(np.array_equal(res.sgg, ref, equal_nan=True))
+            else:
+                same = None
+            base = base or rate
+            row = {"scaling": kind, "threads": t, "population": n, "run_s": seconds,
+                   "candidates_per_s": rate, "speedup": rate / base,
+                   "same_as_one_thread": same, **parts}
+            result["rows"].append(row)
+            print(f"  {kind:6s} threads {t:3d}  N={n:6d}  {seconds:7.3f} s/generation  "
+                  f"{rate:9.0f} candidates/s  x{rate / base:5.2f}  "
+                  f"(prepare {parts['prepare_s']:.3f} s, "
+                  f"solve {parts['solve_s']:.3f} s)"
+                  + ("" if same is None else f"  same as 1 thread: {same}"), flush=True)
+            write(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
