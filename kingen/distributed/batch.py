@@ -33,9 +33,15 @@ import numpy as np
 from kingen.console import LiveLine, duration
 from kingen.distributed.cluster import ClusterSettings, open_client
 from kingen.distributed.manifest import FitJob, Manifest, load_manifest
-from kingen.distributed.summary import aic_bic, ranking_lines, write_summary
+from kingen.distributed.summary import (
+    CSV_NAME,
+    HTML_NAME,
+    aic_bic,
+    ranking_lines,
+    write_summary,
+)
 from kingen.errors import KingenError
-from kingen.files import atomic_write
+from kingen.files import atomic_write, check_replaceable
 
 # ---------------------------------------------------------------------- on the worker
 
@@ -289,6 +295,8 @@ def run_batch(manifest: str | os.PathLike[str] | Manifest, *,
     [('cell01/jonas/seed1', 'ok'), ...]
     """
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    for path in (m.output / CSV_NAME, m.output / HTML_NAME):  # before any fit is started
+        check_replaceable(path, "output", kind="batch summary", inputs=m.inputs)
     settings = cluster or m.cluster or ClusterSettings()
     try:
         m.output.mkdir(parents=True, exist_ok=True)
