@@ -363,6 +363,20 @@ def test_a_lock_left_by_a_killed_run_is_taken_without_truncating_it(tmp_path: Pa
     assert not lock.path.exists()
 
 
+def test_a_refused_resume_leaves_the_run_file_byte_identical(
+        fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Resume adds the statistics' names beside the stored ones: stored names that are not
+    # UTF-8 were found only once the file was open for writing, which changed its bytes.
+    run = copy_run(fitted, tmp_path)
+    with h5py.File(run, "a") as f:
+        f["generations/stats_names"][1] = b"\xff\xfemedian"
+    before = digest(run)
+    assert command_error(["resume", str(run), "-q", "--generations", "5"], capsys) == (
+        f"{run}: /generations/stats_names[1] = b'\\xff\\xfemedian': inconsistent run file: "
+        "a column name that is not UTF-8 text")
+    assert digest(run) == before
+    assert not (tmp_path / ".run.h5.lock").exists()
+
 
 def _committed(path: Path) -> int:
     try:

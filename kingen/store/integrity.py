@@ -437,6 +437,13 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
         d = ds(path, 1, "biufS")
         if d.shape[0] != length:
             raise _inconsistent(name, f"/{path}", d.shape[0], f"length, expected {length}")
+        if path.endswith("_names"):  # resume writes new names beside these: checked first
+            for i, raw in enumerate(np.asarray(_load(d)).tolist()):
+                try:
+                    _text(raw)
+                except UnicodeDecodeError:
+                    raise _inconsistent(name, f"/{path}[{i}]", raw, "a column name that is "
+                                        "not UTF-8 text") from None
     hof_size = int(_one(ds("hall_of_fame/size", 1, "iu")))
     hof = ds("hall_of_fame/params", 2, "f")
     hof_fit = ds("hall_of_fame/fitness", 1, "f")
