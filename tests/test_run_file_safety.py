@@ -11,6 +11,7 @@ import os
 import pickle
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -301,6 +302,80 @@ def test_resume_asks_for_the_lock_before_it_reads(fitted: Path, tmp_path: Path,
     assert "fails its checksum" in command_error(
         ["resume", str(run), "-q", "--generations", "5"], capsys)  # once the writer is gone
     assert not (tmp_path / f".{run.name}.lock").exists()
+
+
+def _lock_refused(what: str, name: str = "run.h5") -> str:
+    return (f"the lock file .{name}.lock beside the run file {what}; kingen makes its own "
+            f"lock file there: remove .{name}.lock")
+
+
+@pytest.mark.parametrize("points_to", ["deactivation.csv", "fit.toml", "run.h5"])
+def test_a_lock_that_is_a_symbolic_link_is_refused_and_its_target_kept(
+        fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        points_to: str) -> None:
+    run = copy_run(fitted, tmp_path)
+    lock = tmp_path / ".run.h5.lock"
+    lock.symlink_to(points_to)
+    before = {f.name: digest(f) for f in tmp_path.iterdir() if f.is_file()}
+    assert command_error(["resume", str(run), "-q", "--generations", "5"], capsys) == (
+        f"{run}: " + _lock_refused("is a symbolic link, which kingen does not follow"))
+    assert {f.name: digest(f) for f in tmp_path.iterdir() if f.is_file()} == before
+    assert lock.is_symlink() and os.readlink(lock) == points_to
+
+
+@pytest.mark.parametrize(("make", "what"), [
+    (lambda lock, d: os.link(d / "deactivation.csv", lock),
+     "has another name too (a hard link to another file)"),
+    (lambda lock, d: os.mkfifo(lock), "is not a regular file"),
+    (lambda lock, d: lock.mkdir(), "is not a regular file"),
+    (lambda lock, d: lock.write_text("time_ms,current_pA\n0,-1\n"),
+     "holds something other than kingen's record of the process writing the run"),
+])
+def test_a_lock_that_is_not_kingens_is_refused_and_never_truncated(
+        fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], make,
+        what: str) -> None:
+    run = copy_run(fitted, tmp_path)
+    lock = tmp_path / ".run.h5.lock"
+    make(lock, tmp_path)
+    before = {f.name: digest(f) for f in tmp_path.iterdir() if f.is_file()}
+    kind = stat.S_IFMT(lock.lstat().st_mode)
+    assert command_error(["resume", str(run), "-q", "--generations", "5"], capsys) == (
+        f"{run}: " + _lock_refused(what))
+    assert {f.name: digest(f) for f in tmp_path.iterdir() if f.is_file()} == before
+    assert stat.S_IFMT(lock.lstat().st_mode) == kind
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_without_truncating_it(tmp_path: Path) -> None:
+    run = tmp_path / "run.h5"
+    lock = WriterLock(run)
+    lock.path.write_text("12345 a-host-of-a-long-name.example.org\n")  # an older record
+    truncated = []
+    real = os.ftruncate
+    try:
+        os.ftruncate = lambda *a: truncated.append(a) or real(*a)  # type: ignore[assignment]
+        lock.acquire()
+        text = lock.path.read_text()
+    finally:
+        os.ftruncate = real  # type: ignore[assignment]
+        lock.release()
+    assert not truncated
+    assert text.split() == [str(os.getpid()), platform.node()] and text.endswith("\n")
+    assert not lock.path.exists()
+
+
+def test_a_refused_resume_leaves_the_run_file_byte_identical(
+        fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Resume adds the statistics' names beside the stored ones: stored names that are not
+    # UTF-8 were found only once the file was open for writing, which changed its bytes.
+    run = copy_run(fitted, tmp_path)
+    with h5py.File(run, "a") as f:
+        f["generations/stats_names"][1] = b"\xff\xfemedian"
+    before = digest(run)
+    assert command_error(["resume", str(run), "-q", "--generations", "5"], capsys) == (
+        f"{run}: /generations/stats_names[1] = b'\\xff\\xfemedian': inconsistent run file: "
+        "a column name that is not UTF-8 text")
+    assert digest(run) == before
+    assert not (tmp_path / ".run.h5.lock").exists()
 
 
 def _committed(path: Path) -> int:

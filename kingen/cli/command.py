@@ -185,6 +185,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise KingenError("--step applies to --solver rk4", field="--step", value=args.step)
     csv_path = output_path(args.csv, "--csv")
     plot_path = output_path(args.plot, "--plot", IMAGE_SUFFIXES)
+    _check_simulate_outputs(args, csv_path, plot_path)
     sim = simulate(scheme, protocol, solver=args.solver, backend=args.backend,
                    precision=args.precision, step=args.step, force=args.force)
     try:
@@ -211,6 +212,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             if path:
                 print(f"  wrote {path}")
     return 0
+
+
+def _check_simulate_outputs(args: argparse.Namespace, csv_path: Path | None,
+                            plot_path: Path | None) -> None:
+    """``--csv`` and ``--plot`` replace neither the scheme nor the protocol file simulated,
+    nor each other, nor any file but an earlier output of their kind."""
+    from kingen.base.files import check_replaceable, same_file
+    from kingen.experiment.protocol import STANDARD_PROTOCOLS
+
+    inputs = {args.model: "the scheme being simulated"}
+    if args.protocol not in STANDARD_PROTOCOLS:
+        inputs[args.protocol] = "the protocol file being simulated"
+    if csv_path and plot_path and same_file(csv_path, plot_path):
+        raise KingenError("--csv and --plot name the same file: give each its own",
+                          file=str(csv_path), field="--plot")
+    if csv_path:
+        check_replaceable(csv_path, "--csv", kind="simulated csv", inputs=inputs)
+    if plot_path:
+        check_replaceable(plot_path, "--plot", kind="figure", inputs=inputs)
 
 
 def _split_failed(features: dict) -> tuple[dict, dict[str, str]]:

@@ -63,8 +63,11 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _say(paths: list[Path]) -> None:
+    from kingen.base.files import writes_through
+
     for path in paths:
-        print(path)
+        if not writes_through(path):  # -o /dev/stdout: the file's text is the output
+            print(path)
 
 
 def run_plot(args: argparse.Namespace) -> int:

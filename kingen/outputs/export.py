@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kingen._version import __version__
-from kingen.base.files import atomic_write, check_replaceable
+from kingen.base.files import FITTED_MARK, atomic_write, check_replaceable
 from kingen.errors import KingenError
 from kingen.experiment.protocol import distinct_labels
 from kingen.experiment.recordings import Recording, write_csv, write_nwb
@@ -223,10 +223,15 @@ def export_model(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[
         The file written.
     """
     path = Path(out)
-    check_replaceable(path, "--model")
+    check_replaceable(path, "--model", kind="fitted scheme", inputs=_run_input(run))
     text = fitted_scheme_text(run, protocol=protocol)
     write_text_atomic(path, text)
     return path
+
+
+def _run_input(run: str | os.PathLike[str] | RunStore) -> dict[str, str]:
+    """The run file an export reads, as an input its outputs may never replace."""
+    return {str(run.path if isinstance(run, RunStore) else run): "the run file being exported"}
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -257,7 +262,7 @@ def fitted_recordings(run: RunView) -> dict[str, Recording]:
             conc = None
         holding = protocol.sweeps[0].holding if protocol.sweeps else None
         labels = [str(x) for x in tr["labels"]]
-        meta = {"synthetic": "kingen fitted model current, not a recording",
+        meta = {"synthetic": FITTED_MARK,
                 "kingen_run": run.path, "fitness": best["fitness"]}
         distinct = distinct_labels(labels)
         if distinct != labels:
@@ -279,7 +284,7 @@ def export_csv(run: str | os.PathLike[str] | RunStore, out_dir: str | os.PathLik
         recs = fitted_recordings(RunView(store))
         paths = [Path(out_dir) / f"{file_name}.csv" for file_name in safe_names(recs).values()]
         for path in paths:  # all checked before any is written
-            check_replaceable(path, "--csv")
+            check_replaceable(path, "--csv", kind="fitted csv", inputs=_run_input(store))
         for rec, path in zip(recs.values(), paths, strict=True):
             write_csv(rec, path)
         return paths
@@ -309,7 +314,7 @@ def export_nwb(run: str | os.PathLike[str] | RunStore, out: str | os.PathLike[st
             f"{base.stem}_{file_name}{base.suffix or '.nwb'}")
             for file_name in safe_names(recs).values()]
         for path in paths:  # all checked before any is written
-            check_replaceable(path, "--nwb")
+            check_replaceable(path, "--nwb", kind="fitted nwb", inputs=_run_input(store))
         for (name, rec), path in zip(recs.items(), paths, strict=True):
             write_nwb(rec, path, session_description=f"kingen fitted currents: {name}")
         return paths
@@ -349,11 +354,15 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
     ``source`` is a run file (the fitted values, the amplitude of ``protocol`` as the
     channel count) or a scheme TOML file (its own values).
     """
-    from kingen.outputs.interop import export_scheme
+    from kingen.outputs.interop import EXPORTERS, export_scheme
 
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     path = Path(source)
-    if path.suffix.lower() == ".toml":
+    is_scheme = path.suffix.lower() == ".toml"
+    inputs = {path: "the scheme being exported"} if is_scheme else _run_input(path)
+    if to in EXPORTERS:  # before any work; an unknown format is export_scheme's to say
+        check_replaceable(out, "-o", kind=to, inputs=inputs)
+    if is_scheme:
         scheme = Scheme.load(path)
         lines = [f"Exported by kingen {__version__} on {when} from scheme file {path} "
                  f"(the file's values)."]
@@ -374,7 +383,7 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
         if intervals:
             lines.append("Profile-likelihood intervals of the run are given beside each rate.")
         return export_scheme(scheme, to, out, params=params, channels=amp, provenance=lines,
-                             intervals=intervals)
+                             intervals=intervals, inputs=inputs)
     finally:
         if opened:
             store.close()

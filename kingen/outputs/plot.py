@@ -24,7 +24,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from kingen.base.files import atomic_write
+from kingen._version import __version__
+from kingen.base.files import atomic_write, check_replaceable
 from kingen.errors import KingenError
 from kingen.store import RunStore, RunView, as_store
 
@@ -87,12 +88,19 @@ def _figure(kind: str, **kwargs: Any) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    """Save atomically (temporary file, then rename); the format comes from the suffix."""
+    """Save atomically (temporary file, then rename); the format comes from the suffix.
+
+    The file names kingen as its maker (PNG ``Software``, PDF and SVG ``Creator``): that is
+    how a later figure knows it may replace it (:func:`kingen.base.files.check_replaceable`).
+    """
     fmt = path.suffix.lstrip(".").lower() or "png"
+    check_replaceable(path, "-o", kind="figure")
+    maker = {"png": "Software", "pdf": "Creator", "svg": "Creator"}.get(fmt)
+    metadata = {maker: f"kingen {__version__}"} if maker else None
 
     def write(tmp: Path) -> None:
         with matplotlib.rc_context(STYLE):
-            fig.savefig(tmp, format=fmt, dpi=DPI)
+            fig.savefig(tmp, format=fmt, dpi=DPI, metadata=metadata)
 
     atomic_write(path, write)
     return path
@@ -248,6 +256,10 @@ def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str
                 ("parameters", lambda: _parameter_figure(r)),
                 ("correlations", lambda: _correlation_figure(r)),
                 ("profiles", lambda: profile_figure(r))]
+    for stem, _ in figures:  # every file checked before any is drawn
+        for fmt in formats:
+            check_replaceable(out / f"{stem}.{fmt}", "-o", kind="figure",
+                              inputs={r.path: "the run file being plotted"})
     for stem, draw in figures:
         with matplotlib.rc_context(STYLE):
             result = draw()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from kingen.base.files import check_replaceable
 from kingen.errors import KingenError
 from kingen.outputs.export import write_text_atomic
 from kingen.outputs.plot import plot_run_detailed
@@ -351,9 +352,12 @@ def write_report(run: str | os.PathLike[str] | RunStore,
     try:
         out = Path(out_dir) if out_dir is not None else store.path.with_name(
             f"{store.path.stem}_report")
+        html_path, md_path = out / "report.html", out / "report.md"
+        for path in (html_path, md_path):  # before any figure is drawn
+            check_replaceable(path, "-o", kind="report",
+                              inputs={store.path: "the run file being reported"})
         out.mkdir(parents=True, exist_ok=True)
         content = _collect(RunView(store), out)
-        html_path, md_path = out / "report.html", out / "report.md"
         write_text_atomic(html_path, _html(content))
         write_text_atomic(md_path, _markdown(content, out))
         return html_path, md_path

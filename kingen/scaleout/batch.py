@@ -31,11 +31,17 @@ from typing import Any, TextIO
 import numpy as np
 
 from kingen.base.console import LiveLine, duration
-from kingen.base.files import atomic_write
+from kingen.base.files import atomic_write, check_replaceable
 from kingen.errors import KingenError
 from kingen.scaleout.cluster import ClusterSettings, open_client
 from kingen.scaleout.manifest import FitJob, Manifest, load_manifest
-from kingen.scaleout.summary import aic_bic, ranking_lines, write_summary
+from kingen.scaleout.summary import (
+    CSV_NAME,
+    HTML_NAME,
+    aic_bic,
+    ranking_lines,
+    write_summary,
+)
 
 # ---------------------------------------------------------------------- on the worker
 
@@ -289,6 +295,8 @@ def run_batch(manifest: str | os.PathLike[str] | Manifest, *,
     [('cell01/jonas/seed1', 'ok'), ...]
     """
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    for path in (m.output / CSV_NAME, m.output / HTML_NAME):  # before any fit is started
+        check_replaceable(path, "output", kind="batch summary", inputs=m.inputs)
     settings = cluster or m.cluster or ClusterSettings()
     try:
         m.output.mkdir(parents=True, exist_ok=True)

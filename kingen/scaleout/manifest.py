@@ -110,6 +110,8 @@ class Manifest:
     cluster: ClusterSettings | None = None
     cells: list[str] = field(default_factory=list)
     schemes: list[str] = field(default_factory=list)
+    inputs: dict[str, str] = field(default_factory=dict)
+    """The files the batch reads (path -> what it is): its outputs never replace one."""
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -182,7 +184,24 @@ def load_manifest(path: str | Path) -> Manifest:
                 d["seed"] = seed
                 d["output"] = str(folder / "run.h5")
                 jobs.append(FitJob(cell_name, scheme_name, seed, folder, dumps_toml(d)))
-    return Manifest(p, output, jobs, cluster, [n for n, _ in cells], [n for n, _ in schemes])
+    return Manifest(p, output, jobs, cluster, [n for n, _ in cells], [n for n, _ in schemes],
+                    _inputs(p, config_path, cells, schemes))
+
+
+def _inputs(manifest: Path, config: Path, cells: list[tuple[str, dict]],
+            schemes: list[tuple[str, dict]]) -> dict[str, str]:
+    """Every file a batch names (path -> what it is)."""
+    out = {str(manifest): "the batch manifest", str(config): "the batch's base configuration"}
+    for _, scheme in schemes:
+        if scheme["model"] is not None:
+            out[scheme["model"]] = "a scheme file of the batch"
+    for _, cell in cells:
+        for what, role in (("recording", "a recording of the batch"),
+                           ("targets", "a targets file of the batch")):
+            for value in cell[what].values():
+                for path in [value] if isinstance(value, str) else value:
+                    out[path] = role
+    return out
 
 
 def _resolve(base: Path, name: str) -> Path:

@@ -27,7 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kingen.base.files import atomic_write
+from kingen.base.files import atomic_write, check_replaceable
 
 FIRST_COLUMNS = ("id", "cell", "scheme", "seed", "status", "reason", "fitness", "n_free",
                  "n_samples", "aic", "bic", "generations", "stopped", "resumed", "search_s",
@@ -151,5 +151,6 @@ def write_summary(folder: Path, rows: list[dict[str, Any]], title: str) -> tuple
                                        int(r.get("seed", 0))))
     paths = folder / CSV_NAME, folder / HTML_NAME
     for path, text in zip(paths, (csv_text(rows), html_text(rows, title)), strict=True):
+        check_replaceable(path, "output", kind="batch summary")
         atomic_write(path, lambda tmp, t=text: tmp.write_text(t, encoding="utf-8"))
     return paths

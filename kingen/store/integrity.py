@@ -6,9 +6,12 @@ schema, and the refusal to overwrite inputs or files that are not run files.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import re
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +42,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 _ALREADY_OPEN = "already open for write"
+_RECORD = 256  # bytes of the lock file's "<pid> <host>" record, padded with spaces
 
 
 # --------------------------------------------------------------------------- the writer lock
@@ -50,7 +54,9 @@ class WriterLock:
     run file is replaced (``--overwrite``, a killed run's rebuild) while the lock is held.
     The holder writes its PID and host into the lock file, for the refusal message. The
     OS drops the lock when the holder dies, however it dies, so a killed run never leaves
-    a stale lock.
+    a stale lock. The lock file is opened without following a link and is never truncated:
+    one that is a link, not a regular file, or holds anything but a holder's record is
+    refused in one line and left as it is.
     """
 
     def __init__(self, run_path: Path) -> None:
@@ -63,16 +69,11 @@ class WriterLock:
         if fcntl is None or self._fd is not None:  # pragma: no cover - not POSIX
             return
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise KingenError(f"cannot create the lock file {self.path.name} beside the "
-                                  f"run file: {exc.strerror}", file=str(self.run_path)
-                                  ) from None
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                holder = os.read(fd, 200).decode("utf-8", "replace").split()
+                holder = os.pread(fd, _RECORD, 0).decode("utf-8", "replace").split()
                 os.close(fd)
                 who = (f"process {holder[0]} on {holder[1]}" if len(holder) >= 2
                        else "another process")
@@ -82,15 +83,62 @@ class WriterLock:
             # The previous holder removes the lock file before letting go: if the path no
             # longer names the file locked here, lock again.
             try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
             except FileNotFoundError:
                 same = False
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {platform.node()}\n".encode())
+        try:
+            self._check_record(fd)
+            # A record of fixed width covers any earlier one: the file is never truncated
+            # (a truncation is what a lock that is not kingen's must never get).
+            mine = f"{os.getpid()} {platform.node()}".encode()[: _RECORD - 1]
+            os.pwrite(fd, mine.ljust(_RECORD - 1) + b"\n", 0)
+        except BaseException:
+            os.close(fd)
+            raise
         self._fd = fd
+
+    def _refuse(self, what: str) -> KingenError:
+        return KingenError(f"the lock file {self.path.name} beside the run file {what}; kingen "
+                           f"makes its own lock file there: remove {self.path.name}",
+                           file=str(self.run_path))
+
+    def _open(self) -> int:
+        """The lock file, opened (or created) without following a link: a lock that is
+        not a regular file of its own is refused in one line, and never written."""
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISLNK(mode):
+            raise self._refuse("is a symbolic link, which kingen does not follow")
+        if mode is not None and not stat.S_ISREG(mode):
+            raise self._refuse("is not a regular file")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                         0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # made a link since the look above
+                raise self._refuse("is a symbolic link, which kingen does not follow"
+                                   ) from None
+            raise KingenError(f"cannot create the lock file {self.path.name} beside the "
+                              f"run file: {exc.strerror}", file=str(self.run_path)) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise self._refuse("is not a regular file" if not stat.S_ISREG(st.st_mode)
+                               else "has another name too (a hard link to another file)")
+        return fd
+
+    def _check_record(self, fd: int) -> None:
+        """KingenError unless the locked file is empty or holds a holder's record (a run
+        killed before it could remove its lock file leaves one)."""
+        text = os.pread(fd, _RECORD + 1, 0)
+        if text and (len(text) > _RECORD or not re.fullmatch(rb"\d+ [^\s]*\s*", text)):
+            raise self._refuse("holds something other than kingen's record of the process "
+                               "writing the run")
 
     def release(self) -> None:
         """Let go of the lock (removing the lock file first, while still holding it)."""
@@ -389,6 +437,13 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
         d = ds(path, 1, "biufS")
         if d.shape[0] != length:
             raise _inconsistent(name, f"/{path}", d.shape[0], f"length, expected {length}")
+        if path.endswith("_names"):  # resume writes new names beside these: checked first
+            for i, raw in enumerate(np.asarray(_load(d)).tolist()):
+                try:
+                    _text(raw)
+                except UnicodeDecodeError:
+                    raise _inconsistent(name, f"/{path}[{i}]", raw, "a column name that is "
+                                        "not UTF-8 text") from None
     hof_size = int(_one(ds("hall_of_fame/size", 1, "iu")))
     hof = ds("hall_of_fame/params", 2, "f")
     hof_fit = ds("hall_of_fame/fitness", 1, "f")

@@ -347,10 +347,10 @@ class RunStore:
                 # slots, since the next generation's state goes into the one not committed
                 for slot in (0, 1):
                     _state_names(reader._f["resume"][f"slot_{slot}"])
+                resumed = reader.resumed  # read here: a refusal must leave the file as it was
             f = _open_append(p)
             try:
                 store = cls(f, p, "w", lock)
-                resumed = json.loads(_text(f["run"].attrs.get("resumed", "[]")))
                 f["run"].attrs["resumed"] = _dumps(resumed + [_now()])
                 f["run/finished"][0] = np.bytes_(b"")  # running again
                 if "lost_workers" not in f["run"]:  # a file written before it existed

@@ -334,7 +334,7 @@ def write_current_csv(path: str | os.PathLike[str], protocol: Any, times: list[n
     path = Path(path)
     if not path.parent.exists():
         raise KingenError("folder does not exist", file=str(path.parent), field="--csv")
-    check_replaceable(path, "--csv")
+    check_replaceable(path, "--csv", kind="simulated csv")
     head = _header_line(["time_ms"] + names, str(path))
 
     def write(tmp: Path) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,8 +102,10 @@ def import_scheme(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
     >>> Scheme.load(import_scheme(mod, folder / "jonas.toml")).n_states
     7
     """
-    text = import_text(path, agonist=agonist)
     out = Path(out)
+    check_replaceable(out, "-o", kind="imported scheme",
+                      inputs={path: "the file being imported"})  # before any work
+    text = import_text(path, agonist=agonist)
     _write(out, text)
     return out
 
@@ -122,8 +124,14 @@ def export_text(scheme: Scheme, to: str, params: np.ndarray | None = None, *,
     return fmt.load("writer")(model)
 
 
-def export_scheme(scheme: Scheme, to: str, out: str | os.PathLike[str], **kwargs) -> Path:
+def export_scheme(scheme: Scheme, to: str, out: str | os.PathLike[str], *,
+                  inputs: Mapping[str | os.PathLike[str], str] | None = None,
+                  **kwargs) -> Path:
     """Write ``scheme`` in format ``to`` to ``out``; keywords as :func:`export_text`.
+
+    ``out`` is never the scheme's own file, nor one of ``inputs`` (path -> what it is),
+    nor any file but an earlier export to the same format (see
+    :func:`kingen.base.files.check_replaceable`).
 
     Examples
     --------
@@ -135,14 +143,17 @@ def export_scheme(scheme: Scheme, to: str, out: str | os.PathLike[str], **kwargs
     >>> out.read_text().startswith("[[model]]")
     True
     """
-    text = export_text(scheme, to, **kwargs)
     out = Path(out)
+    if to in EXPORTERS:  # an unknown format is export_text's to say
+        own = {} if scheme.path[:1] == "<" else {scheme.path: "the scheme being exported"}
+        check_replaceable(out, "-o", kind=to, inputs={**own, **(inputs or {})})
+    text = export_text(scheme, to, **kwargs)
     _write(out, text)
     return out
 
 
 def _write(path: Path, text: str) -> None:
-    check_replaceable(path, "-o")
+    """Write ``text`` (its callers have checked ``path``: check_replaceable)."""
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")
 
