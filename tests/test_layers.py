@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                "kingen.scheme", "kingen.shipped",
                # scheme import/export (NEURON .mod, Myokit .mmt): the model layer (DESIGN.md)
                "kingen.interop")),
-    ("experiment", ("kingen.protocol", "kingen.data")),
+    ("experiment", ("kingen.protocol", "kingen.data", "kingen.experiment")),
     ("simulation", ("kingen.codegen", "kingen.solve")),
     ("objective", ("kingen.objective", "kingen.features")),
     ("search", ("kingen.params", "kingen.search", "kingen.fit_config",

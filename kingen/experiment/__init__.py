@@ -1,0 +1,1 @@
+"""What an experiment is made of besides the scheme: the recording chain of a rig."""
