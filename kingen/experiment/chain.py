@@ -90,8 +90,8 @@ class Filter:
     response_dt
         The sampling interval the response was measured at, ms.
     source
-        The file the response was read from, and whether it held a ``step`` or an
-        ``impulse`` response (``measured``).
+        The file the response was read from (as the configuration names it), and whether
+        it held a ``step`` or an ``impulse`` response (``measured``).
 
     Examples
     --------
@@ -294,8 +294,8 @@ def fir_sos(impulse: tuple[float, ...]) -> np.ndarray:
     """A measured impulse response (one tap per sample) as second-order sections.
 
     The response is an FIR filter, y[n] = Σ h[k]·x[n − k]; its polynomial's roots pair
-    into sections with poles at 0 (``scipy.signal.tf2sos``). The caller
-    (:func:`read_response`) has checked that the sections reproduce the taps.
+    into sections with poles at 0 (``scipy.signal.tf2sos``), and leading zero taps into
+    delay sections. :func:`read_response` checks that the sections reproduce the taps.
 
     >>> sos = fir_sos((0.25, 0.5, 0.25))
     >>> sos.shape, float(sos[:, :3].sum())
@@ -309,17 +309,25 @@ def _fir_sos(impulse: tuple[float, ...]) -> np.ndarray:
     from scipy import signal
 
     h = np.array(impulse)
-    if h.size == 1:
-        sos = np.array([[h[0], 0.0, 0.0, 1.0, 0.0, 0.0]])
+    # leading zero taps are a delay, which the polynomial's roots do not carry: one section
+    # per two samples of it (b = 0, 0, 1) or one (b = 0, 1, 0)
+    lead = int(np.argmax(h != 0.0))
+    core = h[lead:]
+    if core.size == 1:
+        sos = np.array([[core[0], 0.0, 0.0, 1.0, 0.0, 0.0]])
     else:
-        sos = signal.tf2sos(h, np.r_[1.0, np.zeros(h.size - 1)])
+        sos = signal.tf2sos(core, np.r_[1.0, np.zeros(core.size - 1)])
+    delays = [[0.0, 0.0, 1.0, 1.0, 0.0, 0.0]] * (lead // 2) + \
+        [[0.0, 1.0, 0.0, 1.0, 0.0, 0.0]] * (lead % 2)
+    if delays:
+        sos = np.vstack([sos, delays])
     sos.flags.writeable = False
     return sos
 
 
 # ------------------------------------------------------------------------------- reading
 
-def read_response(path: Path, *, file: str, field: str) -> Filter:
+def read_response(path: Path, *, file: str | None, field: str, value: Any = None) -> Filter:
     """A measured filter from a CSV file: a time column ``time_<unit>`` starting at 0 and
     one column ``step`` or ``impulse`` (the name says which response it is; a unit suffix
     such as ``step_pA`` is allowed and ignored: the response is normalised).
@@ -333,11 +341,12 @@ def read_response(path: Path, *, file: str, field: str) -> Filter:
     Raises
     ------
     KingenError
-        Naming the file, the field and the value, for every problem above.
+        Naming the file, the field and the value (``value``: the file as the user wrote
+        it), for every problem above.
     """
     from kingen.data.csv import _parse_column, _read_table, _split_name, _unit_factor
 
-    where = f"{field} = {str(path)!r}"
+    value = str(path) if value is None else value
     table = _read_table(path)
     if len(table.header) != 2:
         raise KingenError("a response file has two columns, time_<unit> and step or impulse",
@@ -354,8 +363,10 @@ def read_response(path: Path, *, file: str, field: str) -> Filter:
                           "it is)", file=str(path), field="header", value=table.header[1])
     y = _parse_column(table, 1, allow_trailing_blank=False)
     if not 2 <= y.size <= MAX_RESPONSE_SAMPLES:
-        raise KingenError(f"{y.size} samples: a response needs 2 to {MAX_RESPONSE_SAMPLES} "
-                          "(give it up to where it has settled)", file=file, field=where)
+        raise KingenError(f"{y.size} sample{'s' if y.size != 1 else ''}: a response needs "
+                          f"2 to {MAX_RESPONSE_SAMPLES} "
+                          "(give it up to where it has settled)", file=file, field=field,
+                          value=value)
     dts = np.diff(t)
     dt = float(dts.mean())
     if abs(t[0]) > 1e-9 or not dt > 0 or np.abs(dts - dt).max() > 1e-6 * dt:
@@ -367,14 +378,14 @@ def read_response(path: Path, *, file: str, field: str) -> Filter:
     if not (math.isfinite(scale) and abs(scale) > 1e-6 * size):
         name = "final value" if what == "step" else "sum"
         raise KingenError(f"not normalisable: its {name} is {scale:.3g} (the filter must pass "
-                          "a constant current)", file=file, field=where)
+                          "a constant current)", file=file, field=field, value=value)
     h = (np.diff(y, prepend=0.0) if what == "step" else y) / scale
-    _check_fir(h, file=file, field=where)
+    _check_fir(h, file=file, field=field, value=value)
     return Filter("response", impulse=tuple(float(x) for x in h), response_dt=dt,
-                  source=str(path), measured=what)
+                  source=str(value), measured=what)
 
 
-def _check_fir(h: np.ndarray, *, file: str, field: str) -> None:
+def _check_fir(h: np.ndarray, *, file: str | None, field: str, value: Any) -> None:
     """Refuse a response whose second-order sections do not reproduce its taps (the roots of
     a long, noisy polynomial can be too ill-conditioned)."""
     from scipy import signal
@@ -386,7 +397,7 @@ def _check_fir(h: np.ndarray, *, file: str, field: str) -> None:
     if not err <= _FIR_TOLERANCE * float(np.abs(h).max()):
         raise KingenError("the response cannot be run as second-order sections to 1e-9 of "
                           "its taps: shorten it to where it has settled", file=file,
-                          field=field)
+                          field=field, value=value)
 
 
 def read_filter(fields: Fields, spec: Any, where: str, base: Path) -> Filter:
@@ -405,7 +416,8 @@ def read_filter(fields: Fields, spec: Any, where: str, base: Path) -> Filter:
         path = Path(name) if Path(name).is_absolute() else base / name
         if not path.is_file():
             raise fields.error("file not found", join(where, "response"), name)
-        return read_response(path, file=fields.file, field=join(where, "response"))
+        return read_response(path, file=fields.file, field=join(where, "response"),
+                             value=name)
     if "kind" not in spec:
         raise fields.error(f"missing: the filter's kind ({', '.join(FILTER_KINDS)}) or a "
                            "response file", join(where, "kind"))
@@ -453,26 +465,38 @@ def parse_filter(text: str, *, field: str = "--filter") -> Filter:
     if path.suffix.lower() == ".csv":
         if not path.is_file():
             raise KingenError("file not found", field=field, value=text)
-        return read_response(path, file=text, field=field)
+        return read_response(path, file=None, field=field, value=text)
     raise KingenError(f"write KIND:POLES:CUTOFF_KHZ ({' or '.join(FILTER_KINDS)}, e.g. "
                       "bessel:8:5) or a response CSV file", field=field, value=text)
 
 
-def check_filter(flt: Filter, dts: list[float], *, file: str | None, field: str) -> None:
+def check_filter(flt: Filter, dts: list[float], *, file: str | None, field: str,
+                 value: Any = None) -> None:
     """Refuse a filter the sweeps' sampling intervals ``dts`` (ms) cannot carry: a cutoff at
-    or above their Nyquist frequency, or a response measured at another interval."""
+    or above their Nyquist frequency, or a response measured at another interval. The
+    error names ``field`` (and its ``.cutoff_khz``), or ``field`` = ``value`` when a value
+    is given (a filter written on one line).
+
+    >>> check_filter(Filter("bessel", 8, 30.0), [0.02], file="fit.toml", field="filter")
+    Traceback (most recent call last):
+    ...
+    kingen.errors.KingenError: fit.toml: filter.cutoff_khz = 30.0: at or above the Nyquist \
+frequency (25 kHz) of sweeps sampled every 0.02 ms
+    """
     for dt in sorted(set(dts)):
         if flt.kind == "response":
             if not math.isclose(dt, flt.response_dt, rel_tol=1e-6):
                 raise KingenError(f"the response is sampled every {flt.response_dt:g} ms, the "
                                   f"protocol's sweeps every {dt:g} ms", file=file,
-                                  field=field, value=flt.source)
+                                  field=f"{field}.response" if value is None else field,
+                                  value=flt.source if value is None else value)
             continue
         nyquist = 0.5 / dt
         if flt.cutoff_khz >= nyquist:
             raise KingenError(f"at or above the Nyquist frequency ({nyquist:g} kHz) of sweeps "
                               f"sampled every {dt:g} ms", file=file,
-                              field=f"{field}.cutoff_khz", value=flt.cutoff_khz)
+                              field=f"{field}.cutoff_khz" if value is None else field,
+                              value=flt.cutoff_khz if value is None else value)
 
 
 __all__ = ["AMPLITUDES", "FILTER_KINDS", "MAX_POLES", "MAX_RESPONSE_SAMPLES", "MIN_POLES",
