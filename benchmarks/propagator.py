@@ -17,8 +17,9 @@ and the share of the FP64 (or FP32) arithmetic bound of the propagator form,
     python -m benchmarks propagator --model robert_howe_2003 \\
         --variants stage-b128,prop-l4-b128 --populations 16384,65536 --name rh03
 
-writes ``benchmarks/results/<device>/propagator/rh03.json`` (``--out FILE`` to choose;
-``python benchmarks/propagator.py`` is the same command).
+(``--exchange 0.2`` for finite exchange, ``--filter bessel:8:5`` for an 8-pole recording
+filter in the kernel) writes ``benchmarks/results/<device>/propagator/rh03.json``
+(``--out FILE`` to choose; ``python benchmarks/propagator.py`` is the same command).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates, objective_inputs  # noqa: E402
+from kingen.experiment.chain import parse_filter  # noqa: E402
 from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
@@ -88,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="stage-b128,prop-l1-b128,prop-l4-b128")
     ap.add_argument("--populations", default="16384")
     ap.add_argument("--exchange", type=float, default=0.0, help="10-90 %% exchange time, ms")
+    ap.add_argument("--filter", default=None,
+                    help="recording filter on every protocol, as kingen simulate --filter "
+                         "takes it (bessel:8:5: kind, poles, cutoff in kHz)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check", type=int, default=64, help="candidates checked against CPU")
     ap.add_argument("--peak-fp64", type=float, default=30.3e12, help="flop/s (measured H100)")
@@ -103,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
     obj = objective_inputs(scheme, protocols)
+    filters = [parse_filter(args.filter)] * len(protocols) if args.filter else None
     result = {"provenance": provenance("propagator", argv), "model": args.model,
-              "exchange_ms": args.exchange, "rows": []}
+              "exchange_ms": args.exchange, "filter": args.filter, "rows": []}
     S = scheme.n_states
     for prec in args.precisions.split(","):
-        sim = Simulator(scheme, protocols, backend=args.backend, precision=prec, objective=obj)
-        cpu = Simulator(scheme, protocols, backend="cpu", precision=prec, objective=obj)
+        sim = Simulator(scheme, protocols, backend=args.backend, precision=prec, objective=obj,
+                        filters=filters)
+        cpu = Simulator(scheme, protocols, backend="cpu", precision=prec, objective=obj,
+                        filters=filters)
         result["device"] = sim.device
         plan = sim.propagator_plan()
         steps = sim.schedule.total_steps

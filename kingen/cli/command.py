@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where rk4 runs (default: the GPU when there is one)")
     sim.add_argument("--precision", choices=("float64", "float32"), default="float64")
     sim.add_argument("--step", type=float, default=None, help="fixed rk4 step, ms")
+    sim.add_argument("--filter", default=None, metavar="KIND:POLES:KHZ",
+                     help="pass the current through a recording filter, as a rig's "
+                          "amplifier does: bessel:8:5 (kind bessel or butterworth, 2-8 "
+                          "poles, cutoff in kHz), or a measured response CSV file")
     sim.add_argument("--csv", type=Path, help="write time_ms and current_pA columns here")
     sim.add_argument("--plot", type=Path, help="write a figure (PNG or PDF) here")
     sim.add_argument("--json", action="store_true", help="print the features as JSON")
@@ -183,11 +187,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     protocol = _load_protocol(args)
     if args.step is not None and args.solver != "rk4":
         raise KingenError("--step applies to --solver rk4", field="--step", value=args.step)
+    flt = None
+    if args.filter is not None:
+        from kingen.experiment.chain import check_filter, parse_filter
+
+        flt = parse_filter(args.filter, field="--filter")
+        check_filter(flt, [s.dt for s in protocol.sweeps], file=None, field="--filter",
+                     value=args.filter)
     csv_path = output_path(args.csv, "--csv")
     plot_path = output_path(args.plot, "--plot", IMAGE_SUFFIXES)
     _check_simulate_outputs(args, csv_path, plot_path)
     sim = simulate(scheme, protocol, solver=args.solver, backend=args.backend,
-                   precision=args.precision, step=args.step, force=args.force)
+                   precision=args.precision, step=args.step, force=args.force, filter=flt)
     try:
         if csv_path:
             sim.to_csv(csv_path)
@@ -202,7 +213,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({**values, **({"failed": failed} if failed else {})}, indent=2))
     else:
         print(f"{scheme.name} | protocol {protocol.name} ({protocol.n_sweeps} sweep"
-              f"{'s' if protocol.n_sweeps != 1 else ''}) | {sim.engine}")
+              f"{'s' if protocol.n_sweeps != 1 else ''}) | {sim.engine}"
+              + (f" | filter {flt.label}" if flt is not None else ""))
         for key, value in features.items():
             if key != "not_determined":
                 print(f"  {key:16s} {_show(value)}")

@@ -14,16 +14,21 @@ N_WINDOWS = 4
 N_OUT = 2 + 2 * N_WINDOWS
 
 
-def out_width(n_windows: int = N_WINDOWS) -> int:
-    """Values an objective-mode kernel writes per (candidate, sweep) pair: Σw·g², Σw·g·d,
-    then a value and a sample index per window it carries.
+def out_width(n_windows: int = N_WINDOWS, sums: int = 2) -> int:
+    """Values an objective-mode kernel writes per (candidate, sweep) pair: Σw·g², Σw·g·d
+    (and Σw·g when ``sums`` is 3, for fitted offsets), then a value and a sample index per
+    window it carries.
 
     Examples
     --------
-    >>> out_width(0), out_width()
-    (2, 10)
+    >>> out_width(0), out_width(), out_width(0, sums=3)
+    (2, 10, 3)
     """
-    return 2 + 2 * n_windows
+    return sums + 2 * n_windows
+
+# Filters of up to this many second-order sections keep their coefficients in registers;
+# longer ones (measured responses) read them from memory at every sample.
+SECTIONS_IN_REGISTERS = 4
 
 FAIL_OK, FAIL_NONFINITE, FAIL_RANGE, FAIL_CONSERVATION, FAIL_PARAMS = 0, 1, 2, 3, 4
 FAILURE_NAMES = {
@@ -49,12 +54,20 @@ class Emitter:
     flush_below
         Set occupancies below this magnitude to zero after each step (0: never); the CPU
         backend needs it, see :func:`kingen.codegen.generate`.
+    n_sections
+        Second-order sections of the recording's filter that every sample's current passes
+        through before it is reduced or stored (0: none; see :meth:`filter_sample`).
+    with_sum
+        Also reduce Σw·g (objective mode), which fitted offsets need.
     """
 
     def __init__(self, scheme: Scheme, *, cast: str = "F", compensated: bool = False,
-                 flush_below: float = 0.0, n_windows: int = N_WINDOWS) -> None:
+                 flush_below: float = 0.0, n_windows: int = N_WINDOWS, n_sections: int = 0,
+                 with_sum: bool = False) -> None:
         self.scheme = scheme
         self.n_windows = n_windows
+        self.n_sections = n_sections
+        self.n_sums = 3 if with_sum else 2
         self.cast = cast
         self.compensated = compensated
         self.flush_below = flush_below
@@ -63,6 +76,10 @@ class Emitter:
     # ------------------------------------------------------------------ basics
     def __call__(self, text: str) -> None:
         self.lines.append(text)
+
+    def out_width(self) -> int:
+        """Values per pair the objective mode writes (:func:`out_width`)."""
+        return out_width(self.n_windows, self.n_sums)
 
     def const(self, x: float) -> str:
         """A literal in the working precision."""
@@ -200,9 +217,17 @@ class Emitter:
         a = self
         a(f"{ind}drv = drive[w]")
         a(f"{ind}sample0 = sample_start[w]")
+        for q in range(self.n_sections):
+            if self.n_sections <= SECTIONS_IN_REGISTERS:
+                for k in range(5):
+                    a(f"{ind}fc{q}_{k} = flt[w, {q}, {k}]")
+            a(f"{ind}fz{q}_0 = 0.0")
+            a(f"{ind}fz{q}_1 = 0.0")
         if mode == "objective":
             a(f"{ind}sgg = 0.0")
             a(f"{ind}sgd = 0.0")
+            if self.n_sums == 3:
+                a(f"{ind}sg = 0.0")
             for q in range(self.n_windows):
                 a(f"{ind}wl{q} = win[w, {q}, 0]")
                 a(f"{ind}wh{q} = win[w, {q}, 1]")
@@ -222,8 +247,36 @@ class Emitter:
         a(f"{ind}elif abs(tot - 1.0) > tol:")
         a(f"{ind}    code = {FAIL_CONSERVATION}")
 
+    def filter_sample(self, ind: str, first: bool = False) -> None:
+        """Pass the sample's current ``g`` through the recording's filter, in float64:
+        ``n_sections`` second-order sections in transposed direct form II, as
+        ``scipy.signal.sosfilt`` runs them (``flt[w, q]`` = b0, b1, b2, a1, a2, then the
+        steady state per unit input that :func:`scipy.signal.sosfilt_zi` gives).
+
+        The ``first`` sample of a sweep starts the filter at its steady state for that
+        sample's current: the recording began long before the sweep, at rest.
+        """
+        if not self.n_sections:
+            return
+        a = self
+        if first:
+            for q in range(self.n_sections):
+                a(f"{ind}fz{q}_0 = flt[w, {q}, 5] * g")
+                a(f"{ind}fz{q}_1 = flt[w, {q}, 6] * g")
+
+        def c(q: int, k: int) -> str:
+            return (f"fc{q}_{k}" if self.n_sections <= SECTIONS_IN_REGISTERS
+                    else f"flt[w, {q}, {k}]")
+
+        for q in range(self.n_sections):
+            a(f"{ind}fy = {c(q, 0)} * g + fz{q}_0")
+            a(f"{ind}fz{q}_0 = {c(q, 1)} * g - {c(q, 3)} * fy + fz{q}_1")
+            a(f"{ind}fz{q}_1 = {c(q, 2)} * g - {c(q, 4)} * fy")
+            a(f"{ind}g = fy")
+
     def record(self, ind: str, mode: str, *, with_occupancy: bool = False,
-               renormalise: bool = True, prefetched: bool = False) -> None:
+               renormalise: bool = True, prefetched: bool = False,
+               first: bool = False) -> None:
         """Check the full state ``p{i}``, then store or reduce one sample of it."""
         a, S = self, self.scheme.n_states
         g = " + ".join(f"{self.const(self.scheme.conductance[i])} * p{i}" for i in range(S)
@@ -239,18 +292,22 @@ class Emitter:
             for i in range(S):
                 a(f"{ind}p{i} = p{i} * rn")
         occupancy = [f"p{i}" for i in range(S)] if with_occupancy else []
-        self.store_sample(ind, mode, occupancy, prefetched=prefetched)
+        self.store_sample(ind, mode, occupancy, prefetched=prefetched, first=first)
 
     def store_sample(self, ind: str, mode: str, occupancy: list[str],
-                     writer: str | None = None, prefetched: bool = False) -> None:
-        """Reduce (objective) or store (traces) the sample ``g`` with failure ``code``.
+                     writer: str | None = None, prefetched: bool = False,
+                     first: bool = False) -> None:
+        """Filter, then reduce (objective) or store (traces) the sample ``g`` with failure
+        ``code``.
 
         ``writer`` is a condition naming the one thread that writes when several threads
-        hold the same sample (lanes of the propagator form). With ``prefetched`` the
-        sample's data and weight are already in ``dn`` and ``wn`` (see :meth:`prefetch`).
+        hold the same sample (lanes of the propagator form: each filters alike). With
+        ``prefetched`` the sample's data and weight are already in ``dn`` and ``wn`` (see
+        :meth:`prefetch`); ``first`` is the sweep's first sample (:meth:`filter_sample`).
         """
         a = self
         a(f"{ind}gs = sample0 + smp")
+        self.filter_sample(ind, first)
         w_ind = ind + "    " if writer else ind
         if mode == "objective":
             a(f"{ind}if code != 0:")
@@ -258,7 +315,7 @@ class Emitter:
                 a(f"{ind}    if {writer}:")
             a(f"{w_ind}    fail[w, c] = code")
             # every output is written by its thread: the host need not clear them first
-            for k in range(out_width(self.n_windows)):
+            for k in range(self.out_width()):
                 a(f"{w_ind}    out[{k}, c, w] = 0.0")
             a(f"{ind}    return")
             if prefetched:
@@ -269,6 +326,8 @@ class Emitter:
                 a(f"{ind}wt = weight[gs]")
             a(f"{ind}sgg += wt * g * g")
             a(f"{ind}sgd += wt * g * d")
+            if self.n_sums == 3:
+                a(f"{ind}sg += wt * g")
             for q in range(self.n_windows):
                 a(f"{ind}if wo{q} >= 0 and smp >= wl{q} and smp <= wh{q}:")
                 a(f"{ind}    if wo{q} == 0:")
@@ -315,9 +374,11 @@ class Emitter:
         # host takes as it is, and only the windows the batch uses travel at all
         self(f"{ind}out[0, c, w] = sgg")
         self(f"{ind}out[1, c, w] = sgd")
+        if self.n_sums == 3:
+            self(f"{ind}out[2, c, w] = sg")
         for q in range(self.n_windows):
-            self(f"{ind}out[{2 + 2 * q}, c, w] = wv{q}")
-            self(f"{ind}out[{3 + 2 * q}, c, w] = wi{q}")
+            self(f"{ind}out[{self.n_sums + 2 * q}, c, w] = wv{q}")
+            self(f"{ind}out[{self.n_sums + 1 + 2 * q}, c, w] = wi{q}")
 
     # ------------------------------------------------------------------ stage rows
     def stage_rows(self, ind: str, mode: str, with_occupancy: bool,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from kingen.codegen.emit import N_WINDOWS, Emitter, out_width
+from kingen.codegen.emit import N_WINDOWS, Emitter
 from kingen.codegen.span import (
     SPAN_ARGS,
     emit_span_build,
@@ -48,7 +48,7 @@ from kingen.codegen.stage import (
 from kingen.model.scheme import Scheme
 
 PROP_ARGS = ("c, w, lane, gmask, sh, base, P, S0, rows_f, rows_i, row_start, row_key,\n"
-             "               conc, row_conc, drive, sample_start, tol, D,")
+             "               conc, row_conc, drive, flt, sample_start, tol, D,")
 
 
 def padded_states(n_states: int, lanes: int) -> int:
@@ -56,10 +56,10 @@ def padded_states(n_states: int, lanes: int) -> int:
     return math.ceil(n_states / lanes) * lanes
 
 
-def shared_stride(n_states: int, lanes: int) -> int:
+def shared_stride(n_states: int, lanes: int, extra: int = 0) -> int:
     """Shared-memory words per pair: two buffers, plus one so that pairs of a warp start on
-    different banks."""
-    return 2 * padded_states(n_states, lanes) + 1
+    different banks, plus ``extra`` (a span's currents, which a filter needs in order)."""
+    return 2 * padded_states(n_states, lanes) + 1 + extra
 
 
 def dot(terms: list[str], chains: int = 4) -> str:
@@ -127,7 +127,7 @@ def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
     else:
         a(f"{ind}    fail[w, c] = code")
     if mode == "objective":
-        for k in range(out_width(a.n_windows)):
+        for k in range(a.out_width()):
             a(f"{ind}    {'    ' if writer else ''}out[{k}, c, w] = 0.0")
     a(f"{ind}    return")
 
@@ -297,7 +297,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                         with_occupancy: bool = False, compensated: bool = False,
                         flush_below: float = 0.0, d_flush: float = 1e-150,
                         stage_rows: str = "all", n_windows: int = N_WINDOWS,
-                        target: str = "cuda", span: int = 1) -> GeneratedCode:
+                        target: str = "cuda", span: int = 1, n_sections: int = 0,
+                        with_sum: bool = False) -> GeneratedCode:
     """Python source of the propagator-form solver (``build_thread`` and ``run_thread``).
 
     Parameters
@@ -328,6 +329,10 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     span
         Samples per product on propagated rows (objective mode; on the GPU with lanes ≥ 2;
         see :mod:`kingen.codegen.span`): 1 is one product per sample.
+    n_sections, with_sum
+        The recording's filter and the extra sum, as for :func:`kingen.codegen.generate`.
+        On the GPU a span's currents, computed by different lanes, pass through the
+        filter in order: the lanes share them through the pair's shared memory.
 
     Examples
     --------
@@ -350,7 +355,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         span_check(scheme.n_states, lanes, span, target)
         if mode != "objective":
             raise ValueError("spans serve the objective mode only")
-    a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
+    a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows,
+                n_sections=n_sections, with_sum=with_sum)
     a.legend()
     builder = Emitter(scheme, cast="F64")
     _build(builder, d_flush, "gpu" if target == "cuda" else "cpu")
@@ -375,7 +381,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         a(f"{ind}    sh[base + j] = {a.cast}(0.0)")
     if span > 1 and target == "cuda":
         emit_window_bounds(a, ind)
-    a.record(ind, mode, with_occupancy=with_occupancy)
+    a.record(ind, mode, with_occupancy=with_occupancy, first=True)
     a(f"{ind}for r in range(row_start[w], row_start[w + 1]):")
     ind2 = ind + "    "
     a.step_sizes(ind2)

@@ -97,6 +97,8 @@ def emit_window_bounds(a: Emitter, ind: str) -> None:
         a(f"{ind}ws{q} = 0.0")
     a(f"{ind}sgg_s = 0.0")
     a(f"{ind}sgd_s = 0.0")
+    if a.n_sums == 3:
+        a(f"{ind}sg_s = 0.0")
 
 
 def _span_sample(a: Emitter, ind: str, s: str) -> None:
@@ -111,6 +113,8 @@ def _span_sample(a: Emitter, ind: str, s: str) -> None:
     a(f"{ind}wt = weight[U(gs)]")
     a(f"{ind}sgg_s += wt * g * g")
     a(f"{ind}sgd_s += wt * g * d")
+    if a.n_sums == 3:
+        a(f"{ind}sg_s += wt * g")
     if a.n_windows:
         a(f"{ind}if {s} >= wlo and {s} <= whi:")
     for q in range(a.n_windows):
@@ -150,11 +154,19 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     a(f"{ind}nb = nrep // {span}")
     a(f"{ind}rem = nrep - nb * {span}")
 
+    if a.n_sections:
+        # the span's currents, in sample order, for the filter (after the two halves)
+        SP = C * lanes
+        a(f"{ind}fb = sh[U(base + {2 * SP + 1}):U(base + {2 * SP + 1 + span})]")
+
     def currents(ind2: str, src: str, partial: bool) -> None:
         for i in range(S):
             a(f"{ind2}v{i} = {src}[{i}]")
         a(f"{ind2}if rec == 1:")
         ind3 = ind2 + "    "
+        if a.n_sections:
+            filtered_currents(ind3, partial)
+            return
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
             if partial:
@@ -162,6 +174,20 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
                 _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}")
             else:
                 _span_sample(a, ind3, f"smp + first + {q + 1}")
+
+    def filtered_currents(ind3: str, partial: bool) -> None:
+        # A filter runs through the samples in order: each lane puts its J currents in the
+        # pair's buffer, and every lane then filters all of the span's samples alike (its
+        # state stays the same on every lane) and reduces its own J of them. The buffer is
+        # rewritten only after the advance's barrier, once every lane has read it.
+        for q in range(J):
+            a(f"{ind3}fb[first + {q}] = {dot([f'v{i} * u{i}_{q}' for i in range(S)])}")
+        a(f"{ind3}WARP_SYNC(gmask)")
+        a(f"{ind3}for t in range({'rem' if partial else span}):")
+        a(f"{ind3}    g = float(fb[t]) * drv")
+        a.filter_sample(ind3 + "    ")
+        a(f"{ind3}    if t >= first and t < first + {J}:")
+        _span_sample(a, ind3 + "        ", "smp + t + 1")
 
     def advance(ind2: str, dst: str, matrix: str) -> None:
         for k in range(C):
@@ -209,6 +235,8 @@ def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
     while off < lanes:
         a(f"{ind}sgg_s += SHFL_XOR(gmask, sgg_s, {off})")
         a(f"{ind}sgd_s += SHFL_XOR(gmask, sgd_s, {off})")
+        if a.n_sums == 3:
+            a(f"{ind}sg_s += SHFL_XOR(gmask, sg_s, {off})")
         for q in range(a.n_windows):
             a(f"{ind}ws{q} += SHFL_XOR(gmask, ws{q}, {off})")
             a(f"{ind}ov = SHFL_XOR(gmask, wv{q}, {off})")
@@ -220,6 +248,8 @@ def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
         off *= 2
     a(f"{ind}sgg += sgg_s")
     a(f"{ind}sgd += sgd_s")
+    if a.n_sums == 3:
+        a(f"{ind}sg += sg_s")
     for q in range(a.n_windows):
         a(f"{ind}if wo{q} >= 1:")
         a(f"{ind}    wv{q} += ws{q}")

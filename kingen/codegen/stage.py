@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kingen.codegen.emit import N_WINDOWS, Emitter
 from kingen.model.scheme import Scheme
 
-THREAD_ARGS = ("c, w, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,\n"
+THREAD_ARGS = ("c, w, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive, flt,\n"
                "               sample_start, tol,")
 MODE_ARGS = {"objective": "data, weight, win, out, fail",
              "traces": "trace, occ, unused0, unused1, fail"}
@@ -57,7 +57,8 @@ def thread_start(a: Emitter, mode: str) -> None:
 
 def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
              compensated: bool = False, flush_below: float = 0.0,
-             n_windows: int = N_WINDOWS) -> GeneratedCode:
+             n_windows: int = N_WINDOWS, n_sections: int = 0,
+             with_sum: bool = False) -> GeneratedCode:
     """Python source of the stage-form RK4 thread body for ``scheme``.
 
     Parameters
@@ -84,6 +85,12 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
     n_windows
         Feature windows the objective mode reduces (the first ``n_windows`` of each
         sweep's four); its results hold :func:`~kingen.codegen.out_width` values per pair.
+    n_sections
+        Second-order sections of the recording's filter, applied to every sample's current
+        before it is reduced or stored (``flt`` (n_sweeps, ≥ n_sections, 7) holds each
+        sweep's; see :meth:`kingen.codegen.emit.Emitter.filter_sample`); 0: no filter.
+    with_sum
+        Objective mode: also reduce Σw·g (third value per pair), for fitted offsets.
 
     Examples
     --------
@@ -107,14 +114,15 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
     #   p0 = occupancy of C (conductance 0 pS)
     """
     check_mode(mode)
-    a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
+    a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows,
+                n_sections=n_sections, with_sum=with_sum)
     a.legend()
     a("@DEVICE")
     a(f"def run_thread({THREAD_ARGS}")
     a(f"               {MODE_ARGS[mode]}):")
     thread_start(a, mode)
     ind = "    "
-    a.record(ind, mode, with_occupancy=with_occupancy)
+    a.record(ind, mode, with_occupancy=with_occupancy, first=True)
     a(f"{ind}for r in range(row_start[w], row_start[w + 1]):")
     a.step_sizes(ind + "    ")
     a.stage_rows(ind + "    ", mode, with_occupancy)

@@ -16,6 +16,7 @@ import numpy as np
 
 from kingen.base.files import read_text
 from kingen.errors import KingenError
+from kingen.experiment.chain import check_filter, read_chain
 from kingen.experiment.protocol import (
     STANDARD_PROTOCOLS,
     Sweep,
@@ -62,10 +63,15 @@ dt = 0.05                   # standard protocols: sampling interval, ms
 recording = "deact.csv"     # CSV, NWB or ABF; or a list of files (sweeps in order)
 targets = "features.csv"    # summary targets (feature CSV, dose or recovery table), or a list
 weight = 1.0                # weight of this protocol's error in the fitness
-# amplitude = 100           # fix the number of channels (default: solved by least squares)
+amplitude = "per-protocol"  # per-protocol | per-sweep | rundown (A·(1 + ρ·sweep)), solved by
+                            #   least squares; or a number: the channels, fixed
 mask = []                   # [[t0, t1], ...] ms ranges of every sweep to ignore
 baseline = "none"           # none | pre-pulse | per-sweep: what to subtract from the recording
                             #   (pre-pulse: the mean before the first pulse, all sweeps)
+# filter = { kind = "bessel", poles = 8, cutoff_khz = 5 }  # the recording's low-pass filter
+                            #   (bessel | butterworth, 2-8 poles), or { response = "step.csv" }
+offset = "none"             # none | per-sweep | per-protocol: a DC offset fitted with the
+                            #   amplitude
 
 [parameters]
 # free = ["k01", "k10"]     # search only these (all others fixed); default: all free ones
@@ -204,7 +210,7 @@ _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "p
         "polish_evaluations", "protocols", "parameters", "ga", "stop", "force",
         "cluster"}  # [cluster]: where `kingen fit --cluster CONFIG` runs (kingen.scaleout)
 _PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
-             "amplitude", "mask", "baseline", "subtract_baseline"}
+             "amplitude", "mask", "baseline", "subtract_baseline", "filter", "offset"}
 _PARAM_KEYS = {"bounds", "value", "scale", "fixed"}
 
 
@@ -591,8 +597,16 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> 
     if recording is None and targets is None:
         raise c.error("no data: give recording = ... and/or targets = ...", f"{w}.recording")
     amplitude = None
-    if "amplitude" in t:
+    if "amplitude" in t and not isinstance(t["amplitude"], str):
         amplitude = c.number(t, "amplitude", w, gt=0.0)
+    chain = read_chain(c, t, w, base)
+    if chain.filter is not None:
+        check_filter(chain.filter, [s.dt for s in protocol.sweeps], file=c.file,
+                     field=f"{w}.filter")
+    if recording is None and not (chain.offset == "none" and chain.amplitude == "per-protocol"):
+        key = "offset" if chain.offset != "none" else "amplitude"
+        raise c.error("is fitted to a recording: this protocol has none", f"{w}.{key}",
+                      t[key])
     mask = []
     for k, m in enumerate(c.array(t, "mask", w)):
         where = f"{w}.mask[{k}]"
@@ -605,7 +619,7 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> 
     return ProtocolData(
         protocol=protocol, recording=recording, targets=targets,
         weight=c.number(t, "weight", w, 1.0, gt=0.0), amplitude=amplitude, mask=mask,
-        baseline=_baseline(c, t, w), source=c.file)
+        baseline=_baseline(c, t, w), source=c.file, chain=chain)
 
 
 def _baseline(c: _Checker, t: dict, w: str) -> str:

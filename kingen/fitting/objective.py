@@ -70,6 +70,7 @@ import numpy as np
 
 from kingen.codegen import FAIL_NONFINITE, N_WINDOWS
 from kingen.errors import KingenError
+from kingen.experiment.chain import Chain, check_filter
 from kingen.experiment.features import (
     STEADY_STATE_FRACTION,
     baseline,
@@ -129,6 +130,10 @@ class ProtocolData:
         (``"per-sweep"``).
     source
         Where this protocol was configured (for error messages).
+    chain
+        The recording chain (:class:`~kingen.experiment.chain.Chain`): the filter the
+        model current passes through before it is compared, and how amplitudes and
+        offsets are fitted.
     """
 
     protocol: Protocol
@@ -139,6 +144,7 @@ class ProtocolData:
     mask: list[tuple[float, float]] = field(default_factory=list)
     baseline: str = "none"
     source: str = "<config>"
+    chain: Chain = field(default_factory=Chain)
 
 
 @dataclass
@@ -154,13 +160,19 @@ class Evaluation:
     fail
         (N,) 0 ok, else the failure code of the first failing sweep.
     amplitudes
-        (N, n_protocols) amplitude (channels) per protocol; NaN where none applies.
+        (N, n_protocols) amplitude (channels) per protocol; NaN where none applies. With
+        an amplitude per sweep, their mean; with rundown, the first sweep's.
+    sweep_amplitudes, offsets
+        (N, n_sweeps) amplitude and offset (pA) of every sweep, when a protocol's chain
+        fits them (None otherwise: one amplitude per protocol, no offset).
     """
 
     fitness: np.ndarray
     errors: np.ndarray
     fail: np.ndarray
     amplitudes: np.ndarray
+    sweep_amplitudes: np.ndarray | None = None
+    offsets: np.ndarray | None = None
 
 
 @dataclass
@@ -484,6 +496,134 @@ def _recording_errors(sgg: np.ndarray, sgd: np.ndarray, spans: np.ndarray, dd: n
             amps[i, p] = amp
 
 
+def solve_scales(sgg: np.ndarray, sgd: np.ndarray, sg: np.ndarray | None, sd: np.ndarray,
+                 sw: np.ndarray, sdd: np.ndarray, *, amplitude: str = "per-protocol",
+                 offset: str = "none", fixed: float | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Amplitudes and offsets of one protocol's K sweeps by linear least squares, in closed
+    form from per-sweep sums, for N candidates at once.
+
+    The model of sweep k is a_k·g + c_k (g the one-channel current, through the
+    recording's filter), fitted to the data d with weights w; ``sgg``, ``sgd``, ``sg``
+    (N, K) are Σw·g², Σw·g·d, Σw·g from the kernel, ``sd``, ``sw``, ``sdd`` (K,) the data's
+    Σw·d, Σw, Σw·d². ``amplitude``: one a for all sweeps (``per-protocol``), one per sweep
+    (``per-sweep``) or a_k = A·(1 + ρ·k) (``rundown``, linear in A and A·ρ); ``fixed``
+    holds it at a value. ``offset``: c_k = 0 (``none``), one c for all sweeps
+    (``per-protocol``) or one per sweep (``per-sweep``). A per-sweep offset is eliminated
+    sweep by sweep (the sums are centred on the sweep's weighted mean); a per-protocol one
+    is solved jointly with the amplitude (a 2×2 or 3×3 system, or for per-sweep
+    amplitudes a scalar equation). An amplitude below 0 is clamped to 0 (the offsets then
+    refitted), as for one amplitude per protocol.
+
+    Returns
+    -------
+    sse, amplitudes, offsets
+        (N,) Σw·(a_k·g + c_k − d)² over the sweeps (≥ 0); (N, K) a_k; (N, K) c_k.
+
+    Examples
+    --------
+    Two sweeps whose data are 3·g + 5 and 2·g − 1 (g = 1, 2, 3 on each):
+
+    >>> g = np.array([1.0, 2.0, 3.0])
+    >>> sums = lambda d: ((g * g).sum(), (g * d).sum(), g.sum(), d.sum(), 3.0, (d * d).sum())
+    >>> s0, s1 = sums(3 * g + 5), sums(2 * g - 1)
+    >>> cols = [np.array([[a, b]]) if i < 3 else np.array([a, b]) for i, (a, b)
+    ...         in enumerate(zip(s0, s1))]
+    >>> sse, a, c = solve_scales(*cols, amplitude="per-sweep", offset="per-sweep")
+    >>> np.round(a, 9).tolist(), np.round(c, 9).tolist(), round(float(sse[0]), 9)
+    ([[3.0, 2.0]], [[5.0, -1.0]], 0.0)
+    """
+    G = np.asarray(sgg, dtype=np.float64)
+    X = np.asarray(sgd, dtype=np.float64)
+    n, K = G.shape
+    S = np.zeros_like(G) if sg is None else np.asarray(sg, dtype=np.float64)
+    D, W, Y = (np.asarray(v, dtype=np.float64)[None, :] for v in (sd, sw, sdd))
+    k = np.arange(K, dtype=np.float64)[None, :]
+    with np.errstate(all="ignore"):
+        if offset == "per-protocol":
+            amp, off = _with_protocol_offset(G, X, S, D, W, k, amplitude, fixed)
+        else:
+            has = W > 0
+            inv_w = np.where(has, 1.0 / np.where(has, W, 1.0), 0.0)
+            if offset == "per-sweep":
+                # c_k = (Σw·d − a_k Σw·g) / Σw: what is left for a_k is the centred sums
+                Gc, Xc = G - S * S * inv_w, X - S * D * inv_w
+            else:
+                Gc, Xc = G, X
+            amp = _amplitudes(Gc, Xc, k, amplitude, fixed)
+            off = (D - amp * S) * inv_w if offset == "per-sweep" else np.zeros_like(G)
+        sse = (Y - 2.0 * amp * X - 2.0 * off * D + amp * amp * G + 2.0 * amp * off * S
+               + off * off * W).sum(axis=1)
+    return np.where(sse >= 0.0, sse, np.where(np.isnan(sse), sse, 0.0)), amp, off
+
+
+def _amplitudes(G: np.ndarray, X: np.ndarray, k: np.ndarray, mode: str,
+                fixed: float | None) -> np.ndarray:
+    """a_k minimising Σ_k (a_k² G_k − 2 a_k X_k) for the amplitude ``mode`` (see
+    :func:`solve_scales`), clamped ≥ 0."""
+    if fixed is not None:
+        return np.full(G.shape, float(fixed))
+    if mode == "per-sweep":
+        return np.maximum(np.where(G > 0, X / np.where(G > 0, G, 1.0), 0.0), 0.0)
+    m0, r0 = G.sum(axis=1), X.sum(axis=1)
+    a = np.maximum(np.where(m0 > 0, r0 / np.where(m0 > 0, m0, 1.0), 0.0), 0.0)
+    if mode != "rundown":
+        return np.repeat(a[:, None], G.shape[1], axis=1)
+    m1, m2, r1 = (k * G).sum(axis=1), (k * k * G).sum(axis=1), (k * X).sum(axis=1)
+    det = m0 * m2 - m1 * m1
+    # one sweep (or one with data) determines no slope: then a_k = a, the plain amplitude
+    ok = det > 1e-12 * m0 * m2
+    safe = np.where(ok, det, 1.0)
+    A = np.where(ok, (r0 * m2 - r1 * m1) / safe, a)
+    B = np.where(ok, (m0 * r1 - m1 * r0) / safe, 0.0)
+    neg = ~(A >= 0.0)
+    A, B = np.where(neg, 0.0, A), np.where(neg, 0.0, B)
+    return A[:, None] + B[:, None] * k
+
+
+def _with_protocol_offset(G: np.ndarray, X: np.ndarray, S: np.ndarray, D: np.ndarray,
+                          W: np.ndarray, k: np.ndarray, mode: str, fixed: float | None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Amplitudes and the one offset of a protocol, solved jointly (:func:`solve_scales`)."""
+    n, K = G.shape
+    sw, sd = float(W.sum()), float(D.sum())
+    c_alone = sd / sw if sw > 0 else 0.0
+    if fixed is not None:
+        amp = np.full(G.shape, float(fixed))
+    elif mode == "per-sweep":
+        # a_k = (X_k − c S_k) / G_k, then c from Σ_k: c (Σw − Σ S²/G) = Σw·d − Σ S X / G
+        inv_g = np.where(G > 0, 1.0 / np.where(G > 0, G, 1.0), 0.0)
+        den = sw - (S * S * inv_g).sum(axis=1)
+        c = np.where(den > 0, (sd - (S * X * inv_g).sum(axis=1)) / np.where(den > 0, den,
+                                                                          1.0), c_alone)
+        amp = np.maximum((X - c[:, None] * S) * inv_g, 0.0)
+    else:
+        basis = [np.ones_like(k)] + ([k] if mode == "rundown" and K > 1 else [])
+        m = len(basis) + 1
+        M = np.empty((n, m, m))
+        r = np.empty((n, m))
+        for i, bi in enumerate(basis):
+            for j, bj in enumerate(basis):
+                M[:, i, j] = (bi * bj * G).sum(axis=1)
+            M[:, i, -1] = M[:, -1, i] = (bi * S).sum(axis=1)
+            r[:, i] = (bi * X).sum(axis=1)
+        M[:, -1, -1] = sw
+        r[:, -1] = sd
+        det = np.linalg.det(M)
+        ok = np.isfinite(det) & (np.abs(det) > 1e-12 * np.abs(np.prod(
+            np.diagonal(M, axis1=1, axis2=2), axis=1)))
+        theta = np.zeros((n, m))
+        if ok.any():
+            theta[ok] = np.linalg.solve(M[ok], r[ok][..., None])[..., 0]
+        theta[~ok] = 0.0
+        theta[~(theta[:, 0] >= 0.0)] = 0.0  # a negative (or undefined) amplitude: none
+        amp = sum(theta[:, [i]] * b for i, b in enumerate(basis))
+        amp = np.broadcast_to(amp, G.shape).copy()
+    # the offset that goes with these amplitudes (after any clamp)
+    c = (sd - (amp * S).sum(axis=1)) / sw if sw > 0 else np.zeros(n)
+    return amp, np.repeat(c[:, None], K, axis=1)
+
+
 @numba.njit(cache=True, nogil=True)
 def _first_failure(fail: np.ndarray) -> np.ndarray:
     """(N,) int64: each row's first nonzero failure code (by sweep), 0 if none."""
@@ -597,6 +737,12 @@ class Objective:
         self.windows = np.concatenate(windows).astype(np.int64)
         self.dd = np.array([float((self.weight[self._slice(p)] * self.data[self._slice(p)] ** 2)
                                   .sum()) for p in range(len(self.items))])
+        # the data's own sums per sweep, for amplitudes and offsets fitted per sweep
+        wd = self.weight * self.data
+        self.sweep_sd = np.add.reduceat(wd, self.sample_start[:-1])
+        self.sweep_sw = np.add.reduceat(self.weight, self.sample_start[:-1])
+        self.sweep_sdd = np.add.reduceat(wd * self.data, self.sample_start[:-1])
+        filters = [self._chain_filter(item) for item in self.items]
         for item, dd in zip(self.items, self.dd, strict=True):
             # the errors are relative to the data's own size: data of size 0 has none
             if item.recording is not None and not (np.finfo(float).tiny <= dd < math.inf):
@@ -606,12 +752,72 @@ class Objective:
                                   field=f"protocols.{item.protocol.name}")
         self.proto_weight = np.array([it.weight for it in self.items], dtype=float)
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
+        sum_g = any(not self._plain(p) and item.chain.offset != "none"
+                    for p, item in enumerate(self.items))
         self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,
                                    precision=precision, step=step, courant=courant,
                                    objective=ObjectiveInputs(self.data, self.weight,
-                                                             self.windows))
+                                                             self.windows, sum_g),
+                                   filters=filters)
         if not np.array_equal(self.simulator.schedule.sample_start, self.sample_start):
             raise RuntimeError("sample grids of the objective and the schedule differ")
+
+    # ------------------------------------------------------------------ the chain
+    def _chain_filter(self, item: ProtocolData) -> Any:
+        """The protocol's filter, checked against its sweeps; the chain's amplitude and
+        offset need a recording to be fitted to."""
+        chain, where = item.chain, f"protocols.{item.protocol.name}"
+        if item.recording is None and chain.offset != "none":
+            raise KingenError("an offset is fitted to a recording: this protocol has none",
+                              file=item.source, field=f"{where}.offset", value=chain.offset)
+        if item.recording is None and chain.amplitude != "per-protocol":
+            raise KingenError("amplitudes per sweep are fitted to a recording: this protocol "
+                              "has none", file=item.source, field=f"{where}.amplitude",
+                              value=chain.amplitude)
+        if item.amplitude is not None and chain.amplitude != "per-protocol":
+            raise KingenError("a fixed amplitude is one number for the protocol",
+                              file=item.source, field=f"{where}.amplitude",
+                              value=chain.amplitude)
+        if chain.filter is not None:
+            check_filter(chain.filter, [s.dt for s in item.protocol.sweeps], file=item.source,
+                         field=f"{where}.filter")
+        return chain.filter
+
+    def _plain(self, p: int) -> bool:
+        """Protocol ``p``'s trace error takes one amplitude and no offset."""
+        chain = self.items[p].chain
+        return chain.offset == "none" and chain.amplitude == "per-protocol"
+
+    def _scales(self, p: int, sgg: np.ndarray, sgd: np.ndarray, sg: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sse, amplitudes, offsets) of protocol ``p`` from its sweeps' sums (N, K):
+        :func:`solve_scales` with its chain."""
+        a, b = self.spans[p]
+        item = self.items[p]
+        return solve_scales(sgg, sgd, sg, self.sweep_sd[a:b], self.sweep_sw[a:b],
+                            self.sweep_sdd[a:b], amplitude=item.chain.amplitude,
+                            offset=item.chain.offset, fixed=item.amplitude)
+
+    def _protocol_amplitude(self, p: int, amp: np.ndarray) -> np.ndarray:
+        """The one amplitude a protocol reports (and its current-valued targets use) from
+        its sweeps' (N, K): their mean when fitted per sweep, else the first sweep's."""
+        return amp.mean(axis=1) if self.items[p].chain.amplitude == "per-sweep" else amp[:, 0]
+
+    def _sample_scales(self, p: int, traces: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Amplitude and offset of every sample of protocol ``p`` (N, samples), fitted to
+        ``traces`` (all sweeps, finite), and the protocol's amplitude (N,)."""
+        a, b = self.spans[p]
+        starts = self.sample_start[a:b + 1] - self.sample_start[a]
+        g = traces[:, self._slice(p)]
+        w, d = self.weight[self._slice(p)], self.data[self._slice(p)]
+        sgg = np.add.reduceat(g * g * w, starts[:-1], axis=1)
+        sgd = np.add.reduceat(g * (w * d), starts[:-1], axis=1)
+        sg = np.add.reduceat(g * w, starts[:-1], axis=1)
+        _, amp, off = self._scales(p, sgg, sgd, sg)
+        sizes = np.diff(starts)
+        return (np.repeat(amp, sizes, axis=1), np.repeat(off, sizes, axis=1),
+                self._protocol_amplitude(p, amp))
 
     # ------------------------------------------------------------------ data placement
     def _slice(self, p: int) -> slice:
@@ -702,7 +908,7 @@ class Objective:
         mean = float(pre_all.mean())
         if item.baseline == "pre-pulse":
             return mean
-        if pre_all.size >= 3:
+        if pre_all.size >= 3 and item.chain.offset == "none":  # a fitted offset takes it
             se = float(pre_all.std(ddof=1)) / math.sqrt(pre_all.size)
             largest = max(float(np.max(np.abs(y - mean))) for _, y in sweeps)
             if abs(mean) > OFFSET_WARN_SE * se and abs(mean) > OFFSET_WARN_FRACTION * largest:
@@ -768,10 +974,11 @@ class Objective:
         # the guard leaves every derived rate computed: the solver need not redo them
         result = self.simulator.run(self.guard(params, complete=complete), "objective",
                                     complete=False, while_solving=while_solving)
-        return self.reduce(result.sgg, result.sgd, result.windows, result.fail), result
+        return self.reduce(result.sgg, result.sgd, result.windows, result.fail,
+                           result.sg), result
 
     def reduce(self, sgg: np.ndarray, sgd: np.ndarray, windows: np.ndarray,
-               fail: np.ndarray) -> Evaluation:
+               fail: np.ndarray, sg: np.ndarray | None = None) -> Evaluation:
         """Turn per-(candidate, sweep) sums and window values into errors.
 
         Parameters
@@ -782,16 +989,34 @@ class Objective:
             (N, n_sweeps, 4, 2) window values and peak sample indices.
         fail
             (N, n_sweeps) failure codes.
+        sg
+            (N, n_sweeps) Σw·g, which a chain's fitted offsets need.
         """
         n = sgg.shape[0]
         errors = np.zeros((n, self.n_protocols))
         amps = np.full((n, self.n_protocols), np.nan)
         recorded = np.array([item.recording is not None for item in self.items])
+        plain = np.array([self._plain(p) for p in range(self.n_protocols)])
         fixed = np.array([np.nan if item.amplitude is None else float(item.amplitude)
                           for item in self.items])
         _recording_errors(np.asarray(sgg, dtype=np.float64), np.asarray(sgd, dtype=np.float64),
-                          np.array(self.spans, dtype=np.int64), self.dd, recorded, fixed,
-                          errors, amps)
+                          np.array(self.spans, dtype=np.int64), self.dd, recorded & plain,
+                          fixed, errors, amps)
+        sweep_amps = offsets = None
+        if (recorded & ~plain).any():
+            sweep_amps = np.zeros(sgg.shape)
+            offsets = np.zeros(sgg.shape)
+            for p, (a, b) in enumerate(self.spans):
+                if not recorded[p]:
+                    sweep_amps[:, a:b] = np.nan
+                elif plain[p]:
+                    sweep_amps[:, a:b] = amps[:, [p]]
+                else:
+                    sse, amp, off = self._scales(p, sgg[:, a:b], sgd[:, a:b],
+                                                 None if sg is None else sg[:, a:b])
+                    errors[:, p] += sse / self.dd[p]
+                    amps[:, p] = self._protocol_amplitude(p, amp)
+                    sweep_amps[:, a:b], offsets[:, a:b] = amp, off
         with np.errstate(all="ignore"):
             for p, (item, plan) in enumerate(zip(self.items, self.plans, strict=True)):
                 if plan.targets:
@@ -810,7 +1035,7 @@ class Objective:
         failed = fcode != 0
         fitness[failed] = np.inf
         errors[failed] = np.inf
-        return Evaluation(fitness, errors, fcode, amps)
+        return Evaluation(fitness, errors, fcode, amps, sweep_amps, offsets)
 
     def _amplitude(self, item: ProtocolData, s_gd: np.ndarray, s_gg: np.ndarray) -> np.ndarray:
         if item.amplitude is not None:
@@ -869,7 +1094,14 @@ class Objective:
             sl = self._slice(p)
             sw = np.sqrt(item.weight)
             amp = None
-            if item.recording is not None:
+            if item.recording is not None and not self._plain(p):
+                w = self.weight[sl]
+                keep = w > 0
+                a_s, c_s, amp = self._sample_scales(p, safe)
+                model = a_s[:, keep] * safe[:, sl][:, keep] + c_s[:, keep]
+                parts.append(sw * np.sqrt(w[keep]) * (model - self.data[sl][keep])
+                             / math.sqrt(self.dd[p]))
+            elif item.recording is not None:
                 w = self.weight[sl]
                 keep = w > 0
                 g, d, wk = safe[:, sl][:, keep], self.data[sl][keep], w[keep]
@@ -890,13 +1122,20 @@ class Objective:
         -------
         traces
             ``{protocol: {"time_ms": [...], "fit_pA": [...], "data_pA": [...] or None,
-            "labels": [...]}}``, one array per sweep; data resampled onto the sweep grid
-            (less its baseline when one is configured), NaN where it is not compared.
+            "model_pA": [...] or None, "labels": [...]}}``, one array per sweep; data
+            resampled onto the sweep grid (less its baseline when one is configured), NaN
+            where it is not compared. ``fit_pA`` is what is compared with the data: through
+            the protocol's filter, with its amplitudes and offsets; ``model_pA`` the same
+            without the filter (None when the protocol has none). A chain that fits
+            amplitudes or offsets per sweep adds ``amplitude`` and ``offset_pA`` (one value
+            per sweep).
         amplitudes
             Amplitude (channels) per protocol; NaN where none applies.
         """
         p = np.atleast_2d(np.asarray(params, dtype=float))
         res = self.simulator.run(self.guard(p), "traces")
+        raw = (self.simulator.run(self.guard(p), "traces", filtered=False)
+               if self.simulator.n_sections else None)
         ev = self._eval_from_traces(p, res)
         out: dict[str, dict] = {}
         amps: dict[str, float] = {}
@@ -904,17 +1143,27 @@ class Objective:
             amp = float(ev.amplitudes[0, q])
             amps[item.protocol.name] = amp
             scale = amp if math.isfinite(amp) else self.scheme.channels
-            times, fits, datas = [], [], []
+            times, fits, datas, models = [], [], [], []
             for k in range(a, b):
                 s = slice(int(self.sample_start[k]), int(self.sample_start[k + 1]))
                 sweep = item.protocol.sweeps[k - a]
                 times.append(sweep.times())
-                fits.append(res.traces[0, s] * scale)
+                a_k, c_k = scale, 0.0
+                if ev.sweep_amplitudes is not None and item.recording is not None:
+                    a_k, c_k = float(ev.sweep_amplitudes[0, k]), float(ev.offsets[0, k])
+                fits.append(res.traces[0, s] * a_k + c_k)
+                if raw is not None:
+                    models.append(raw.traces[0, s] * a_k + c_k)
                 datas.append(np.where(self.weight[s] > 0, self.data[s], np.nan))
             out[item.protocol.name] = {
                 "time_ms": times, "fit_pA": fits,
                 "data_pA": datas if item.recording is not None else None,
+                "model_pA": models if item.chain.filter is not None else None,
                 "labels": [s.label for s in item.protocol.sweeps]}
+            if item.recording is not None and not self._plain(q):
+                out[item.protocol.name]["amplitude"] = [
+                    float(x) for x in ev.sweep_amplitudes[0, a:b]]
+                out[item.protocol.name]["offset_pA"] = [float(x) for x in ev.offsets[0, a:b]]
         return out, amps
 
     def _eval_from_traces(self, params: np.ndarray, res: BatchResult) -> Evaluation:
@@ -922,13 +1171,15 @@ class Objective:
         n = traces.shape[0]
         sgg = np.zeros((n, len(self.sample_start) - 1))
         sgd = np.zeros_like(sgg)
+        sg = np.zeros_like(sgg)
         for k in range(sgg.shape[1]):
             s = slice(int(self.sample_start[k]), int(self.sample_start[k + 1]))
             g = traces[:, s]
             sgg[:, k] = (self.weight[s] * g * g).sum(1)
             sgd[:, k] = (self.weight[s] * g * self.data[s]).sum(1)
+            sg[:, k] = (self.weight[s] * g).sum(1)
         win = host_windows(traces, self.sample_start, self.windows)
-        return self.reduce(sgg, sgd, win, res.fail)
+        return self.reduce(sgg, sgd, win, res.fail, sg)
 
     def evaluate_traces(self, params: np.ndarray) -> Evaluation:
         """Score a batch from trace-mode simulation (host reduction; for checks and polish)."""

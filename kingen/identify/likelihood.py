@@ -1,7 +1,9 @@
 """The Gaussian log-likelihood of a fit, from the same residuals the fit minimises.
 
 For a recorded protocol p the fit minimises Σ w (A g − d)² (:mod:`kingen.fitting.objective`), with
-the amplitude A solved in closed form (least squares, clamped ≥ 0) for every candidate. With
+the amplitude A solved in closed form (least squares, clamped ≥ 0) for every candidate (per
+sweep, with rundown and with offsets c when the protocol's recording chain asks for them:
+Σ w (A_k g + c_k − d)², solved as the fit solves them; g through the chain's filter). With
 independent Gaussian noise of σ_p, and τ_p samples per independent one
 (:mod:`kingen.identify.noise`),
 
@@ -120,6 +122,7 @@ class Likelihood:
             are 0).
         """
         obj = self.objective
+        scaled = [not obj._plain(q) for q in range(obj.n_protocols)]
         g = np.atleast_2d(np.asarray(genes, dtype=float))
         t0 = time.perf_counter()
         # to_params computes the derived rates, the guard checks them: taken as they are
@@ -141,6 +144,18 @@ class Likelihood:
             span = (idx[0], idx[-1] + 1) if idx.size and idx[-1] - idx[0] + 1 == idx.size \
                 else None
             gq = traces[:, span[0]:span[1]] if span else traces[:, idx]
+            if scaled[q]:
+                # amplitudes and offsets per sweep, as the fit solves them
+                sl = obj._slice(q)
+                a_s, c_s, amps[q] = obj._sample_scales(
+                    q, np.where(np.isfinite(traces), traces, 0.0))
+                block = r[:, col: col + idx.size]
+                np.multiply(gq, a_s[:, idx - sl.start], out=block)
+                block += c_s[:, idx - sl.start]
+                block -= d
+                block *= np.sqrt(c * w)
+                col += idx.size
+                continue
             if fixed is not None:
                 amp = np.full(n, fixed)
             else:

@@ -159,12 +159,20 @@ def estimate_noise(objective, params: np.ndarray) -> NoiseModel:
                 sgd += float((w * g * d).sum())
             amp = (float(item.amplitude) if item.amplitude is not None
                    else max(sgd / sgg, 0.0) if sgg > 0 else 0.0)
+            # the model as the fit scales it: per sweep, with offsets, where the chain asks
+            scaled = None if objective._plain(q) else objective._sample_scales(
+                q, g_all[None, :])
+            first = int(start[a])
             base, resid = [], []
             for k in range(a, b):
                 s = slice(int(start[k]), int(start[k + 1]))
                 w, g, d = objective.weight[s], g_all[s], objective.data[s]
                 keep = w > 0
-                resid.append((amp * g - d)[keep])
+                if scaled is None:
+                    resid.append((amp * g - d)[keep])
+                else:
+                    at = slice(s.start - first, s.stop - first)
+                    resid.append((scaled[0][0, at] * g + scaled[1][0, at] - d)[keep])
                 sweep = item.protocol.sweeps[k - a]
                 if sweep.pulses:
                     pre = keep & (sweep.times() < _onset(sweep))

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kingen.errors import KingenError
+from kingen.experiment.chain import Chain
 from kingen.fitting.objective import Objective, ProtocolData
 from kingen.fitting.params import ParameterMap
 from kingen.solve.schedule import DEFAULT_COURANT
@@ -58,6 +59,7 @@ def rebuild(store: Any, backend: str | None = None) -> Problem:
                           "of its parameter table differ", file=name, field="/config/settings",
                           value=settings.get("free"))
     recordings, targets = store.recordings(), store.targets()
+    chains = store.chains()
     items = []
     by_name = {p.get("name"): p for p in settings.get("protocols", [])}
     for protocol in store.protocols():
@@ -67,7 +69,8 @@ def rebuild(store: Any, backend: str | None = None) -> Problem:
             targets=targets.get(protocol.name), weight=float(s.get("weight", 1.0)),
             amplitude=None if s.get("amplitude") is None else float(s["amplitude"]),
             mask=[(float(a), float(b)) for a, b in s.get("mask", [])],
-            baseline=str(s.get("baseline", "none")), source=name))
+            baseline=str(s.get("baseline", "none")), source=name,
+            chain=chains.get(protocol.name, Chain())))
     objective = Objective(scheme, items, backend=backend or "auto",
                           precision=settings.get("precision", "float64"),
                           step=settings.get("step"),

@@ -246,7 +246,8 @@ def write_text_atomic(path: Path, text: str) -> None:
 # --------------------------------------------------------------------------- traces
 
 def fitted_recordings(run: RunView) -> dict[str, Recording]:
-    """The best candidate's currents per protocol, as recordings (with the agonist)."""
+    """The best candidate's currents per protocol, as recordings (with the agonist): the
+    model's own current, without a recording filter the fit compared it through."""
     best = run.best
     if best is None or not best["traces"]:
         raise KingenError("no fitted traces in the run file (the fit wrote no best "
@@ -264,6 +265,13 @@ def fitted_recordings(run: RunView) -> dict[str, Recording]:
         labels = [str(x) for x in tr["labels"]]
         meta = {"synthetic": FITTED_MARK,
                 "kingen_run": run.path, "fitness": best["fitness"]}
+        # the filter belongs to the recording: an export carries the model's own current
+        fitted = tr.get("model_pA")
+        if fitted is not None:
+            meta["unfiltered"] = ("the model's current without the recording's filter (the "
+                                  "fit compared it filtered)")
+        else:
+            fitted = tr["fit_pA"]
         distinct = distinct_labels(labels)
         if distinct != labels:
             renamed = ", ".join(f"sweep {k} {a!r} as {b!r}" for k, (a, b)
@@ -271,7 +279,7 @@ def fitted_recordings(run: RunView) -> dict[str, Recording]:
             meta["relabelled"] = (f"the run's protocol repeats sweep labels (runs made before "
                                   f"kingen labelled repeats apart); written {renamed}")
         out[name] = Recording(
-            name, times, [np.asarray(y) for y in tr["fit_pA"]], distinct,
+            name, times, [np.asarray(y) for y in fitted], distinct,
             concentration_mM=conc, holding_mV=holding, source=run.path, meta=meta)
     return out
 

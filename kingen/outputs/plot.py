@@ -45,6 +45,8 @@ FIGURE_SIZES: dict[str, tuple[float, float]] = {
 PROTOCOL_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
                    "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f")
 DATA_COLOR = "0.55"
+# A current before the recording's filter, drawn behind the filtered one
+UNFILTERED = 0.35
 FORMATS = ("png", "pdf")
 STYLE = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9,
@@ -114,7 +116,8 @@ def _save_all(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> 
 
 def plot_traces(time_ms: list[np.ndarray], currents_pA: list[np.ndarray], labels: list[str],
                 title: str, out: str | os.PathLike[str],
-                concentration_mM: list[np.ndarray] | None = None) -> Path:
+                concentration_mM: list[np.ndarray] | None = None,
+                unfiltered_pA: list[np.ndarray] | None = None) -> Path:
     """Current against time, one line per sweep, with the concentration on a small axis above.
 
     Parameters
@@ -129,6 +132,8 @@ def plot_traces(time_ms: list[np.ndarray], currents_pA: list[np.ndarray], labels
         The image file; its suffix picks the format (``.png`` if none).
     concentration_mM
         The agonist concentration per sweep, mM, or None (no upper axis).
+    unfiltered_pA
+        With a recording filter, the currents before it, drawn lighter behind them.
 
     Returns
     -------
@@ -152,6 +157,9 @@ def plot_traces(time_ms: list[np.ndarray], currents_pA: list[np.ndarray], labels
             ax_c, ax = None, fig.add_subplot()
         colors = _sweep_colors(n)
         for k in range(n):
+            if unfiltered_pA is not None:
+                ax.plot(time_ms[k], unfiltered_pA[k], color=colors[k], lw=0.9, alpha=UNFILTERED,
+                        label="unfiltered" if k == 0 else None, zorder=1)
             ax.plot(time_ms[k], currents_pA[k], color=colors[k], lw=1.1, label=str(labels[k]))
             if ax_c is not None and concentration_mM is not None:
                 ax_c.plot(time_ms[k], concentration_mM[k], color=colors[k], lw=1.0)
@@ -284,9 +292,13 @@ def _draw_fit(ax: Any, r: RunView, name: str, *, legend: bool = True) -> bool:
             ax.plot(tr["time_ms"][k], tr["data_pA"][k], color=DATA_COLOR, lw=0.8, alpha=0.8,
                     label="data" if k == 0 else None, zorder=1)
     shades = _sweep_colors(n, color)
+    filtered = tr.get("model_pA") is not None
     for k in range(n):
+        if filtered:  # the model's own current, before the recording's filter
+            ax.plot(tr["time_ms"][k], tr["model_pA"][k], color=shades[k], lw=1.0,
+                    alpha=UNFILTERED, label="model, unfiltered" if k == 0 else None, zorder=2)
         ax.plot(tr["time_ms"][k], tr["fit_pA"][k], color=shades[k], lw=1.4,
-                label="fit" if k == 0 else None, zorder=2)
+                label=("fit, filtered" if filtered else "fit") if k == 0 else None, zorder=2)
     protocol = r.protocols[r.names.index(name)]
     err = r.best["errors"].get(name, math.nan)
     about = [protocol.kind] if protocol.kind != name else []

@@ -91,7 +91,7 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
         free_mask=cfg.pmap.free_mask, population_size=mu,
         environment=_environment(objective, cfg.precision),
         state_fields=state_fields(cfg, objective.n_protocols), inputs=_inputs(cfg),
-        overwrite=overwrite)
+        overwrite=overwrite, chains={p.protocol.name: p.chain for p in cfg.protocols})
     try:
         with store:
             return _search(cfg, objective, store, None, progress, stream, evaluate)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from kingen.errors import KingenError
+from kingen.experiment.chain import Filter, check_filter, parse_filter
 from kingen.experiment.protocol import Protocol, load_protocol
 from kingen.model import limits
 from kingen.model.scheme import Scheme
@@ -39,6 +40,11 @@ class Simulation:
         Current of each sweep, pA (negative is inward).
     engine
         Which solver made them, in words (``"exact reference"``, ``"rk4 on cpu (...)"``).
+    filter
+        The recording filter the currents went through (a
+        :class:`~kingen.experiment.chain.Filter`), or None.
+    unfiltered
+        With a filter, the currents before it, pA (None without one).
     """
 
     scheme: Scheme
@@ -46,6 +52,8 @@ class Simulation:
     times: list[np.ndarray]
     currents: list[np.ndarray]
     engine: str
+    filter: Filter | None = None
+    unfiltered: list[np.ndarray] | None = None
 
     def concentrations(self) -> list[np.ndarray]:
         """Agonist concentration of each sweep at its sample times, mM."""
@@ -68,17 +76,22 @@ class Simulation:
         return path
 
     def plot(self, path: str | os.PathLike[str]) -> Path:
-        """Draw the currents (and the concentration) into an image file (PNG, PDF, SVG)."""
+        """Draw the currents (and the concentration) into an image file (PNG, PDF, SVG);
+        with a filter, the unfiltered currents beside them, lighter."""
         from kingen.outputs.plot import plot_traces
 
+        title = f"{self.scheme.name}: {self.protocol.name}"
+        if self.filter is not None:
+            title += f" ({self.filter.label})"
         return plot_traces(self.times, self.currents, [s.label for s in self.protocol.sweeps],
-                           f"{self.scheme.name}: {self.protocol.name}", Path(path),
-                           concentration_mM=self.concentrations())
+                           title, Path(path), concentration_mM=self.concentrations(),
+                           unfiltered_pA=self.unfiltered)
 
 
 def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str | os.PathLike[str],
              *, solver: str = "exact", backend: str = "auto", precision: str = "float64",
-             step: float | None = None, force: bool = False) -> Simulation:
+             step: float | None = None, force: bool = False,
+             filter: Filter | str | None = None) -> Simulation:
     """Simulate every sweep of a protocol with the scheme's own parameter values.
 
     Parameters
@@ -97,6 +110,12 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
         ``float32``, and a fixed step in ms (default: chosen from the rates).
     force
         Lift the size limits of :mod:`kingen.model.limits` (states, samples, RK4 steps).
+    filter
+        A recording filter the currents pass through, as a rig's amplifier would filter
+        them: a :class:`~kingen.experiment.chain.Filter` or its one-line form
+        (``"bessel:8:5"``: kind, poles, cutoff in kHz; or a response CSV file, see
+        :func:`kingen.experiment.chain.parse_filter`). The filter starts at rest on each
+        sweep's first sample, as in a fit.
 
     Returns
     -------
@@ -120,6 +139,10 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
     True
     >>> bool(sim.currents[0].min() < 0)  # an inward current at -60 mV
     True
+    >>> slow = kingen.simulate(scheme, kingen.standard_protocol("deactivation", dt=0.05),
+    ...                        filter="bessel:8:1")
+    >>> bool(abs(slow.currents[0]).max() < abs(slow.unfiltered[0]).max())  # a lower peak
+    True
     """
     if not isinstance(scheme, Scheme):
         scheme = Scheme.load(scheme, force=force)
@@ -128,6 +151,11 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
     if solver not in SOLVERS:
         raise KingenError(f"unknown solver (use {' or '.join(SOLVERS)})", field="solver",
                           value=solver)
+    if isinstance(filter, str):
+        filter = parse_filter(filter, field="filter")
+    if filter is not None:
+        check_filter(filter, [s.dt for s in protocol.sweeps], file=None, field="filter",
+                     value=filter.label)
     if solver == "exact":
         if step is not None:
             raise KingenError("step applies to solver rk4", field="step", value=step)
@@ -137,7 +165,11 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
         _check_rk4_work(scheme, protocol, step, force)
         times, currents, engine = _rk4(scheme, protocol, backend, precision, step)
     _check_finite(scheme, protocol, times, currents)
-    return Simulation(scheme, protocol, times, currents, engine)
+    if filter is None:
+        return Simulation(scheme, protocol, times, currents, engine)
+    # the rig filters the channels' current: the same sections as a fit's kernels run
+    filtered = [filter.apply(y, s.dt) for s, y in zip(protocol.sweeps, currents, strict=True)]
+    return Simulation(scheme, protocol, times, filtered, engine, filter, currents)
 
 
 def _exact(scheme: Scheme, protocol: Protocol) -> tuple[list[np.ndarray], list[np.ndarray], str]:

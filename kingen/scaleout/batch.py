@@ -187,8 +187,10 @@ def result_row(store: Any) -> dict[str, Any]:
     objective = Objective(cfg.scheme, cfg.protocols, backend="cpu", precision=cfg.precision,
                           step=cfg.step, courant=cfg.courant)
     n = int(np.count_nonzero(objective.weight)) + sum(len(p.targets) for p in objective.plans)
-    k = cfg.pmap.n_genes + sum(1 for p in cfg.protocols
-                               if p.recording is not None and p.amplitude is None)
+    # the searched rates, and the amplitudes and offsets solved per recording
+    k = cfg.pmap.n_genes + sum(p.chain.scale_parameters(p.protocol.n_sweeps,
+                                                        p.amplitude is not None)
+                               for p in cfg.protocols if p.recording is not None)
     aic, bic = aic_bic(best["fitness"], n, k)
     row: dict[str, Any] = {"fitness": best["fitness"], "n_free": k, "n_samples": n,
                            "aic": aic, "bic": bic,

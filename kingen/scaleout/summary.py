@@ -4,8 +4,9 @@ One row per fit: cell, scheme, seed, status (``ok`` or ``failed`` with its one-l
 reason), the final error per protocol, the fitted parameters in the scheme file's units, and
 AIC/BIC. The fitness kingen minimises is a sum of squared, normalised residuals (SSR, see
 :mod:`kingen.fitting.objective`), one per recorded sample and per summary target (n of them), so
-with k free parameters (the searched rate constants, plus one amplitude per recording
-whose number of channels is fitted):
+with k free parameters (the searched rate constants, plus the amplitudes and offsets solved
+per recording: one amplitude unless it is fixed, or one per sweep, or two for a rundown;
+one offset per sweep or per protocol where the recording chain fits them):
 
     AIC = n ln(SSR / n) + 2k,    BIC = n ln(SSR / n) + k ln n.
 

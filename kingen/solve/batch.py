@@ -21,6 +21,7 @@ import numpy as np
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
 from kingen.codegen.propagator import padded_states
 from kingen.errors import KingenError
+from kingen.experiment.chain import SECTION_VALUES
 from kingen.experiment.protocol import Protocol
 from kingen.model.scheme import Scheme
 from kingen.solve.backends import choose_backend
@@ -48,11 +49,13 @@ class ObjectiveInputs:
 
     ``data`` and ``weight`` have one entry per sample of every sweep (sweeps concatenated);
     ``windows`` (n_sweeps, 4, 3) int: first sample, last sample, op (0 peak, 1 sum, −1 none).
+    ``sum_g``: also reduce Σw·g per (candidate, sweep), which fitted offsets need.
     """
 
     data: np.ndarray
     weight: np.ndarray
     windows: np.ndarray
+    sum_g: bool = False
 
 
 @dataclass
@@ -60,8 +63,10 @@ class BatchResult:
     """What a batch returns.
 
     Objective mode: ``sgg`` = Σ w·g², ``sgd`` = Σ w·g·d per (candidate, sweep), where g is
-    the current of one channel (pA) and d the data; ``windows`` (N, n_sweeps, 4, 2) holds
-    each window's value (peak or sum of g) and the sample index of the peak.
+    the current of one channel (pA), through the recording's filter when it has one, and d
+    the data; ``sg`` = Σ w·g when the inputs ask for it (else None); ``windows``
+    (N, n_sweeps, 4, 2) holds each window's value (peak or sum of g) and the sample index
+    of the peak.
     Trace mode: ``traces`` (N, n_samples_total) current of one channel, pA, and
     ``occupancy`` (N, n_samples_total, n_states) when asked for.
     ``fail`` (N, n_sweeps): 0 ok, else a failure code (see :mod:`kingen.codegen`).
@@ -74,6 +79,7 @@ class BatchResult:
     fail: np.ndarray
     sgg: np.ndarray | None = None
     sgd: np.ndarray | None = None
+    sg: np.ndarray | None = None
     windows: np.ndarray | None = None
     traces: np.ndarray | None = None
     occupancy: np.ndarray | None = None
@@ -106,6 +112,10 @@ class Simulator:
         h·ρ of the automatic step choice.
     objective
         Data, weights and windows for objective mode (see :class:`ObjectiveInputs`).
+    filters
+        The recording filter of each protocol (a :class:`kingen.experiment.chain.Filter`, or
+        None for none): every sample's current passes through it, inside the kernel, before
+        it is reduced or returned (see :meth:`run`'s ``filtered``).
     """
 
     def __init__(
@@ -118,6 +128,7 @@ class Simulator:
         step: float | None = None,
         courant: float = DEFAULT_COURANT,
         objective: ObjectiveInputs | None = None,
+        filters: list | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise KingenError("unknown precision (use float64 or float32)", field="precision",
@@ -137,7 +148,8 @@ class Simulator:
             # cast once here, not on every generation's call
             objective = ObjectiveInputs(np.ascontiguousarray(objective.data, np.float64),
                                        np.ascontiguousarray(objective.weight, np.float64),
-                                       np.ascontiguousarray(objective.windows, np.int64))
+                                       np.ascontiguousarray(objective.windows, np.int64),
+                                       bool(objective.sum_g))
         self.objective = objective
         if objective is not None:
             n = self.schedule.n_samples
@@ -145,6 +157,7 @@ class Simulator:
                 raise ValueError(f"data and weight must have {n} samples")
             if objective.windows.shape != (len(self.sweeps), N_WINDOWS, 3):
                 raise ValueError("windows must be (n_sweeps, 4, 3)")
+        self.sections = filter_sections(self.protocols, filters)
         self._device_arrays: dict[str | tuple, object] = {}
         self._gpu_lock = threading.Lock()
         self._config = None
@@ -167,9 +180,15 @@ class Simulator:
         """Sweeps in the batch."""
         return len(self.sweeps)
 
+    @property
+    def n_sections(self) -> int:
+        """Second-order sections of the longest filter of the batch (0: no filter)."""
+        return 0 if self.sections is None else self.sections.shape[1]
+
     def run(self, params: np.ndarray, mode: str = "objective", *,
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
-            while_solving: Callable[[], object] | None = None) -> BatchResult:
+            while_solving: Callable[[], object] | None = None,
+            filtered: bool = True) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -193,6 +212,9 @@ class Simulator:
             (the host is idle until they finish), on the CPU before the solve. Work this
             starts on other threads then no longer competes with the host's preparation
             of the solve for the interpreter's lock.
+        filtered
+            Pass the current through the protocols' filters (default); False gives the
+            model's own current (a plot shows both).
         """
         import time
 
@@ -220,11 +242,13 @@ class Simulator:
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
         config = self._config_for(launch_config, with_occupancy, mode)
+        sections = self.n_sections if filtered else 0
         if self.backend == "cpu":
             module = solver_module(self.scheme, mode, self.precision, "cpu",
                                    with_occupancy=with_occupancy, form=config.form,
                                    stage_rows=self.propagator_plan().stage_rows,
-                                   n_windows=self._n_windows(mode), span=config.span)
+                                   n_windows=self._n_windows(mode), span=config.span,
+                                   n_sections=sections, with_sum=self._sums() == 3)
             if while_solving is not None:
                 while_solving()
             t_compile = time.perf_counter()  # the callback's time is not the solve's
@@ -232,7 +256,7 @@ class Simulator:
             results = list(extra) + [fail]
             t_run = time.perf_counter()
         else:
-            module = self._cuda_module(mode, config, with_occupancy)
+            module = self._cuda_module(mode, config, with_occupancy, sections)
             from numba import cuda
 
             # one call at a time: the device buffers are the simulator's, not the call's
@@ -262,6 +286,9 @@ class Simulator:
             failed = fail != 0
             res.sgg[failed] = np.inf
             res.sgd[failed] = 0.0
+            if self._sums() == 3:
+                res.sg = out[2]
+                res.sg[failed] = 0.0
         else:
             res.traces = results[0]
             if with_occupancy:
@@ -278,20 +305,25 @@ class Simulator:
     def _out_shape(self, n: int) -> tuple[int, int, int]:
         """The objective-mode results: (value, candidate, sweep), values as
         :func:`kingen.codegen.out_width` lists them."""
-        return (out_width(self._n_windows("objective")), n, self.n_sweeps)
+        return (out_width(self._n_windows("objective"), self._sums()), n, self.n_sweeps)
+
+    def _sums(self) -> int:
+        """Sums per pair the objective mode reduces: Σw·g², Σw·g·d (and Σw·g)."""
+        return 3 if self.objective is not None and self.objective.sum_g else 2
 
     def _window_values(self, out: np.ndarray, n: int) -> np.ndarray:
         """``BatchResult.windows`` (N, n_sweeps, 4, 2) from the kernel's results; windows the
         batch does not use read 0 with index −1. With none used it is a read-only view of
         one pair's values, not an array of the batch's size that nobody reads."""
-        used = (out.shape[0] - 2) // 2
+        sums = self._sums()
+        used = (out.shape[0] - sums) // 2
         empty = np.zeros((N_WINDOWS, 2))
         empty[:, 1] = -1.0
         if used == 0:
             return np.broadcast_to(empty, (n, self.n_sweeps, N_WINDOWS, 2))
         win = np.empty((n, self.n_sweeps, N_WINDOWS, 2))
         win[:, :, used:] = empty[used:]
-        win[:, :, :used] = out[2:].reshape(used, 2, n, self.n_sweeps).transpose(2, 3, 0, 1)
+        win[:, :, :used] = out[sums:].reshape(used, 2, n, self.n_sweeps).transpose(2, 3, 0, 1)
         return win
 
     def prepare_launch(self, params: np.ndarray, launch_config=None):
@@ -302,7 +334,7 @@ class Simulator:
         P, S0, _ = self._inputs(params)
         n = P.shape[1]
         config = self._config_for(launch_config, False)
-        module = self._cuda_module("objective", config, False)
+        module = self._cuda_module("objective", config, False, self.n_sections)
         out = np.empty((0, 0, 0))  # the kernel's results stay on the GPU
         obj = self.objective
         assert obj is not None
@@ -361,7 +393,14 @@ class Simulator:
     def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
         s = self.schedule
         return (P, S0, s.rows_f, s.rows_i, s.row_start, s.conc, s.row_conc, self.drive,
-                s.sample_start)
+                self._flt(), s.sample_start)
+
+    def _flt(self) -> np.ndarray:
+        """The kernels' ``flt`` argument: each sweep's filter sections (one unused row when
+        the batch has no filter: a kernel argument may not be empty on every target)."""
+        if self.sections is None:
+            return np.zeros((self.n_sweeps, 1, SECTION_VALUES))
+        return self.sections
 
     def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
         from kingen.solve.cuda import FORMS
@@ -381,13 +420,14 @@ class Simulator:
             config = replace(config, lanes=1)
         return config
 
-    def _cuda_module(self, mode: str, config, with_occupancy: bool):
+    def _cuda_module(self, mode: str, config, with_occupancy: bool, n_sections: int = 0):
         return solver_module(self.scheme, mode, self.precision, "cuda",
                              with_occupancy=with_occupancy, simulator=self.simulator,
                              max_registers=config.max_registers, form=config.form,
                              lanes=config.lanes, block=config.block,
                              stage_rows=self.propagator_plan().stage_rows,
-                             n_windows=self._n_windows(mode), span=config.span)
+                             n_windows=self._n_windows(mode), span=config.span,
+                             n_sections=n_sections, with_sum=self._sums() == 3)
 
     def _n_windows(self, mode: str) -> int:
         """Feature windows the objective uses (the kernel carries only these)."""
@@ -482,8 +522,9 @@ class Simulator:
             else:
                 out_extra, out_fail = self._chunk_outputs(extra, fail, a, b)
             module.launch(b - a, self.n_sweeps, Pc, Sc, s.rows_f, s.rows_i, s.row_start,
-                          plan.row_key, s.conc, s.row_conc, self.drive, s.sample_start,
-                          TOLERANCE[self.precision], D, *spans, *out_extra, out_fail)
+                          plan.row_key, s.conc, s.row_conc, self.drive, self._flt(),
+                          s.sample_start, TOLERANCE[self.precision], D, *spans, *out_extra,
+                          out_fail)
             if b - a != n:
                 self._chunk_write_back(extra, fail, out_extra, out_fail, a, b)
 
@@ -514,7 +555,7 @@ class Simulator:
 
         # Arrays that do not change between calls stay on the device.
         if not self._device_arrays:
-            names = ("rows_f", "rows_i", "row_start", "conc", "row_conc", "drive",
+            names = ("rows_f", "rows_i", "row_start", "conc", "row_conc", "drive", "flt",
                      "sample_start")
             for name, arr in zip(names, self._common_args(P, S0)[2:]):
                 self._device_arrays[name] = cuda.to_device(arr)
@@ -539,7 +580,7 @@ class Simulator:
         if config.form == "stage":
             total = n * self.n_sweeps
             common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "conc",
-                                          "row_conc", "drive", "sample_start"))
+                                          "row_conc", "drive", "flt", "sample_start"))
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision],) + \
                 dev_extra + (dfail,)
             build = None
@@ -562,7 +603,7 @@ class Simulator:
                 span_arrays = self._span_buffers(n, config)
             total = n * self.n_sweeps * config.lanes
             common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "conc",
-                                          "row_conc", "drive", "sample_start"))
+                                          "row_conc", "drive", "flt", "sample_start"))
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
                 span_arrays + dev_extra + (dfail,)
             n_build = n * plan.n_keys * self.scheme.n_states
@@ -593,6 +634,34 @@ class Simulator:
         return call, list(dev_extra) + [dfail]
 
 
+def filter_sections(protocols: list[Protocol], filters: list | None) -> np.ndarray | None:
+    """Each sweep's filter as the kernels read it: (n_sweeps, n_sections, 7), the sections
+    of :meth:`kingen.experiment.chain.Filter.sections` at the sweep's sampling interval,
+    padded with pass-through sections (b = 1, 0, 0; a = 1, 0, 0: exactly y = x) where a
+    sweep's filter has fewer, or it has none. None when no protocol has a filter.
+
+    >>> from kingen.experiment.chain import Filter
+    >>> from kingen.experiment.protocol import standard_protocol
+    >>> p = [standard_protocol("deactivation"), standard_protocol("desensitization")]
+    >>> f = filter_sections(p, [Filter("bessel", 4, 2.0), None])
+    >>> f.shape, f[1].tolist()
+    ((2, 2, 7), [[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    """
+    if filters is None or all(f is None for f in filters):
+        return None
+    if len(filters) != len(protocols):
+        raise ValueError(f"{len(filters)} filters for {len(protocols)} protocols")
+    per_sweep = [None if f is None else f.sections(s.dt)
+                 for p, f in zip(protocols, filters, strict=True) for s in p.sweeps]
+    width = max(x.shape[0] for x in per_sweep if x is not None)
+    out = np.zeros((len(per_sweep), width, SECTION_VALUES))
+    out[:, :, 0] = 1.0
+    for k, x in enumerate(per_sweep):
+        if x is not None:
+            out[k, : x.shape[0]] = x
+    return out
+
+
 def simulate_batch(
     scheme: Scheme,
     protocols: list[Protocol] | Protocol,
@@ -604,6 +673,7 @@ def simulate_batch(
     step: float | None = None,
     objective: ObjectiveInputs | None = None,
     with_occupancy: bool = False,
+    filters: list | None = None,
 ) -> BatchResult:
     """Simulate a batch of candidates under every sweep of the protocols, by RK4.
 
@@ -628,6 +698,8 @@ def simulate_batch(
         Data, weights and windows for objective mode.
     with_occupancy
         In trace mode, also return the occupancies.
+    filters
+        The recording filter of each protocol, or None (see :class:`Simulator`).
 
     Examples
     --------
@@ -646,6 +718,6 @@ def simulate_batch(
     if isinstance(protocols, Protocol):
         protocols = [protocols]
     sim = Simulator(scheme, protocols, backend=backend, precision=precision, step=step,
-                    objective=objective)
+                    objective=objective, filters=filters)
     log.info("kingen: solving on %s (%s, %s)", sim.backend, sim.device, precision)
     return sim.run(params, mode, with_occupancy=with_occupancy)

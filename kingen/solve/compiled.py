@@ -43,11 +43,11 @@ DEVICE = njit(cache=True, nogil=True)
 _CPU_LAUNCH = """
 
 @njit(parallel=True, cache=True)
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive, flt,
            sample_start, tol, a0, a1, a2, a3, fail):
     for i in prange(N * n_sweeps):
         run_thread(i // n_sweeps, i % n_sweeps, P, S0, rows_f, rows_i, row_start, conc,
-                   row_conc, drive, sample_start, tol, a0, a1, a2, a3, fail)
+                   row_conc, drive, flt, sample_start, tol, a0, a1, a2, a3, fail)
 """
 
 _CUDA_HEADER = """\
@@ -65,12 +65,12 @@ DEVICE = cuda.jit(device=True)
 _CUDA_LAUNCH = """
 
 @cuda.jit({options})
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
+def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive, flt,
            sample_start, tol, a0, a1, a2, a3, fail):
     i = cuda.grid(1)
     if i < N * n_sweeps:
         run_thread(i % N, i // N, P, S0, rows_f, rows_i, row_start, conc, row_conc, drive,
-                   sample_start, tol, a0, a1, a2, a3, fail)
+                   flt, sample_start, tol, a0, a1, a2, a3, fail)
 """
 
 # Warp-level exchange of the propagator form's lanes: the generated code calls WARP_SYNC and
@@ -126,12 +126,12 @@ def build(N, n_keys, P, keys_f, keys_i, D):
 {span_build}
 @njit(parallel=True, cache=True)
 def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_conc, drive,
-           sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
+           flt, sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
     sh = np.zeros(1, dtype=F)
     for i in prange(N * n_sweeps):
         run_thread(i // n_sweeps, i % n_sweeps, 0, 0, sh, 0, P, S0, rows_f, rows_i,
-                   row_start, row_key, conc, row_conc, drive, sample_start, tol, D{span_args},
-                   a0, a1, a2, a3, fail)
+                   row_start, row_key, conc, row_conc, drive, flt, sample_start, tol,
+                   D{span_args}, a0, a1, a2, a3, fail)
 """
 
 _CPU_SPAN_BUILD = """
@@ -157,7 +157,7 @@ def build(N, n_keys, P, keys_f, keys_i, D):
 {span_build}
 @cuda.jit({options})
 def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_conc, drive,
-           sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
+           flt, sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
     sh = cuda.shared.array({shared}, dtype=F)
     t = cuda.grid(1)
     pair = t // {lanes}
@@ -167,7 +167,7 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_con
     base = (cuda.threadIdx.x // {lanes}) * {stride}
     if pair < N * n_sweeps:
         run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
-                   row_start, row_key, conc, row_conc, drive, sample_start, tol,
+                   row_start, row_key, conc, row_conc, drive, flt, sample_start, tol,
                    D{span_args}, a0, a1, a2, a3, fail)
 """
 
@@ -214,7 +214,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                   with_occupancy: bool = False, simulator: bool = False,
                   max_registers: int | None = None, form: str = "stage", lanes: int = 1,
                   block: int = 128, stage_rows: str = "all",
-                  n_windows: int = N_WINDOWS, span: int = 1) -> ModuleType:
+                  n_windows: int = N_WINDOWS, span: int = 1, n_sections: int = 0,
+                  with_sum: bool = False) -> ModuleType:
     """The compiled solver module for a scheme, mode, precision, target (cpu or cuda) and form.
 
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
@@ -225,18 +226,21 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     the propagator form's code must also step in stage form (see
     :func:`kingen.codegen.generate_propagator`). With ``span`` > 1 (CUDA, objective mode)
     the module also has ``build_span``, which fills the span arrays from D (see
-    :mod:`kingen.codegen.span`).
+    :mod:`kingen.codegen.span`). ``n_sections`` (the recording filter's second-order
+    sections, read from the ``flt`` argument) and ``with_sum`` (Σw·g) are as for
+    :func:`kingen.codegen.generate`.
     """
     flush = CPU_FLUSH_BELOW[precision] if target == "cpu" else 0.0
     if form == "stage":
         code = generate(scheme, mode, with_occupancy=with_occupancy,
                         compensated=precision == "float32", flush_below=flush,
-                        n_windows=n_windows)
+                        n_windows=n_windows, n_sections=n_sections, with_sum=with_sum)
     elif form == "propagator":
         code = generate_propagator(scheme, mode, lanes=lanes, with_occupancy=with_occupancy,
                                    compensated=precision == "float32", flush_below=flush,
                                    d_flush=D_FLUSH_BELOW[precision], stage_rows=stage_rows,
-                                   n_windows=n_windows, target=target, span=span)
+                                   n_windows=n_windows, target=target, span=span,
+                                   n_sections=n_sections, with_sum=with_sum)
     else:
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
@@ -258,7 +262,9 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         if form == "stage":
             launch = _CUDA_LAUNCH.format(options=", ".join(options))
         else:
-            stride = shared_stride(scheme.n_states, lanes)
+            # a filtered span shares its currents through the pair's shared memory
+            stride = shared_stride(scheme.n_states, lanes,
+                                   span if n_sections and span > 1 else 0)
             span_build = _CUDA_SPAN_BUILD.format(
                 options=", ".join(options), groups=span_groups(scheme.n_states),
                 states=scheme.n_states) if span > 1 else ""

@@ -147,7 +147,8 @@ ENTRIES: tuple[Entry, ...] = (
           '`agonist`, `derived`'),
     Entry('`/protocols` (attribute `names`)',
           'protocol names in error-column order (JSON); one group per protocol, attributes '
-          '`name`, `kind`, `source`'),
+          '`name`, `kind`, `source`, and `chain` (JSON: the recording chain, `filter`, '
+          '`offset`, `amplitude`; absent: no filter, one amplitude, no offset)'),
     Entry('`/protocols/<p>/sweeps`',
           'table: `label`, `duration`, `dt` (ms), `holding`, `reversal` (mV), `x` (recovery '
           'interval, ms, or dose, mM; NaN if none)'),
@@ -202,7 +203,9 @@ ENTRIES: tuple[Entry, ...] = (
           'before/after, or null)'),
     Entry('`/best/traces/<p>/`',
           "the best candidate's currents: `time_ms`, `fit_pA`, `data_pA` (sweeps × samples, "
-          'NaN padded), `n_samples`; sweep labels in `/best/traces_info` (JSON)'),
+          'NaN padded), `n_samples`, and `model_pA` (the fit without the filter) where the '
+          "protocol's chain has one; sweep labels, and per-sweep amplitudes and offsets "
+          'where the chain fits them, in `/best/traces_info` (JSON)'),
     Entry('`/resume/slot_0`, `slot_1`',
           'the resume state of the last committed generation, in the slot `/run/commit[1]` '
           "names, as plain arrays (attribute `fields` lists them; `shapes` gives each one's "

@@ -38,6 +38,7 @@ import h5py
 import numpy as np
 
 from kingen.errors import KingenError
+from kingen.experiment.chain import Chain
 from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
 from kingen.model.scheme import Scheme
@@ -154,7 +155,8 @@ class RunStore:
                targets: Mapping[str, Targets | None], free_mask: np.ndarray,
                population_size: int, environment: Mapping[str, str],
                state_fields: Mapping[str, tuple[str, tuple[int, ...]]] | None = None,
-               inputs: Mapping[str, str] | None = None, overwrite: bool = False) -> RunStore:
+               inputs: Mapping[str, str] | None = None, overwrite: bool = False,
+               chains: Mapping[str, Chain] | None = None) -> RunStore:
         """Write a new run file with all its static groups, then enter SWMR write mode.
 
         Parameters
@@ -186,6 +188,10 @@ class RunStore:
             Replace an existing kingen run file instead of refusing. Anything else (a file
             without the run marker, an input of the run, a run file that another process
             is writing) is never replaced.
+        chains
+            Per protocol name, the recording chain its model current went through
+            (:class:`~kingen.experiment.chain.Chain`), kept as the protocol group's ``chain``
+            attribute; absent: none.
 
         Raises
         ------
@@ -239,7 +245,7 @@ class RunStore:
                 _write_static(f, config_text=config_text, config=config, scheme=scheme,
                               protocols=protocols, recordings=recordings, targets=targets,
                               free_mask=mask, population_size=int(population_size),
-                              environment=env, state_fields=fields)
+                              environment=env, state_fields=fields, chains=chains or {})
                 f.flush()
                 f.swmr_mode = True
                 store = cls(f, target, "w", lock)
@@ -618,7 +624,9 @@ class RunStore:
         """Write the best candidate, its traces and features per protocol.
 
         ``traces[protocol]`` holds ``time_ms``, ``fit_pA``, ``data_pA`` (lists of arrays, one
-        per sweep; ``data_pA`` may be None) and ``labels``. ``amplitudes[protocol]`` is the
+        per sweep; ``data_pA`` may be None) and ``labels``; where the protocol's chain has a
+        filter, ``model_pA`` (the fit without it), and where it fits them per sweep,
+        ``amplitude`` and ``offset_pA`` (one number per sweep). ``amplitudes[protocol]`` is the
         number of channels fitted for that protocol's recording (the fitted current is
         amplitude × the scheme's one-channel current); NaN or absent where none applies.
         ``features[protocol]`` is ``{"fit": {...}, "data": {...}}``.
@@ -650,7 +658,12 @@ class RunStore:
                 _grow(g[ds_name], (s, t))
             shape = g["time_ms"].shape
             g["time_ms"][...] = _padded(times, shape[1], np.nan) if s else np.nan
-            for ds_name, rows in (("fit_pA", fits), ("data_pA", datas)):
+            models = tr.get("model_pA") if "model_pA" in g else None
+            if models is not None:
+                models = [np.asarray(y, dtype=float).ravel() for y in models]
+                _grow(g["model_pA"], (s, t))
+            for ds_name, rows in (("fit_pA", fits), ("data_pA", datas)) + (
+                    (("model_pA", models),) if models is not None else ()):
                 full = np.full(shape, np.nan)
                 if rows is not None:
                     full[: len(rows)] = _padded(rows, shape[1])
@@ -662,6 +675,12 @@ class RunStore:
             info["labels"][pname] = [str(x) for x in tr.get("labels", range(s))]
             info["has_data"][pname] = datas is not None
             info["n_sweeps"][pname] = s
+            if models is not None:
+                info.setdefault("has_model", {})[pname] = True
+            if "amplitude" in tr:
+                info.setdefault("scales", {})[pname] = {
+                    "amplitude": [float(x) for x in tr["amplitude"]],
+                    "offset_pA": [float(x) for x in tr["offset_pA"]]}
         _write_json(best["traces_info"], info)
         _write_json(best["features"], dict(features))
         _write_json(best["polish"], polish)
@@ -796,6 +815,17 @@ class RunStore:
     def protocols(self) -> list[Protocol]:
         """The protocols, rebuilt from their tables."""
         return [_read_protocol(self._f["protocols"][_key(n)]) for n in self._protocol_names]
+
+    @_reading
+    def chains(self) -> dict[str, Chain]:
+        """The recording chain of each protocol; the plain chain (no filter, one amplitude,
+        no offset) where the run file records none, as every run written before chains."""
+        g = self._f["protocols"]
+        out = {}
+        for n in self._protocol_names:
+            text = g[_key(n)].attrs.get("chain")
+            out[n] = Chain.from_dict(json.loads(_text(text)) if text is not None else None)
+        return out
 
     @_reading
     def recordings(self) -> dict[str, Recording | None]:
@@ -984,6 +1014,12 @@ class RunStore:
                             else None),
                 "labels": list(info["labels"][pname]),
             }
+            # written by kingen versions with recording chains, where the chain asked
+            if info.get("has_model", {}).get(pname):
+                m = np.asarray(self._read(f"{g.name}/model_pA", np.s_[:s]))
+                traces[pname]["model_pA"] = [m[i, : n[i]] for i in range(s)]
+            if pname in info.get("scales", {}):
+                traces[pname].update(info["scales"][pname])
         return {
             "params": np.asarray(self._read("best/params")),
             "fitness": float(_one(self._ds("best/fitness"))),
@@ -1001,7 +1037,8 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
                   protocols: list[Protocol], recordings: Mapping[str, Recording | None],
                   targets: Mapping[str, Targets | None], free_mask: np.ndarray,
                   population_size: int, environment: Mapping[str, str],
-                  state_fields: Mapping[str, tuple[np.dtype, tuple[int, ...]]]) -> None:
+                  state_fields: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+                  chains: Mapping[str, Chain]) -> None:
     f.attrs["kingen_run"] = MARKER
     f.attrs["layout_version"] = LAYOUT_VERSION
     f.attrs["kingen_version"] = environment.get("kingen", "")
@@ -1021,7 +1058,11 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     pg = f.create_group("protocols")
     pg.attrs["names"] = _dumps([p.name for p in protocols])
     for p in protocols:
-        _write_protocol(pg.create_group(_key(p.name)), p)
+        g = pg.create_group(_key(p.name))
+        _write_protocol(g, p)
+        chain = chains.get(p.name)
+        if chain is not None and not chain.plain:
+            g.attrs["chain"] = _dumps(chain.to_dict())
 
     dg = f.create_group("data")
     for name, rec in recordings.items():
@@ -1093,7 +1134,10 @@ def _write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sch
     for p in protocols:
         g = tr.create_group(_key(p.name))
         g.attrs["name"] = p.name
-        for name, unit in (("time_ms", "ms"), ("fit_pA", "pA"), ("data_pA", "pA")):
+        filtered = chains.get(p.name) is not None and chains[p.name].filter is not None
+        # the unfiltered model beside the fit, for a protocol whose chain has a filter
+        for name, unit in (("time_ms", "ms"), ("fit_pA", "pA"), ("data_pA", "pA")) + (
+                (("model_pA", "pA"),) if filtered else ()):
             _extendable(g, name, (0, 0), np.float64, np.nan, unit=unit, chunk_rows=1,
                         doc="one row per sweep, NaN padded to the longest")
         _extendable(g, "n_samples", (0,), np.int64, 0, doc="samples in each sweep's row")
