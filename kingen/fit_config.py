@@ -638,5 +638,6 @@ def _merge_recordings(recs: list[Recording]) -> Recording:
             labels.append(label)
     return Recording(recs[0].protocol, times, currents, labels,
                      source=", ".join(r.source for r in recs),
-                     meta={"files": [r.source for r in recs]})
+                     meta={"files": [r.source for r in recs]},
+                     labelled=any(r.labelled for r in recs))
 

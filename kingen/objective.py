@@ -523,6 +523,32 @@ def _late_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, step: floa
                        value=label)
 
 
+def _sweep_order(rec: Recording, proto: Protocol, where: str) -> list[int]:
+    """The recorded sweep of each protocol sweep: by label where the recording's sweeps are
+    labelled (a label that names no protocol sweep is refused), by position where they are
+    only numbered."""
+    labels = [s.label for s in proto.sweeps]
+    recorded = rec.sweep_labels
+    # by label only where labels name one sweep each: with a repeat (a protocol built in
+    # Python), .index would give one recorded sweep to both protocol sweeps
+    unique = len(set(labels)) == len(labels) and len(set(recorded)) == len(recorded)
+    if rec.n_sweeps != proto.n_sweeps:
+        raise KingenError(f"{rec.n_sweeps} recorded sweeps for a protocol of "
+                          f"{proto.n_sweeps} ({', '.join(labels)})",
+                          file=rec.source, field=where, value=proto.name)
+    if rec.labelled and unique:
+        stray = [lab for lab in recorded if lab not in labels]
+        if stray:
+            raise KingenError(
+                f"this sweep label names no sweep of protocol '{proto.name}' (recorded: "
+                f"{', '.join(recorded)}; protocol: {', '.join(labels)}): labelled sweeps "
+                "are paired by label, so label each with its protocol sweep's label",
+                file=rec.source, field=f"{where}.sweep", value=stray[0])
+    if unique and sorted(recorded) == sorted(labels):
+        return [recorded.index(lab) for lab in labels]
+    return list(range(proto.n_sweeps))
+
+
 class Objective:
     """Errors per protocol for batches of candidates.
 
@@ -616,17 +642,7 @@ class Objective:
         rec = item.recording
         proto = item.protocol
         where = f"protocols.{proto.name}.recording"
-        if rec.n_sweeps != proto.n_sweeps:
-            raise KingenError(f"{rec.n_sweeps} recorded sweeps for a protocol of "
-                              f"{proto.n_sweeps} ({', '.join(s.label for s in proto.sweeps)})",
-                              file=rec.source, field=where, value=proto.name)
-        labels = [s.label for s in proto.sweeps]
-        # by label only where labels name one sweep each: with a repeat (a protocol built in
-        # Python), .index would give one recorded sweep to both protocol sweeps
-        by_label = (rec.sweep_labels != labels and len(set(labels)) == len(labels)
-                    and sorted(rec.sweep_labels) == sorted(labels))
-        order = ([rec.sweep_labels.index(lab) for lab in labels] if by_label
-                 else list(range(proto.n_sweeps)))
+        order = _sweep_order(rec, proto, where)
         if item.baseline not in BASELINES:
             raise KingenError(f"must be one of {', '.join(BASELINES)}", file=item.source,
                               field=f"protocols.{proto.name}.baseline", value=item.baseline)

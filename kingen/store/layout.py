@@ -160,7 +160,8 @@ ENTRIES: tuple[Entry, ...] = (
           'the recording fitted under protocol `p` (absent if none): `time_ms`, '
           '`current_pA`, `concentration_mM` (optional) as (sweeps × samples) arrays, NaN '
           'padded; `n_samples` per sweep; `labels`; attributes `source`, `holding_mV`, '
-          '`meta` (JSON)'),
+          '`meta` (JSON), `labelled` (1: sweeps paired with the protocol\'s by label; 0 or '
+          'absent: by label where both sets of labels agree, else by position)'),
     Entry('`/targets/<p>/`',
           'summary targets (absent if none): `features` table (`name`, `value`, `weight`, '
           "`sd`; units from the name's suffix), `dose_response` (`concentration` mM, `peak`, "

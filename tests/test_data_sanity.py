@@ -1,0 +1,118 @@
+"""Recordings that could be misread in silence: each is paired, refused or warned about
+in one line, with the exact inputs a new user gave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_fit_helpers import TRUTH_MODEL
+
+from kingen.cli import main
+from kingen.data import Recording, load_recording, write_csv
+from kingen.objective import Objective, ProtocolData
+from kingen.protocol import standard_protocol
+from kingen.scheme import Scheme
+
+SCHEME = Scheme.load(TRUTH_MODEL)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _refused(folder: Path, argv: list[str], capsys) -> str:
+    """``kingen <argv>`` refused in one line with exit 2, every file as it was."""
+    before = _snapshot(folder)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert _snapshot(folder) == before
+    return err
+
+
+# --------------------------------------------------------------------------- sweep labels
+
+RECOVERY = standard_protocol("recovery", exchange=0.2, dt=1.0)
+SHUFFLED = ["100ms", "20ms", "5ms", "2000ms", "50ms", "1000ms", "10ms", "500ms", "200ms"]
+
+
+def _recovery_csv(folder: Path, labels: list[str]) -> Path:
+    """A recovery recording whose columns are ``current_pA_<label>`` in the given order;
+    each sweep's current is its position in the file, so the pairing can be read back."""
+    n = max(s.n_samples for s in RECOVERY.sweeps)
+    t = np.arange(n) * 1.0
+    currents = [np.where(t > 2.0, -(k + 1.0), 0.0) for k in range(len(labels))]
+    path = folder / "recovery.csv"
+    write_csv(Recording("recovery", t, np.array(currents), labels), path)
+    return path
+
+
+def test_labelled_sweeps_in_another_order_are_paired_by_label(tmp_path):
+    rec = load_recording(_recovery_csv(tmp_path, SHUFFLED))
+    obj = Objective(SCHEME, [ProtocolData(RECOVERY, rec)], backend="cpu")
+    for k, sweep in enumerate(RECOVERY.sweeps):
+        data = obj.data[int(obj.sample_start[k]):int(obj.sample_start[k + 1])]
+        assert data.min() == -(SHUFFLED.index(sweep.label) + 1.0), sweep.label
+
+
+def _fit_config(folder: Path, protocol: str, recording: str) -> Path:
+    (folder / "model.toml").write_text(TRUTH_MODEL.read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    cfg = folder / "fit.toml"
+    cfg.write_text('model = "model.toml"\noutput = "run.h5"\nbackend = "cpu"\n'
+                   f'[[protocols]]\nprotocol = "{protocol}"\ndt = 1.0\n'
+                   f'recording = "{recording}"\n[ga]\npopulation = 4\ngenerations = 1\n',
+                   encoding="utf-8")
+    return cfg
+
+
+def test_a_label_that_names_no_sweep_is_refused_listing_both_sets(tmp_path, capsys):
+    labels = [lab if lab != "2000ms" else "2s" for lab in SHUFFLED]
+    _recovery_csv(tmp_path, labels)
+    cfg = _fit_config(tmp_path, "recovery", "recovery.csv")
+    err = _refused(tmp_path, ["fit", str(cfg)], capsys)
+    assert "recovery.csv" in err and "'2s'" in err and "names no sweep" in err
+    assert ", ".join(labels) in err
+    assert ", ".join(s.label for s in RECOVERY.sweeps) in err
+    assert not (tmp_path / "run.h5").exists()
+
+
+def test_one_label_alone_that_names_no_sweep_is_refused(tmp_path, capsys):
+    rows = "".join(f"{t:g},{-1.0 if t > 2 else 0.0}\n" for t in np.arange(0.0, 50.0))
+    (tmp_path / "deactivation.csv").write_text(f"time_ms,current_pA_5ms\n{rows}")
+    cfg = _fit_config(tmp_path, "deactivation", "deactivation.csv")
+    err = _refused(tmp_path, ["fit", str(cfg)], capsys)
+    assert "'5ms'" in err and "recorded: 5ms; protocol: 1ms" in err
+
+
+@pytest.mark.parametrize("labels", [[], ["0", "1", "2", "3", "4", "5", "6", "7", "8"]])
+def test_numbered_sweeps_are_paired_by_position(labels):
+    n = RECOVERY.sweeps[-1].n_samples
+    currents = np.array([np.full(n, -(k + 1.0)) for k in range(RECOVERY.n_sweeps)])
+    rec = Recording("recovery", np.arange(n) * 1.0, currents, labels)
+    assert not rec.labelled
+    obj = Objective(SCHEME, [ProtocolData(RECOVERY, rec)], backend="cpu")
+    for k in range(RECOVERY.n_sweeps):
+        assert obj.data[int(obj.sample_start[k])] == -(k + 1.0)
+
+
+def test_a_run_file_keeps_whether_the_sweeps_were_labelled(tmp_path):
+    import h5py
+
+    from kingen.store.encode import _read_recording, _write_recording
+
+    rec = load_recording(_recovery_csv(tmp_path, SHUFFLED))
+    numbered = Recording("recovery", rec.time_ms, rec.current_pA, [])
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        for name, r in (("a", rec), ("b", numbered)):
+            _write_recording(f.create_group(name), name, r)
+        assert _read_recording(f["a"]).labelled and not _read_recording(f["b"]).labelled
+        del f["a"].attrs["labelled"]  # a file from an earlier kingen
+        old = _read_recording(f["a"])
+    assert not old.labelled
+    # as then: paired by label where both sets agree
+    obj = Objective(SCHEME, [ProtocolData(RECOVERY, old)], backend="cpu")
+    assert obj.data[int(obj.sample_start[1]) - 1] == -(SHUFFLED.index("5ms") + 1.0)
+
