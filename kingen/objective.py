@@ -523,6 +523,27 @@ def _late_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, step: floa
                        value=label)
 
 
+def _refuse_all_before_the_pulses(proto: Protocol, sweeps: list[tuple[np.ndarray, np.ndarray]],
+                                  rec: Recording, where: str) -> None:
+    """Refuse a recording none of whose samples reach its sweep's first pulse: it holds no
+    response to fit (a fit of it ends at fitness 1 with amplitude 0), and most often its
+    time is in seconds under a ``time_ms`` header."""
+    pulsed = [(_onset(s, 0), float(t[-1])) for s, (t, _) in zip(proto.sweeps, sweeps,
+                                                                 strict=True) if s.pulses]
+    if not pulsed or any(end >= onset for onset, end in pulsed):
+        return
+    onset, end = min(o for o, _ in pulsed), max(e for _, e in pulsed)
+    likely = "check its time unit"
+    for words, unit, factor in (("seconds", "s", 1e3), ("minutes", "min", 6e4)):
+        if end > 0 and end * factor >= onset:
+            likely = (f"its time is likely in {words} under a ms header: name the column "
+                      f"time_{unit}, or give the times in ms")
+            break
+    raise KingenError(f"no recorded sample reaches the first pulse (at {onset:g} ms): the "
+                      f"recording ends at {end:g} ms; {likely}", file=rec.source,
+                      field=where)
+
+
 def _sweep_order(rec: Recording, proto: Protocol, where: str) -> list[int]:
     """The recorded sweep of each protocol sweep: by label where the recording's sweeps are
     labelled (a label that names no protocol sweep is refused), by position where they are
@@ -656,6 +677,7 @@ class Objective:
                 raise KingenError("sweep has fewer than 2 samples", file=rec.source,
                                   field=f"{where}.sweep", value=rec.sweep_labels[j])
             sweeps.append((t_rec, y_rec))
+        _refuse_all_before_the_pulses(proto, sweeps, rec, where)
         offset = self._offset(item, sweeps, where)
         total = 0
         short: list[tuple[str, float, float]] = []  # recorded sweeps that end early

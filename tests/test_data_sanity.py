@@ -116,3 +116,31 @@ def test_a_run_file_keeps_whether_the_sweeps_were_labelled(tmp_path):
     obj = Objective(SCHEME, [ProtocolData(RECOVERY, old)], backend="cpu")
     assert obj.data[int(obj.sample_start[1]) - 1] == -(SHUFFLED.index("5ms") + 1.0)
 
+
+
+# --------------------------------------------------------------------------- units
+
+DEMO = Path(__file__).resolve().parents[1] / "kingen" / "bundled" / "demo"
+
+
+def _demo_csv(name: str, *, time: float = 1.0, current: float = 1.0) -> str:
+    """The demo's recording with its time and current columns scaled, headers kept."""
+    lines = (DEMO / name).read_text(encoding="utf-8").splitlines()
+    out = []
+    for line in lines:
+        if line.startswith("#") or line.startswith("time"):
+            out.append(line)
+            continue
+        cells = line.split(",")
+        out.append(",".join([repr(float(cells[0]) * time)]
+                            + [repr(float(c) * current) if c else "" for c in cells[1:]]))
+    return "\n".join(out) + "\n"
+
+
+def test_seconds_under_a_time_ms_header_are_refused_naming_the_unit(tmp_path, capsys):
+    (tmp_path / "deactivation.csv").write_text(_demo_csv("deactivation.csv", time=1e-3))
+    cfg = _fit_config(tmp_path, "deactivation", "deactivation.csv")
+    err = _refused(tmp_path, ["fit", str(cfg)], capsys)
+    assert "deactivation.csv" in err and "no recorded sample reaches the first pulse" in err
+    assert "time_s" in err and "pre-pulse" not in err
+    assert not (tmp_path / "run.h5").exists()
