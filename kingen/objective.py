@@ -97,6 +97,10 @@ BASELINES = ("none", "pre-pulse", "per-sweep")
 OFFSET_WARN_SE = 5.0
 OFFSET_WARN_FRACTION = 0.01
 _TINY = 1e-300
+# Channels a recording can plausibly hold: fewer than one is no current, more than a million
+# is more than a whole neuron's AMPA receptors. Outside, the current's unit is most often
+# wrong (nA under a pA header, or pA under an nA header).
+PLAUSIBLE_CHANNELS = (1.0, 1e6)
 
 
 @dataclass
@@ -645,6 +649,12 @@ class Objective:
                                   "large to square (beyond 1e±154 pA): check its unit",
                                   file=item.recording.source,
                                   field=f"protocols.{item.protocol.name}")
+        for p, item in enumerate(self.items):
+            if item.recording is not None:
+                peak = float(np.max(np.abs(self.data[self._slice(p)])))
+                self.warnings += self._size_warnings(p, peak / self.one_channel_pA(p),
+                                                     f"the largest recorded current, {peak:.3g} "
+                                                     "pA, is that of fully open")
         self.proto_weight = np.array([it.weight for it in self.items], dtype=float)
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,
@@ -745,6 +755,49 @@ class Objective:
                     f"the model, starting from rest, cannot fit; set baseline = \"pre-pulse\" "
                     f"if it is a DC offset")
         return 0.0
+
+    # ------------------------------------------------------------------ current size
+    def one_channel_pA(self, p: int) -> float:
+        """The current of one channel fully open under protocol ``p``, pA (the largest
+        conductance of the scheme at the sweeps' largest driving force)."""
+        drive = max((abs(s.holding - s.reversal) for s in self.items[p].protocol.sweeps),
+                    default=0.0)
+        return float(np.max(self.scheme.conductance)) * drive * 1e-3
+
+    def _size_warnings(self, p: int, channels: float, what: str) -> list[str]:
+        """A warning naming the likely unit where ``channels`` (fully open channels the
+        current of protocol ``p`` takes) is outside :data:`PLAUSIBLE_CHANNELS`."""
+        lo, hi = PLAUSIBLE_CHANNELS
+        if not math.isfinite(channels) or lo <= channels <= hi:
+            return []
+        item = self.items[p]
+        source = item.recording.source if item.recording is not None else item.source
+        likely = ("is the current in nA under a current_pA header?" if channels < lo else
+                  "is the current in pA under a current_nA header?")
+        return [f"warning: {source}: protocols.{item.protocol.name}: {what} {channels:.3g} "
+                f"channels (one open channel passes {self.one_channel_pA(p):.3g} pA; "
+                f"plausible: {lo:g} to {hi:g}): {likely}"]
+
+    def amplitude_warnings(self, amplitudes: dict[str, float]) -> list[str]:
+        """Warnings for fitted amplitudes (channels, by protocol) below one channel or above
+        :data:`PLAUSIBLE_CHANNELS`, naming the likely unit of the current.
+
+        Examples
+        --------
+        >>> import kingen
+        >>> cfg = kingen.load_config(kingen.demo_config())
+        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+        >>> objective.amplitude_warnings({"deactivation": 120.0})
+        []
+        >>> objective.amplitude_warnings({"deactivation": 0.69})[0].split(": ")[-1]
+        'is the current in nA under a current_pA header?'
+        """
+        out = []
+        for p, item in enumerate(self.items):
+            amp = amplitudes.get(item.protocol.name, math.nan)
+            if item.amplitude is None:  # a fixed amplitude is the user's own number
+                out += self._size_warnings(p, abs(amp), "the fitted amplitude is")
+        return out
 
     # ------------------------------------------------------------------ evaluation
     def guard(self, params: np.ndarray, *, complete: bool = True) -> np.ndarray:

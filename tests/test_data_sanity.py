@@ -144,3 +144,32 @@ def test_seconds_under_a_time_ms_header_are_refused_naming_the_unit(tmp_path, ca
     assert "deactivation.csv" in err and "no recorded sample reaches the first pulse" in err
     assert "time_s" in err and "pre-pulse" not in err
     assert not (tmp_path / "run.h5").exists()
+
+
+def test_nanoamperes_under_a_current_pa_header_are_warned_of_before_and_after_the_fit(
+        tmp_path):
+    import io
+
+    from kingen.search.run import fit
+
+    (tmp_path / "deactivation.csv").write_text(_demo_csv("deactivation.csv", current=1e-3))
+    cfg = _fit_config(tmp_path, "deactivation", "deactivation.csv")
+    out = io.StringIO()
+    result = fit(cfg, progress=False, stream=out, overrides={"polish": False})
+    assert result.amplitudes["deactivation"] < 1.0
+    lines = [line for line in out.getvalue().splitlines() if "nA under a current_pA" in line]
+    assert len(lines) == 2, out.getvalue()
+    data, fitted = lines
+    assert "deactivation.csv" in data and "largest recorded current" in data
+    assert f"fitted amplitude is {result.amplitudes['deactivation']:.3g} channels" in fitted
+
+
+def test_a_plausible_current_gives_no_warning_and_a_huge_one_names_the_unit():
+    from kingen import demo_config, load_config
+
+    cfg = load_config(demo_config())
+    obj = Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    assert obj.warnings == []
+    assert obj.amplitude_warnings({"deactivation": 120.0, "recovery": 1.5}) == []
+    (huge,) = obj.amplitude_warnings({"dose_response": 3e6})
+    assert "dose_response" in huge and "pA under a current_nA header" in huge

@@ -330,6 +330,7 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
                      amplitudes=amps, traces=traces, features=features, polish=report)
     store.mark_finished(reason)
+    _warn(objective.amplitude_warnings(amps), stream)
     _local_uncertainty(objective, cfg, best_genes, store, stream)
     # the initial population has no variation, selection or Dask call: NaN in those lists
     keys = dict.fromkeys(k for t in engine.timings for k in t)
