@@ -7,6 +7,7 @@ relative to the configuration file. See :data:`EXAMPLE` for every field with its
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -264,7 +265,8 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     overrides
         Command-line values that replace the file's: ``backend``, ``precision``, ``seed``,
         ``output``, ``generations``, ``population``, ``force`` (lift the size limits of
-        :mod:`kingen.limits`).
+        :mod:`kingen.limits`); None leaves the file's. Any other key is refused, as an
+        unknown field of the file is.
 
     Raises
     ------
@@ -276,6 +278,11 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     >>> cfg = load_config(demo_config(), overrides={"population": 16, "output": "x.h5"})
     >>> cfg.ga.population, cfg.output, cfg.pmap.n_genes
     (16, 'x.h5', 10)
+    >>> load_config(demo_config(), overrides={"generatons": 1})
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kingen.errors.KingenError: overrides = 'generatons': unknown override (did you mean ...
     """
     text = read_text(path, what="configuration file")
     return loads_config(text, path=str(path), base=Path(path).parent, overrides=overrides)
@@ -294,6 +301,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     c = _Checker(path)
     c.keys(doc, _TOP, "")
     ov = dict(overrides or {})
+    _check_overrides(ov)
     for key in ("backend", "precision", "seed", "output"):
         if ov.get(key) is not None:
             doc[key] = ov[key]
@@ -376,6 +384,21 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
                     output=str(out_path), polish=polish, polish_evaluations=polish_evaluations)
     cfg.settings = cfg.to_dict()
     return cfg
+
+
+# What load_config's overrides may replace (the command line's options).
+OVERRIDES = ("backend", "precision", "seed", "output", "generations", "population", "force")
+
+
+def _check_overrides(overrides: dict[str, Any]) -> None:
+    """Refuse an override that is not one of :data:`OVERRIDES`, as a file's unknown field
+    is refused: a misspelt one would otherwise be ignored in silence."""
+    for key in overrides:
+        if key not in OVERRIDES:
+            close = difflib.get_close_matches(str(key), OVERRIDES, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise KingenError(f"unknown override ({hint}known: {', '.join(OVERRIDES)})",
+                              field="overrides", value=key)
 
 
 def estimate_rk4_steps(scheme: Scheme, sweeps: list[Sweep], *, step: float | None = None,

@@ -11,6 +11,7 @@ from test_fit_helpers import TRUTH_MODEL
 
 from kingen.cli import main
 from kingen.data import Recording, load_recording, write_csv
+from kingen.errors import KingenError
 from kingen.objective import Objective, ProtocolData
 from kingen.protocol import standard_protocol
 from kingen.scheme import Scheme
@@ -61,7 +62,7 @@ def _fit_config(folder: Path, protocol: str, recording: str) -> Path:
     (folder / "model.toml").write_text(TRUTH_MODEL.read_text(encoding="utf-8"),
                                        encoding="utf-8")
     cfg = folder / "fit.toml"
-    cfg.write_text('model = "model.toml"\noutput = "run.h5"\nbackend = "cpu"\n'
+    cfg.write_text('model = "model.toml"\noutput = "run.h5"\nbackend = "cpu"\npolish = false\n'
                    f'[[protocols]]\nprotocol = "{protocol}"\ndt = 1.0\n'
                    f'recording = "{recording}"\n[ga]\npopulation = 4\ngenerations = 1\n',
                    encoding="utf-8")
@@ -155,7 +156,7 @@ def test_nanoamperes_under_a_current_pa_header_are_warned_of_before_and_after_th
     (tmp_path / "deactivation.csv").write_text(_demo_csv("deactivation.csv", current=1e-3))
     cfg = _fit_config(tmp_path, "deactivation", "deactivation.csv")
     out = io.StringIO()
-    result = fit(cfg, progress=False, stream=out, overrides={"polish": False})
+    result = fit(cfg, progress=False, stream=out)
     assert result.amplitudes["deactivation"] < 1.0
     lines = [line for line in out.getvalue().splitlines() if "nA under a current_pA" in line]
     assert len(lines) == 2, out.getvalue()
@@ -173,3 +174,16 @@ def test_a_plausible_current_gives_no_warning_and_a_huge_one_names_the_unit():
     assert obj.amplitude_warnings({"deactivation": 120.0, "recovery": 1.5}) == []
     (huge,) = obj.amplitude_warnings({"dose_response": 3e6})
     assert "dose_response" in huge and "pA under a current_nA header" in huge
+
+
+# --------------------------------------------------------------------------- API overrides
+
+def test_an_unknown_override_is_refused_naming_the_key_and_the_close_match():
+    from kingen import demo_config, load_config
+
+    with pytest.raises(KingenError) as info:
+        load_config(demo_config(), overrides={"generatons": 1})
+    text = str(info.value)
+    assert len(text.splitlines()) == 1
+    assert "'generatons'" in text and "did you mean 'generations'" in text
+    assert load_config(demo_config(), overrides={"generations": 1}).ga.generations == 1
