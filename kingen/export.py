@@ -27,6 +27,7 @@ from kingen.files import atomic_write, check_replaceable
 from kingen.plot import safe_names
 from kingen.protocol import distinct_labels
 from kingen.scheme import Scheme
+from kingen.shipped import shipped_scheme
 from kingen.store import RunStore, RunView, as_store
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -353,9 +354,9 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
 
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     path = Path(source)
-    if path.suffix.lower() == ".toml":
+    if path.suffix.lower() == ".toml" or (not path.is_file() and shipped_scheme(path)):
         scheme = Scheme.load(path)
-        lines = [f"Exported by kingen {__version__} on {when} from scheme file {path} "
+        lines = [f"Exported by kingen {__version__} on {when} from scheme file {scheme.path} "
                  f"(the file's values)."]
         return export_scheme(scheme, to, out, provenance=lines)
     store, opened = as_store(source)

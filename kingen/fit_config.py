@@ -30,6 +30,7 @@ from kingen.protocol import (
     standard_protocol,
 )
 from kingen.scheme import Scheme, check_rate_range
+from kingen.shipped import shipped_models, shipped_scheme
 from kingen.solve.schedule import (
     DEFAULT_COURANT,
     RK4_STABILITY_LIMIT,
@@ -314,7 +315,10 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     model_path = base / model if not Path(model).is_absolute() else Path(model)
     if scheme is None:
         if not model_path.is_file():
-            raise c.error("scheme file not found", "model", model)
+            model_path = shipped_scheme(model) or model_path
+        if not model_path.is_file():
+            raise c.error("scheme file not found, nor a shipped scheme of that name "
+                          f"({', '.join(shipped_models())})", "model", model)
         scheme = Scheme.load(model_path, force=force)
 
     # ---- top-level settings

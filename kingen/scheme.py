@@ -26,6 +26,7 @@ from kingen import limits, units
 from kingen.errors import KingenError
 from kingen.fields import Fields, loads_toml
 from kingen.files import read_text
+from kingen.shipped import shipped_scheme
 
 DEFAULT_REVERSIBILITY_TOLERANCE = 0.02
 DEFAULT_BOUND_FACTOR = 10.0
@@ -148,7 +149,10 @@ class Scheme:
     def load(cls, path: str | Path, *, force: bool = False) -> Scheme:
         """Read and validate a scheme file.
 
-        ``force`` lifts the size limits of :mod:`kingen.limits` (e.g. the number of states).
+        ``path`` may also name a shipped scheme (``"jonas_1993"``, or the README's
+        ``"models/jonas_1993.toml"`` from any folder; see
+        :func:`kingen.shipped.shipped_scheme`) where no such file exists. ``force`` lifts
+        the size limits of :mod:`kingen.limits` (e.g. the number of states).
 
         Raises
         ------
@@ -164,6 +168,8 @@ class Scheme:
         >>> scheme.param_names[:4]
         ['k01', 'k10', 'k12', 'k21']
         """
+        if not Path(path).is_file():
+            path = shipped_scheme(path) or path
         return cls.loads(read_text(path, what="scheme file"), path=str(path), force=force)
 
     @classmethod

@@ -187,3 +187,49 @@ def test_an_unknown_override_is_refused_naming_the_key_and_the_close_match():
     assert len(text.splitlines()) == 1
     assert "'generatons'" in text and "did you mean 'generations'" in text
     assert load_config(demo_config(), overrides={"generations": 1}).ga.generations == 1
+
+
+# --------------------------------------------------------------------------- shipped schemes
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """A working folder outside the checkout, holding no scheme file."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_scheme_load_takes_the_readme_path_and_a_name_from_outside_the_checkout(elsewhere):
+    from kingen.shipped import models_dir
+
+    for spec in ("models/jonas_1993.toml", "jonas_1993", "jonas_1993.toml"):
+        scheme = Scheme.load(spec)
+        assert scheme.param_names[:2] == ["k01", "k10"]
+        assert Path(scheme.path) == models_dir() / "jonas_1993.toml"
+    with pytest.raises(KingenError, match="scheme file not found"):
+        Scheme.load("my_lab/jonas_1993.toml")  # a folder of one's own is no shipped name
+
+
+@pytest.mark.parametrize("argv", [["info", "jonas_1993"],
+                                  ["simulate", "jonas_1993", "--protocol", "deactivation",
+                                   "--json"],
+                                  ["simulate", "models/jonas_1993.toml", "--protocol",
+                                   "deactivation", "--json"]])
+def test_commands_take_a_shipped_name_from_outside_the_checkout(elsewhere, argv, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "C0" in out if argv[0] == "info" else "peak_pA" in out
+
+
+@pytest.mark.parametrize("model", ["jonas_1993", "models/jonas_1993.toml"])
+def test_a_fit_configuration_takes_a_shipped_name(elsewhere, model):
+    from kingen import load_config
+
+    t = np.arange(0.0, 20.0, 0.5)
+    write_csv(Recording("deactivation", t, np.where(t > 2, -50.0, 0.0)[None, :], []),
+              elsewhere / "deactivation.csv")
+    (elsewhere / "fit.toml").write_text(
+        f'model = "{model}"\n[[protocols]]\nprotocol = "deactivation"\n'
+        'recording = "deactivation.csv"\n[parameters]\nfree = ["k2o"]\n', encoding="utf-8")
+    cfg = load_config("fit.toml")
+    assert cfg.scheme.param_names[:2] == ["k01", "k10"] and cfg.pmap.gene_names == ["k2o"]
+
