@@ -834,6 +834,15 @@ class _Parser:
         # Structural, not numerical: the rest distribution is unique exactly when the
         # agonist-free graph has one closed class; a rank test on Q(0) mistakes rates many
         # orders of magnitude apart for a second class (and takes minutes on large schemes).
+        left = {t.source for t in scheme.transitions}
+        absorbing = [i for i in range(scheme.n_states) if i not in left]
+        if absorbing and scheme.n_states > 1:
+            # more than one closed class follows, but initial occupancies would not mend it
+            name = scheme.states[absorbing[0]]
+            raise self.error(
+                f"state {name} is absorbing: no transition leaves it, with or without "
+                f"agonist, so every receptor would end in it and stay; add a transition out "
+                f"of {name}", f"states.{name}")
         edges = [(t.source, t.target) for t in scheme.transitions if not t.agonist]
         if len(closed_classes(scheme.n_states, edges)) > 1:
             raise self.error(

@@ -233,3 +233,18 @@ def test_a_fit_configuration_takes_a_shipped_name(elsewhere, model):
     cfg = load_config("fit.toml")
     assert cfg.scheme.param_names[:2] == ["k01", "k10"] and cfg.pmap.gene_names == ["k2o"]
 
+
+# --------------------------------------------------------------------------- schemes
+
+def test_an_absorbing_state_is_named_as_such(tmp_path, capsys):
+    from test_fit_helpers import FOUR_STATE
+
+    text = FOUR_STATE.replace('"D -> O" = "r"\n', "").replace(  # D: no way out
+        'r = { value = 0.01, unit = "ms^-1", bounds = [0.001, 0.1] }\n', "")
+    assert text != FOUR_STATE
+    (tmp_path / "absorbing.toml").write_text(text, encoding="utf-8")
+    err = _refused(tmp_path, ["info", str(tmp_path / "absorbing.toml")], capsys)
+    assert "states.D" in err and "state D is absorbing" in err
+    assert "initial occupancies" not in err
+    Scheme.loads(FOUR_STATE)  # with its way out, the scheme loads
+
