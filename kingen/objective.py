@@ -85,7 +85,8 @@ W_PEAK2, W_PRE2 = 1, 2
 # Features each protocol kind can be fitted to (keys of kingen.features.protocol_features).
 TARGET_KEYS = {
     "deactivation": ("peak_pA", "time_to_peak_ms", "tau_deact_ms"),
-    "desensitization": ("peak_pA", "time_to_peak_ms", "ss_to_peak", "tau_des_ms"),
+    "desensitization": ("peak_pA", "time_to_peak_ms", "ss_to_peak", "end_to_peak",
+                        "tau_des_ms"),
     "recovery": ("peak_pA", "time_to_peak_ms", "tau_rec_ms"),
     "dose_response": ("peak_pA", "ec50_peak_mM", "hill_peak", "ec50_ss_mM", "hill_ss"),
 }
@@ -384,7 +385,7 @@ class _ProtocolPlan:
                 return w[:, :, W_SS, 0] / n_ss - base
             if key == "dose_peak":
                 return peak
-            if key == "ss_to_peak":
+            if key in ("ss_to_peak", "end_to_peak"):  # one window: the pulse's end
                 ss = cache.setdefault("ss", self._feature("ss", w, cache))
                 return ss[:, 0] / peak[:, 0]
             if key in ("tau_deact_ms", "tau_des_ms"):

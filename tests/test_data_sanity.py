@@ -248,3 +248,13 @@ def test_an_absorbing_state_is_named_as_such(tmp_path, capsys):
     assert "initial occupancies" not in err
     Scheme.loads(FOUR_STATE)  # with its way out, the scheme loads
 
+
+# --------------------------------------------------------------------------- features
+
+def test_the_ratio_at_the_pulses_end_is_reported_where_no_steady_state_is(capsys):
+    import json
+
+    assert main(["simulate", "jonas_1993", "--protocol", "desensitization", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert "ss_to_peak" not in got and "no steady state" in got["failed"]["ss_to_peak"]
+    assert got["end_to_peak"] == pytest.approx(0.0314, abs=5e-4)  # Jonas 1993, 100 ms

@@ -49,8 +49,8 @@ Summary-target CSV (one feature per row, written by hand)::
 
 - ``feature`` is a key of :func:`kingen.features.protocol_features`, with or without its
   unit suffix (``tau_des`` or ``tau_des_ms``); ``unit`` may then be left empty when the
-  suffix says it. Dimensionless features (``ss_to_peak``, ``hill_peak``, ``hill_ss``) take an
-  empty unit (or ``1``).
+  suffix says it. Dimensionless features (``ss_to_peak``, ``end_to_peak``, ``hill_peak``,
+  ``hill_ss``) take an empty unit (or ``1``).
 - ``weight`` (default 1) and ``sd`` (standard deviation in the value's unit, default none)
   are optional columns, and may be left empty on any row.
 
