@@ -1,7 +1,8 @@
 """The search's controller: one generation at a time, written through a run store.
 
 :class:`Engine` holds one run's state and drives it: the initial population, then
-generation after generation of DEAP's (μ + λ) or CMA-ES until a stopping rule holds, each
+generation after generation of DEAP's (μ + λ) (elitist: the pool's best always survives)
+or CMA-ES until a stopping rule holds, each
 generation's population and resume state written through the store (on a background
 thread, during the next generation's solve).
 
@@ -282,7 +283,8 @@ class Engine:
         return out
 
     def mu_plus_lambda_generation(self, state: dict) -> dict:
-        """One generation of DEAP's (μ + λ)."""
+        """One generation of DEAP's (μ + λ), elitist: the best of parents and offspring
+        survives (:func:`~kingen.search.operators.keep_best`)."""
         if self.numpy_ops:
             t = time.perf_counter()
             variation, aspirants = self._take_draws()
@@ -308,8 +310,8 @@ class Engine:
             self._eval_clock["hof_s"] = time.perf_counter() - t
             pool_f = np.concatenate([state["fitness"], fit])
             t = time.perf_counter()
-            chosen = operators.np_sel_tournament(pool_f, self.ga.population,
-                                                 self.ga.tournament, None, aspirants)
+            chosen = operators.keep_best(pool_f, operators.np_sel_tournament(
+                pool_f, self.ga.population, self.ga.tournament, None, aspirants))
             self._eval_clock["select_s"] = time.perf_counter() - t
             state.update({key: operators.take_survivors(state[key], offspring, chosen)
                           for key, offspring in (("genes", kids), ("errors", err),
@@ -333,8 +335,15 @@ class Engine:
         self._update_hof(state, kids, np.array([ind.fitness.values[0] for ind in invalid]))
         self._eval_clock["hof_s"] = time.perf_counter() - t
         t = time.perf_counter()
+        pool = pop + offspring
         with _deap_draws_from(self.py_random):
-            pop = tb.select(pop + offspring, self.ga.population)
+            selected = tb.select(pool, self.ga.population)
+        # elitism as the numpy operators keep it: by pool index (a tournament returns the
+        # pool's own individuals, one of them perhaps twice)
+        where = {id(ind): k for k, ind in enumerate(pool)}
+        chosen = operators.keep_best(np.array([ind.fitness.values[0] for ind in pool]),
+                                     np.array([where[id(ind)] for ind in selected]))
+        pop = [pool[k] for k in chosen]
         self._eval_clock["select_s"] = time.perf_counter() - t
         state.update(genes=np.array([list(i) for i in pop], dtype=float),
                      fitness=np.array([i.fitness.values[0] for i in pop]),
