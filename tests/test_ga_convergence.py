@@ -1,4 +1,4 @@
-"""The GA keeps its best."""
+"""The GA keeps its best, and the figures show the reported best."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from test_fit_helpers import write_problem
 
 from kingen.search.operators import keep_best
 from kingen.search.run import fit
-from kingen.store import RunStore
+from kingen.store import RunStore, RunView
 
 # --------------------------------------------------------------------------- elitism
 
@@ -36,3 +36,50 @@ def test_keep_best_gives_the_best_the_worst_survivors_place():
     assert keep_best(fitness, np.array([0, 1, 4])).tolist() == [0, 2, 4]  # NaN is worst
     assert keep_best(fitness, np.array([2, 3])).tolist() == [2, 3]  # chosen already
     assert keep_best(np.array([np.inf, np.nan]), np.array([0])).tolist() == [0]
+
+
+# --------------------------------------------------------------------------- the figure
+
+def test_the_parameter_figure_plots_the_reported_best_not_the_populations(tmp_path):
+    from test_store import JONAS, STATE_FIELDS, small_protocols
+
+    from kingen.plot import _parameter_figure
+    from kingen.scheme import Scheme
+
+    scheme = Scheme.load(JONAS)
+    protocols = small_protocols(("deactivation",))
+    lo, hi = scheme.lower, scheme.upper
+    # generation 0's best (A) is lost in generation 1, whose best (B) is worse; the
+    # reported best (C, the polished hall of fame's first) is neither
+    a, b, c = (lo * (hi / lo) ** q for q in (0.2, 0.8, 0.5))
+    path = tmp_path / "run.h5"
+    store = RunStore.create(path, config_text="", config={}, scheme=scheme,
+                            protocols=protocols, recordings={}, targets={},
+                            free_mask=scheme.free_mask, population_size=2,
+                            environment={}, state_fields=STATE_FIELDS, overwrite=True)
+    with store:
+        for g, (best, fitness) in enumerate(((a, 0.1), (b, 0.5))):
+            store.append_generation(
+                generation=g, population=np.vstack([best, hi]),
+                errors=np.array([[fitness], [9.0]]), fitness=np.array([fitness, 9.0]),
+                fail=np.zeros(2, int), stats={"best": 0.1}, timings={"total_s": 0.1},
+                state={"generation": np.int64(g), "pop": np.zeros((12, 16))})
+        store.write_hall_of_fame(a[None, :], np.array([0.1]))
+        store.write_best(params=c, fitness=0.05, errors={"deactivation": 0.05},
+                         amplitudes={"deactivation": 100.0}, traces={}, features={},
+                         polish=None)
+    with RunStore.open(path) as st:
+        fig = _parameter_figure(RunView(st))
+    ax = fig.axes[0]
+    free = np.flatnonzero(scheme.free_mask)
+    names = set(scheme.param_names)
+    lines = [line for line in ax.get_lines() if line.get_label() in names]
+    dots = [line for line in ax.get_lines() if line.get_gid() == "reported best"]
+    assert len(lines) == len(dots) == free.size
+    for line, dot, j in zip(lines, dots, free, strict=True):
+        p = scheme.parameters[j]
+        y = line.get_ydata()
+        expect = [np.log10(a[j] / p.lower) / np.log10(p.upper / p.lower)] * 2  # best so far
+        np.testing.assert_allclose(y, expect, rtol=1e-9)
+        np.testing.assert_allclose(dot.get_ydata(), [0.5], rtol=1e-9)
+    assert "reported best" in ax.get_title()
