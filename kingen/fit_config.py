@@ -42,6 +42,9 @@ ALGORITHMS = ("mu_plus_lambda", "cmaes")
 OPERATORS = ("auto", "deap", "numpy")
 # At and above this many offspring the numpy operators replace DEAP's per-individual ones.
 NUMPY_OPERATORS_FROM = 2048
+# Generations without a relative improvement of the best above [stop] min_improvement after
+# which a fit stops as converged: enough for the (μ + λ) search's slow late gains to show.
+DEFAULT_PATIENCE = 20
 
 EXAMPLE = '''\
 model = "model.toml"        # required: the kinetic scheme to fit
@@ -92,7 +95,8 @@ operators = "auto"          # deap | numpy | auto (numpy from 2048 offspring on)
 start_from_model = false    # put the model file's values in the initial population
 
 [stop]
-patience = 0                # stop after this many generations without improvement (0: off)
+patience = 20               # stop, converged, after this many generations without an
+                            #   improvement of the best above min_improvement (0: off)
 min_improvement = 1e-6      # relative improvement of the best that counts
 target_error = 0.0          # stop once the best fitness is at or below this (0: off)
 wall_time = 0.0             # stop after this many seconds (0: off)
@@ -128,7 +132,7 @@ class GASettings:
 class StopSettings:
     """Stopping rules (see :data:`EXAMPLE`)."""
 
-    patience: int = 0
+    patience: int = DEFAULT_PATIENCE
     min_improvement: float = 1e-6
     target_error: float = 0.0
     wall_time: float = 0.0
@@ -563,7 +567,7 @@ def _stop(c: _Checker, t: dict) -> StopSettings:
     w = "stop"
     c.keys(t, set(StopSettings.__dataclass_fields__), w)
     return StopSettings(
-        patience=c.integer(t, "patience", w, 0, ge=0),
+        patience=c.integer(t, "patience", w, DEFAULT_PATIENCE, ge=0),
         min_improvement=c.number(t, "min_improvement", w, 1e-6, ge=0.0),
         target_error=c.number(t, "target_error", w, 0.0, ge=0.0),
         wall_time=c.number(t, "wall_time", w, 0.0, ge=0.0),

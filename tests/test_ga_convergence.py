@@ -1,11 +1,15 @@
-"""The GA keeps its best, and the figures show the reported best."""
+"""The GA keeps its best, the figures show the reported best, and a fit says whether it
+converged: stagnation stops it, a maximum does not count as converging."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 from test_fit_helpers import write_problem
 
+from kingen.search.engine import convergence_of, verdict
 from kingen.search.operators import keep_best
 from kingen.search.run import fit
 from kingen.store import RunStore, RunView
@@ -83,3 +87,70 @@ def test_the_parameter_figure_plots_the_reported_best_not_the_populations(tmp_pa
         np.testing.assert_allclose(y, expect, rtol=1e-9)
         np.testing.assert_allclose(dot.get_ydata(), [0.5], rtol=1e-9)
     assert "reported best" in ax.get_title()
+
+
+# --------------------------------------------------------------------------- stopping
+
+def test_a_fit_that_stagnates_stops_converged_and_says_so(tmp_path):
+    cfg = write_problem(tmp_path, free=["k2o"], ga="generations = 60",
+                        extra="[stop]\npatience = 3")
+    result = fit(cfg, progress=False)
+    assert result.reason == "no improvement for 3 generations" and result.generations < 60
+    assert result.converged is True
+    line = ("converged: the best improved by less than 1e-06 (relative) for 3 generations")
+    assert result.convergence == line and result.summary().splitlines()[1] == line
+    with RunStore.open(tmp_path / "run.h5") as st:
+        assert st.finished == f"no improvement for 3 generations; {line}"
+        assert RunView(st).convergence == (True, line)
+
+
+def test_a_fit_stopped_at_its_maximum_is_not_converged(tmp_path):
+    cfg = write_problem(tmp_path, ga="generations = 2")
+    result = fit(cfg, progress=False)
+    assert result.reason == "maximum generations (2)" and result.converged is False
+    assert result.convergence.startswith("not converged: maximum generations (2) reached")
+    assert result.summary().splitlines()[1] == result.convergence
+    with RunStore.open(tmp_path / "run.h5") as st:
+        assert RunView(st).convergence == (False, result.convergence)
+        assert st.finished == f"maximum generations (2); {result.convergence}"
+
+
+def test_stagnation_stops_a_fit_by_default():
+    from kingen.fit_config import DEFAULT_PATIENCE, StopSettings
+
+    assert StopSettings().patience == DEFAULT_PATIENCE == 20
+
+
+@pytest.mark.parametrize("finished, expect", [
+    ("no improvement for 15 generations", True),
+    ("target error 0.01 reached", True),
+    ("maximum generations (40)", False),
+    ("wall-time limit 3600 s", False),
+    ("maximum generations (40); every candidate failed", False),
+    (None, None),
+])
+def test_run_files_from_before_still_read(finished, expect):
+    ok, line = convergence_of(finished)
+    assert ok is expect
+    assert (line == "") == (finished is None)
+
+
+def test_the_summary_line_says_how_much_the_best_still_improved():
+    from kingen.fit_config import StopSettings
+
+    best = np.array([1.0] * 5 + [0.9, 0.8, 0.7])
+    ok, line = verdict("wall-time limit 60 s", best, StopSettings(patience=2))
+    assert not ok and line == ("not converged: wall-time limit 60 s reached while the best "
+                               "still improved by 22 % over the last 2 generations")
+    ok, line = verdict("maximum generations (7)", np.ones(8), StopSettings(patience=0))
+    assert not ok and "stagnation rule is off" in line
+    assert verdict("maximum generations (0)", np.ones(1), StopSettings())[0] is False
+
+
+def test_an_old_run_file_reads_its_stop_reason(tmp_path: Path):
+    from test_store import make_run
+
+    make_run(tmp_path / "old.h5", finished="maximum generations (6)")
+    with RunStore.open(tmp_path / "old.h5") as st:
+        assert RunView(st).convergence == (False,
+                                           "not converged: maximum generations (6)")

@@ -583,6 +583,81 @@ class Engine:
         self.progress.update(state["generation"], stats["best"], stats["median"], rate, eta)
 
 
+# How a stopping reason starts when the search has converged (see Engine.stop_reason).
+CONVERGED_REASONS = ("no improvement for ", "target error ")
+
+
+def convergence_of(finished: str | None) -> tuple[bool | None, str]:
+    """Whether a run converged, and its summary line, from its ``/run/finished`` text;
+    ``(None, "")`` while it runs or if it was killed. For a file written before kingen
+    said so, from the stopping reason alone.
+
+    Examples
+    --------
+    >>> convergence_of("maximum generations (40); not converged: maximum generations (40) "
+    ...                "reached while the best still improved by 3 % over the last 20 "
+    ...                "generations")[0]
+    False
+    >>> convergence_of("no improvement for 15 generations")
+    (True, 'converged: no improvement for 15 generations')
+    """
+    text = finished or ""
+    for mark, ok in (("; not converged: ", False), ("; converged: ", True)):
+        if mark in text:
+            return ok, text[text.index(mark) + 2:]
+    if not text:
+        return None, ""
+    if text.startswith(CONVERGED_REASONS) and "every candidate failed" not in text:
+        return True, f"converged: {text}"
+    return False, f"not converged: {text}"
+
+
+def verdict(reason: str, best: np.ndarray, stop: StopSettings) -> tuple[bool, str]:
+    """Whether a search that stopped for ``reason`` converged, and its summary line.
+
+    It converged when it stopped on stagnation (the best improved by less than
+    ``stop.min_improvement``, relative, for ``stop.patience`` generations) or reached the
+    target error; not when a maximum (generations, wall time) stopped it first. The line
+    then says how much the best still improved over the last generations.
+
+    Parameters
+    ----------
+    reason
+        Why the search stopped (:meth:`Engine.stop_reason`).
+    best
+        The best fitness so far at every generation (the hall of fame's first).
+    stop
+        The stopping rules.
+
+    Examples
+    --------
+    >>> from kingen.fit_config import StopSettings
+    >>> stop = StopSettings(patience=3)
+    >>> verdict("no improvement for 3 generations", np.array([2.0, 1.0, 1.0, 1.0, 1.0]), stop)
+    (True, 'converged: the best improved by less than 1e-06 (relative) for 3 generations')
+    >>> ok, line = verdict("maximum generations (4)", np.array([2.0, 1.5, 1.2, 1.0, 0.9]),
+    ...                    stop)
+    >>> ok, line.split(" while ")[1]
+    (False, 'the best still improved by 40 % over the last 3 generations')
+    """
+    if reason.startswith(CONVERGED_REASONS[0]):
+        return True, (f"converged: the best improved by less than {stop.min_improvement:g} "
+                      f"(relative) for {stop.patience} generations")
+    if reason.startswith(CONVERGED_REASONS[1]):
+        return True, f"converged: the best fitness reached the target error {stop.target_error:g}"
+    b = np.asarray(best, dtype=float)
+    n = min(stop.patience if stop.patience > 0 else 20, b.size - 1)
+    if n < 1 or not (math.isfinite(b[-1]) and math.isfinite(b[-1 - n]) and b[-1 - n] > 0):
+        return False, f"not converged: {reason} reached before the best could settle"
+    gain = (b[-1 - n] - b[-1]) / b[-1 - n]
+    if gain > stop.min_improvement:
+        return False, (f"not converged: {reason} reached while the best still improved by "
+                       f"{100 * gain:.2g} % over the last {n} generations")
+    rule = ("the stagnation rule is off ([stop] patience = 0)" if stop.patience == 0 else
+            f"fewer than the {stop.patience} generations without improvement that count")
+    return False, f"not converged: {reason} reached; {rule}"
+
+
 def _takes_keyword(func: Callable, name: str) -> bool:
     """Whether ``func`` can be called with the keyword ``name``."""
     try:
