@@ -651,7 +651,7 @@ class Objective:
                                   file=item.recording.source,
                                   field=f"protocols.{item.protocol.name}")
         for p, item in enumerate(self.items):
-            if item.recording is not None:
+            if item.recording is not None and self.one_channel_pA(p) > 0:
                 peak = float(np.max(np.abs(self.data[self._slice(p)])))
                 self.warnings += self._size_warnings(p, peak / self.one_channel_pA(p),
                                                      f"the largest recorded current, {peak:.3g} "
@@ -769,7 +769,8 @@ class Objective:
         """A warning naming the likely unit where ``channels`` (fully open channels the
         current of protocol ``p`` takes) is outside :data:`PLAUSIBLE_CHANNELS`."""
         lo, hi = PLAUSIBLE_CHANNELS
-        if not math.isfinite(channels) or lo <= channels <= hi:
+        # no channel passes a current at the reversal potential: no size to judge
+        if not math.isfinite(channels) or lo <= channels <= hi or not self.one_channel_pA(p):
             return []
         item = self.items[p]
         source = item.recording.source if item.recording is not None else item.source

@@ -21,6 +21,8 @@ PUBLIC_MODULES = {
     "kingen.files": True,
     "kingen.protocol": True,
     "kingen.data.registry": True,
+    "kingen.data.types": True,
+    "kingen.shipped": True,
     "kingen.data.targets": True,
     "kingen.simulation": True,
     "kingen.objective": True,
