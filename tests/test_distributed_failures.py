@@ -190,7 +190,8 @@ def test_a_fits_output_and_a_runs_state_are_checked_before_the_cluster(tmp_path,
         "overwrite it)")
     assert cli(["resume", str(run), "-q", "--cluster", nowhere]) == 2
     assert capsys.readouterr().err.strip().startswith(
-        f"kingen: error: {run}: the run has already finished (maximum generations (2))")
+        f"kingen: error: {run}: the run has already finished (maximum generations (2); "
+        "not converged: ")
     assert time.monotonic() - t0 < 5
 
 

@@ -21,6 +21,8 @@ PUBLIC_MODULES = {
     "kingen.base.files": True,
     "kingen.experiment.protocol": True,
     "kingen.experiment.recordings.registry": True,
+    "kingen.experiment.recordings.types": True,
+    "kingen.model.shipped": True,
     "kingen.experiment.recordings.targets": True,
     "kingen.runs.simulate": True,
     "kingen.fitting.objective": True,

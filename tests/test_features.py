@@ -168,7 +168,8 @@ def test_desensitization_features_exact() -> None:
     assert out["ss_to_peak"] == pytest.approx(0.05, rel=2e-3)  # slow phase not quite over
     assert rel(out["tau_des_ms"], 0.7 * 3.0 + 0.3 * 12.0) < 1e-6
     assert set(out) == {"peak_pA", "time_to_peak_ms", "rise_10_90_ms", "ss_to_peak",
-                        "tau_des_ms", "tau_des_single_ms"}
+                        "end_to_peak", "tau_des_ms", "tau_des_single_ms"}
+    assert out["end_to_peak"] == out["ss_to_peak"]
     json.dumps(out)
 
 
@@ -331,6 +332,10 @@ def test_steady_state_not_reached_is_flagged_and_noise_is_not() -> None:
                     - 5.0, 0.0)
     out = F.protocol_features(proto, t, slow)
     assert math.isnan(out["ss_to_peak"])
+    # the ratio at the pulse's end is still given, under its own name
+    window = (t >= 97.0) & (t <= 102.0)
+    peak_pA = out["peak_pA"]
+    assert out["end_to_peak"] == pytest.approx(np.mean(slow[window]) / peak_pA, rel=1e-12)
     assert out["not_determined"] == {"ss_to_peak": F.not_reached(
         F.steady_state_drift(t, slow, sweep.pulses[0]))}
     assert out["not_determined"]["ss_to_peak"].startswith(

@@ -23,7 +23,7 @@ def no_solver(monkeypatch):
 def test_a_good_configuration_loads_with_defaults(tmp_path):
     cfg = load_config(write_problem(tmp_path))
     assert cfg.pmap.gene_names == ["k2o", "ko2"]
-    assert cfg.ga.lambda_ == 8 and cfg.ga.tournament == 3 and cfg.stop.patience == 0
+    assert cfg.ga.lambda_ == 8 and cfg.ga.tournament == 3 and cfg.stop.patience == 20
     assert cfg.output == str(tmp_path / "run.h5")
     assert cfg.protocols[0].protocol.sweeps[0].dt == pytest.approx(0.05)  # from the recording
     assert cfg.settings["ga"]["generations"] == 3

@@ -148,8 +148,9 @@ def test_window_targets_match_the_features_of_the_simulated_currents():
             p, _ = peak(sweep.times(), tr.currents[0],
                         start_ms=pulse.start - edge_half_width(pulse.rise), end_ms=pulse.end)
             f["ss_to_peak"] = steady_state(sweep.times(), tr.currents[0], pulse) / p
+            assert f["end_to_peak"] == pytest.approx(f["ss_to_peak"], rel=1e-12)
         keys = {"deactivation": ("peak_pA", "tau_deact_ms", "time_to_peak_ms"),
-                "desensitization": ("ss_to_peak", "tau_des_ms"),
+                "desensitization": ("ss_to_peak", "end_to_peak", "tau_des_ms"),
                 "recovery": ("tau_rec_ms",)}[proto.kind]
         t = Targets({k: Target(f[k]) for k in keys})
         if proto.kind == "recovery":

@@ -390,7 +390,7 @@ def test_a_second_writer_is_refused_and_nothing_is_lost(tmp_path: Path) -> None:
     # The first run must outlive two starts of kingen: it stops on its wall-time limit.
     generations = 1_000_000
     cfg = write_problem(tmp_path, ga=f"generations = {generations}",
-                        extra="[stop]\nwall_time = 30")
+                        extra="[stop]\nwall_time = 30\npatience = 0")
     run = tmp_path / "run.h5"
     first = subprocess.Popen([sys.executable, "-m", "kingen.cli", "fit", str(cfg), "-q"],
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

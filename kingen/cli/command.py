@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="simulate a scheme under a protocol",
                          description="Simulate a scheme under a protocol and print or save "
                                      "the current and its features.")
-    sim.add_argument("model", help="scheme file (TOML)")
+    sim.add_argument("model", help="scheme file (TOML) or a shipped scheme's name (jonas_1993)")
     sim.add_argument("--protocol", required=True,
                      help="standard protocol (deactivation, desensitization, recovery, "
                           "dose_response) or a protocol TOML file")
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="describe a scheme file, or this installation",
                           description="Describe a scheme (states, parameters, cycles) or, "
                                       "without a file, the installation and its GPU.")
-    info.add_argument("model", nargs="?", help="scheme file (TOML)")
+    info.add_argument("model", nargs="?",
+                      help="scheme file (TOML) or a shipped scheme's name (jonas_1993)")
     info.add_argument("--force", action="store_true", help=FORCE_HELP)
     info.add_argument("--kernel", choices=["stage", "propagator"],
                       help="print the scheme's generated solver code in this form instead "

@@ -871,7 +871,9 @@ def protocol_features(
 
         - ``deactivation``: ``peak_pA``, ``time_to_peak_ms``, ``tau_deact_ms``
         - ``desensitization``: ``peak_pA``, ``time_to_peak_ms``, ``ss_to_peak``,
-          ``tau_des_ms``
+          ``end_to_peak`` (the same ratio, of the mean over the pulse's last
+          :data:`STEADY_STATE_FRACTION`, kept where the current has not settled and
+          ``ss_to_peak`` is not determined), ``tau_des_ms``
         - ``recovery``: ``peak_pA``, ``time_to_peak_ms`` (first pulse of the first sweep),
           ``recovery`` ([[interval_ms, I2/I1], ...] in the protocol's sweep order),
           ``tau_rec_ms`` (fit of ``1 - (1 - r0) exp(-dt/tau)``, r0 free)
@@ -918,6 +920,8 @@ def _single_pulse(sweep: Sweep, t: np.ndarray, y: np.ndarray, n_exp: int | None,
     else:
         ss = steady_state(t, y, pulse, baseline_pA=r.baseline)
         out["ss_to_peak"] = _finite(_ratio(ss, r.peak_pA))
+        # what papers report as the ratio at the pulse's end, steady or not
+        out["end_to_peak"] = out["ss_to_peak"]
         change = steady_state_drift(t, y, pulse, baseline_pA=r.baseline)
         if change is not None:
             out["ss_to_peak"] = NAN

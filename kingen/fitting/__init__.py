@@ -35,6 +35,13 @@ numbers, the children are DEAP's exactly. ``cmaes`` is ``deap.cma.Strategy`` in 
 scaled to [0, 1] per gene (samples outside are clipped for evaluation and penalised by
 their squared distance).
 
+Elitism and convergence. (μ + λ) keeps its best: a tournament that passes over the best of
+parents and offspring gives it the place of the worst survivor
+(:func:`~kingen.fitting.operators.keep_best`), so the population's best never gets worse.
+The search stops on stagnation (``[stop] patience`` generations without a relative
+improvement of the best above ``min_improvement``), which counts as converged, or at a
+maximum (generations, wall time), which does not (:func:`~kingen.fitting.engine.verdict`).
+
 Reproducibility. ``random``, numpy's global generator (used by DEAP's CMA-ES) and the
 fit's own numpy generator are seeded from ``seed``; their states are stored with every
 generation, so the same seed, backend and precision give the same result, and a resumed run

@@ -7,6 +7,7 @@ relative to the configuration file. See :data:`EXAMPLE` for every field with its
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from kingen.fitting.params import ParameterMap, apply_overrides, apply_ties
 from kingen.model import limits
 from kingen.model.fields import Fields, join, loads_toml
 from kingen.model.scheme import Scheme, check_rate_range
+from kingen.model.shipped import shipped_models, shipped_scheme
 from kingen.solve.schedule import (
     DEFAULT_COURANT,
     RK4_STABILITY_LIMIT,
@@ -41,6 +43,9 @@ ALGORITHMS = ("mu_plus_lambda", "cmaes")
 OPERATORS = ("auto", "deap", "numpy")
 # At and above this many offspring the numpy operators replace DEAP's per-individual ones.
 NUMPY_OPERATORS_FROM = 2048
+# Generations without a relative improvement of the best above [stop] min_improvement after
+# which a fit stops as converged: enough for the (μ + λ) search's slow late gains to show.
+DEFAULT_PATIENCE = 20
 
 EXAMPLE = '''\
 model = "model.toml"        # required: the kinetic scheme to fit
@@ -96,7 +101,8 @@ operators = "auto"          # deap | numpy | auto (numpy from 2048 offspring on)
 start_from_model = false    # put the model file's values in the initial population
 
 [stop]
-patience = 0                # stop after this many generations without improvement (0: off)
+patience = 20               # stop, converged, after this many generations without an
+                            #   improvement of the best above min_improvement (0: off)
 min_improvement = 1e-6      # relative improvement of the best that counts
 target_error = 0.0          # stop once the best fitness is at or below this (0: off)
 wall_time = 0.0             # stop after this many seconds (0: off)
@@ -132,7 +138,7 @@ class GASettings:
 class StopSettings:
     """Stopping rules (see :data:`EXAMPLE`)."""
 
-    patience: int = 0
+    patience: int = DEFAULT_PATIENCE
     min_improvement: float = 1e-6
     target_error: float = 0.0
     wall_time: float = 0.0
@@ -270,7 +276,8 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     overrides
         Command-line values that replace the file's: ``backend``, ``precision``, ``seed``,
         ``output``, ``generations``, ``population``, ``force`` (lift the size limits of
-        :mod:`kingen.model.limits`).
+        :mod:`kingen.model.limits`); None leaves the file's. Any other key is refused, as an
+        unknown field of the file is.
 
     Raises
     ------
@@ -282,6 +289,11 @@ def load_config(path: str | Path, *, overrides: dict[str, Any] | None = None) ->
     >>> cfg = load_config(demo_config(), overrides={"population": 16, "output": "x.h5"})
     >>> cfg.ga.population, cfg.output, cfg.pmap.n_genes
     (16, 'x.h5', 10)
+    >>> load_config(demo_config(), overrides={"generatons": 1})
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kingen.errors.KingenError: overrides = 'generatons': unknown override (did you mean ...
     """
     text = read_text(path, what="configuration file")
     return loads_config(text, path=str(path), base=Path(path).parent, overrides=overrides)
@@ -300,6 +312,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     c = _Checker(path)
     c.keys(doc, _TOP, "")
     ov = dict(overrides or {})
+    _check_overrides(ov)
     for key in ("backend", "precision", "seed", "output"):
         if ov.get(key) is not None:
             doc[key] = ov[key]
@@ -312,7 +325,10 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     model_path = base / model if not Path(model).is_absolute() else Path(model)
     if scheme is None:
         if not model_path.is_file():
-            raise c.error("scheme file not found", "model", model)
+            model_path = shipped_scheme(model) or model_path
+        if not model_path.is_file():
+            raise c.error("scheme file not found, nor a shipped scheme of that name "
+                          f"({', '.join(shipped_models())})", "model", model)
         scheme = Scheme.load(model_path, force=force)
 
     # ---- top-level settings
@@ -382,6 +398,21 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
                     output=str(out_path), polish=polish, polish_evaluations=polish_evaluations)
     cfg.settings = cfg.to_dict()
     return cfg
+
+
+# What load_config's overrides may replace (the command line's options).
+OVERRIDES = ("backend", "precision", "seed", "output", "generations", "population", "force")
+
+
+def _check_overrides(overrides: dict[str, Any]) -> None:
+    """Refuse an override that is not one of :data:`OVERRIDES`, as a file's unknown field
+    is refused: a misspelt one would otherwise be ignored in silence."""
+    for key in overrides:
+        if key not in OVERRIDES:
+            close = difflib.get_close_matches(str(key), OVERRIDES, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise KingenError(f"unknown override ({hint}known: {', '.join(OVERRIDES)})",
+                              field="overrides", value=key)
 
 
 def estimate_rk4_steps(scheme: Scheme, sweeps: list[Sweep], *, step: float | None = None,
@@ -542,7 +573,7 @@ def _stop(c: _Checker, t: dict) -> StopSettings:
     w = "stop"
     c.keys(t, set(StopSettings.__dataclass_fields__), w)
     return StopSettings(
-        patience=c.integer(t, "patience", w, 0, ge=0),
+        patience=c.integer(t, "patience", w, DEFAULT_PATIENCE, ge=0),
         min_improvement=c.number(t, "min_improvement", w, 1e-6, ge=0.0),
         target_error=c.number(t, "target_error", w, 0.0, ge=0.0),
         wall_time=c.number(t, "wall_time", w, 0.0, ge=0.0),
@@ -652,5 +683,6 @@ def _merge_recordings(recs: list[Recording]) -> Recording:
             labels.append(label)
     return Recording(recs[0].protocol, times, currents, labels,
                      source=", ".join(r.source for r in recs),
-                     meta={"files": [r.source for r in recs]})
+                     meta={"files": [r.source for r in recs]},
+                     labelled=any(r.labelled for r in recs))
 

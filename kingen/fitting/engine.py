@@ -1,7 +1,8 @@
 """The search's controller: one generation at a time, written through a run store.
 
 :class:`Engine` holds one run's state and drives it: the initial population, then
-generation after generation of DEAP's (μ + λ) or CMA-ES until a stopping rule holds, each
+generation after generation of DEAP's (μ + λ) (elitist: the pool's best always survives)
+or CMA-ES until a stopping rule holds, each
 generation's population and resume state written through the store (on a background
 thread, during the next generation's solve).
 
@@ -282,7 +283,8 @@ class Engine:
         return out
 
     def mu_plus_lambda_generation(self, state: dict) -> dict:
-        """One generation of DEAP's (μ + λ)."""
+        """One generation of DEAP's (μ + λ), elitist: the best of parents and offspring
+        survives (:func:`~kingen.fitting.operators.keep_best`)."""
         if self.numpy_ops:
             t = time.perf_counter()
             variation, aspirants = self._take_draws()
@@ -308,8 +310,8 @@ class Engine:
             self._eval_clock["hof_s"] = time.perf_counter() - t
             pool_f = np.concatenate([state["fitness"], fit])
             t = time.perf_counter()
-            chosen = operators.np_sel_tournament(pool_f, self.ga.population,
-                                                 self.ga.tournament, None, aspirants)
+            chosen = operators.keep_best(pool_f, operators.np_sel_tournament(
+                pool_f, self.ga.population, self.ga.tournament, None, aspirants))
             self._eval_clock["select_s"] = time.perf_counter() - t
             state.update({key: operators.take_survivors(state[key], offspring, chosen)
                           for key, offspring in (("genes", kids), ("errors", err),
@@ -333,8 +335,15 @@ class Engine:
         self._update_hof(state, kids, np.array([ind.fitness.values[0] for ind in invalid]))
         self._eval_clock["hof_s"] = time.perf_counter() - t
         t = time.perf_counter()
+        pool = pop + offspring
         with _deap_draws_from(self.py_random):
-            pop = tb.select(pop + offspring, self.ga.population)
+            selected = tb.select(pool, self.ga.population)
+        # elitism as the numpy operators keep it: by pool index (a tournament returns the
+        # pool's own individuals, one of them perhaps twice)
+        where = {id(ind): k for k, ind in enumerate(pool)}
+        chosen = operators.keep_best(np.array([ind.fitness.values[0] for ind in pool]),
+                                     np.array([where[id(ind)] for ind in selected]))
+        pop = [pool[k] for k in chosen]
         self._eval_clock["select_s"] = time.perf_counter() - t
         state.update(genes=np.array([list(i) for i in pop], dtype=float),
                      fitness=np.array([i.fitness.values[0] for i in pop]),
@@ -572,6 +581,81 @@ class Engine:
         if self.stop.wall_time > 0:
             eta = min(eta, max(self.stop.wall_time - state["elapsed"], 0.0))
         self.progress.update(state["generation"], stats["best"], stats["median"], rate, eta)
+
+
+# How a stopping reason starts when the search has converged (see Engine.stop_reason).
+CONVERGED_REASONS = ("no improvement for ", "target error ")
+
+
+def convergence_of(finished: str | None) -> tuple[bool | None, str]:
+    """Whether a run converged, and its summary line, from its ``/run/finished`` text;
+    ``(None, "")`` while it runs or if it was killed. For a file written before kingen
+    said so, from the stopping reason alone.
+
+    Examples
+    --------
+    >>> convergence_of("maximum generations (40); not converged: maximum generations (40) "
+    ...                "reached while the best still improved by 3 % over the last 20 "
+    ...                "generations")[0]
+    False
+    >>> convergence_of("no improvement for 15 generations")
+    (True, 'converged: no improvement for 15 generations')
+    """
+    text = finished or ""
+    for mark, ok in (("; not converged: ", False), ("; converged: ", True)):
+        if mark in text:
+            return ok, text[text.index(mark) + 2:]
+    if not text:
+        return None, ""
+    if text.startswith(CONVERGED_REASONS) and "every candidate failed" not in text:
+        return True, f"converged: {text}"
+    return False, f"not converged: {text}"
+
+
+def verdict(reason: str, best: np.ndarray, stop: StopSettings) -> tuple[bool, str]:
+    """Whether a search that stopped for ``reason`` converged, and its summary line.
+
+    It converged when it stopped on stagnation (the best improved by less than
+    ``stop.min_improvement``, relative, for ``stop.patience`` generations) or reached the
+    target error; not when a maximum (generations, wall time) stopped it first. The line
+    then says how much the best still improved over the last generations.
+
+    Parameters
+    ----------
+    reason
+        Why the search stopped (:meth:`Engine.stop_reason`).
+    best
+        The best fitness so far at every generation (the hall of fame's first).
+    stop
+        The stopping rules.
+
+    Examples
+    --------
+    >>> from kingen.fitting.config import StopSettings
+    >>> stop = StopSettings(patience=3)
+    >>> verdict("no improvement for 3 generations", np.array([2.0, 1.0, 1.0, 1.0, 1.0]), stop)
+    (True, 'converged: the best improved by less than 1e-06 (relative) for 3 generations')
+    >>> ok, line = verdict("maximum generations (4)", np.array([2.0, 1.5, 1.2, 1.0, 0.9]),
+    ...                    stop)
+    >>> ok, line.split(" while ")[1]
+    (False, 'the best still improved by 40 % over the last 3 generations')
+    """
+    if reason.startswith(CONVERGED_REASONS[0]):
+        return True, (f"converged: the best improved by less than {stop.min_improvement:g} "
+                      f"(relative) for {stop.patience} generations")
+    if reason.startswith(CONVERGED_REASONS[1]):
+        return True, f"converged: the best fitness reached the target error {stop.target_error:g}"
+    b = np.asarray(best, dtype=float)
+    n = min(stop.patience if stop.patience > 0 else 20, b.size - 1)
+    if n < 1 or not (math.isfinite(b[-1]) and math.isfinite(b[-1 - n]) and b[-1 - n] > 0):
+        return False, f"not converged: {reason} reached before the best could settle"
+    gain = (b[-1 - n] - b[-1]) / b[-1 - n]
+    if gain > stop.min_improvement:
+        return False, (f"not converged: {reason} reached while the best still improved by "
+                       f"{100 * gain:.2g} % over the last {n} generations")
+    rule = ("the stagnation rule is off ([stop] patience = 0)" if stop.patience == 0 else
+            f"fewer than the {stop.patience} generations without improvement that count")
+    return False, f"not converged: {reason} reached; {rule}"
 
 
 def _takes_keyword(func: Callable, name: str) -> bool:

@@ -92,7 +92,8 @@ W_PEAK2, W_PRE2 = 1, 2
 # (keys of kingen.experiment.features.protocol_features).
 TARGET_KEYS = {
     "deactivation": ("peak_pA", "time_to_peak_ms", "tau_deact_ms"),
-    "desensitization": ("peak_pA", "time_to_peak_ms", "ss_to_peak", "tau_des_ms"),
+    "desensitization": ("peak_pA", "time_to_peak_ms", "ss_to_peak", "end_to_peak",
+                        "tau_des_ms"),
     "recovery": ("peak_pA", "time_to_peak_ms", "tau_rec_ms"),
     "dose_response": ("peak_pA", "ec50_peak_mM", "hill_peak", "ec50_ss_mM", "hill_ss"),
 }
@@ -104,6 +105,10 @@ BASELINES = ("none", "pre-pulse", "per-sweep")
 OFFSET_WARN_SE = 5.0
 OFFSET_WARN_FRACTION = 0.01
 _TINY = 1e-300
+# Channels a recording can plausibly hold: fewer than one is no current, more than a million
+# is more than a whole neuron's AMPA receptors. Outside, the current's unit is most often
+# wrong (nA under a pA header, or pA under an nA header).
+PLAUSIBLE_CHANNELS = (1.0, 1e6)
 
 
 @dataclass
@@ -398,7 +403,7 @@ class _ProtocolPlan:
                 return w[:, :, W_SS, 0] / n_ss - base
             if key == "dose_peak":
                 return peak
-            if key == "ss_to_peak":
+            if key in ("ss_to_peak", "end_to_peak"):  # one window: the pulse's end
                 ss = cache.setdefault("ss", self._feature("ss", w, cache))
                 return ss[:, 0] / peak[:, 0]
             if key in ("tau_deact_ms", "tau_des_ms"):
@@ -669,6 +674,53 @@ def _late_start(t: np.ndarray, t_rec: np.ndarray, masked: np.ndarray, step: floa
                        value=label)
 
 
+def _refuse_all_before_the_pulses(proto: Protocol, sweeps: list[tuple[np.ndarray, np.ndarray]],
+                                  rec: Recording, where: str) -> None:
+    """Refuse a recording none of whose samples reach its sweep's first pulse: it holds no
+    response to fit (a fit of it ends at fitness 1 with amplitude 0), and most often its
+    time is in seconds under a ``time_ms`` header."""
+    pulsed = [(_onset(s, 0), float(t[-1])) for s, (t, _) in zip(proto.sweeps, sweeps,
+                                                                 strict=True) if s.pulses]
+    if not pulsed or any(end >= onset for onset, end in pulsed):
+        return
+    onset, end = min(o for o, _ in pulsed), max(e for _, e in pulsed)
+    likely = "check its time unit"
+    for words, unit, factor in (("seconds", "s", 1e3), ("minutes", "min", 6e4)):
+        if end > 0 and end * factor >= onset:
+            likely = (f"its time is likely in {words} under a ms header: name the column "
+                      f"time_{unit}, or give the times in ms")
+            break
+    raise KingenError(f"no recorded sample reaches the first pulse (at {onset:g} ms): the "
+                      f"recording ends at {end:g} ms; {likely}", file=rec.source,
+                      field=where)
+
+
+def _sweep_order(rec: Recording, proto: Protocol, where: str) -> list[int]:
+    """The recorded sweep of each protocol sweep: by label where the recording's sweeps are
+    labelled (a label that names no protocol sweep is refused), by position where they are
+    only numbered."""
+    labels = [s.label for s in proto.sweeps]
+    recorded = rec.sweep_labels
+    # by label only where labels name one sweep each: with a repeat (a protocol built in
+    # Python), .index would give one recorded sweep to both protocol sweeps
+    unique = len(set(labels)) == len(labels) and len(set(recorded)) == len(recorded)
+    if rec.n_sweeps != proto.n_sweeps:
+        raise KingenError(f"{rec.n_sweeps} recorded sweeps for a protocol of "
+                          f"{proto.n_sweeps} ({', '.join(labels)})",
+                          file=rec.source, field=where, value=proto.name)
+    if rec.labelled and unique:
+        stray = [lab for lab in recorded if lab not in labels]
+        if stray:
+            raise KingenError(
+                f"this sweep label names no sweep of protocol '{proto.name}' (recorded: "
+                f"{', '.join(recorded)}; protocol: {', '.join(labels)}): labelled sweeps "
+                "are paired by label, so label each with its protocol sweep's label",
+                file=rec.source, field=f"{where}.sweep", value=stray[0])
+    if unique and sorted(recorded) == sorted(labels):
+        return [recorded.index(lab) for lab in labels]
+    return list(range(proto.n_sweeps))
+
+
 class Objective:
     """Errors per protocol for batches of candidates.
 
@@ -750,6 +802,12 @@ class Objective:
                                   "large to square (beyond 1e±154 pA): check its unit",
                                   file=item.recording.source,
                                   field=f"protocols.{item.protocol.name}")
+        for p, item in enumerate(self.items):
+            if item.recording is not None and self.one_channel_pA(p) > 0:
+                peak = float(np.max(np.abs(self.data[self._slice(p)])))
+                self.warnings += self._size_warnings(p, peak / self.one_channel_pA(p),
+                                                     f"the largest recorded current, {peak:.3g} "
+                                                     "pA, is that of fully open")
         self.proto_weight = np.array([it.weight for it in self.items], dtype=float)
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         sum_g = any(not self._plain(p) and item.chain.offset != "none"
@@ -828,17 +886,7 @@ class Objective:
         rec = item.recording
         proto = item.protocol
         where = f"protocols.{proto.name}.recording"
-        if rec.n_sweeps != proto.n_sweeps:
-            raise KingenError(f"{rec.n_sweeps} recorded sweeps for a protocol of "
-                              f"{proto.n_sweeps} ({', '.join(s.label for s in proto.sweeps)})",
-                              file=rec.source, field=where, value=proto.name)
-        labels = [s.label for s in proto.sweeps]
-        # by label only where labels name one sweep each: with a repeat (a protocol built in
-        # Python), .index would give one recorded sweep to both protocol sweeps
-        by_label = (rec.sweep_labels != labels and len(set(labels)) == len(labels)
-                    and sorted(rec.sweep_labels) == sorted(labels))
-        order = ([rec.sweep_labels.index(lab) for lab in labels] if by_label
-                 else list(range(proto.n_sweeps)))
+        order = _sweep_order(rec, proto, where)
         if item.baseline not in BASELINES:
             raise KingenError(f"must be one of {', '.join(BASELINES)}", file=item.source,
                               field=f"protocols.{proto.name}.baseline", value=item.baseline)
@@ -852,6 +900,7 @@ class Objective:
                 raise KingenError("sweep has fewer than 2 samples", file=rec.source,
                                   field=f"{where}.sweep", value=rec.sweep_labels[j])
             sweeps.append((t_rec, y_rec))
+        _refuse_all_before_the_pulses(proto, sweeps, rec, where)
         offset = self._offset(item, sweeps, where)
         total = 0
         short: list[tuple[str, float, float]] = []  # recorded sweeps that end early
@@ -919,6 +968,50 @@ class Objective:
                     f"the model, starting from rest, cannot fit; set baseline = \"pre-pulse\" "
                     f"if it is a DC offset")
         return 0.0
+
+    # ------------------------------------------------------------------ current size
+    def one_channel_pA(self, p: int) -> float:
+        """The current of one channel fully open under protocol ``p``, pA (the largest
+        conductance of the scheme at the sweeps' largest driving force)."""
+        drive = max((abs(s.holding - s.reversal) for s in self.items[p].protocol.sweeps),
+                    default=0.0)
+        return float(np.max(self.scheme.conductance)) * drive * 1e-3
+
+    def _size_warnings(self, p: int, channels: float, what: str) -> list[str]:
+        """A warning naming the likely unit where ``channels`` (fully open channels the
+        current of protocol ``p`` takes) is outside :data:`PLAUSIBLE_CHANNELS`."""
+        lo, hi = PLAUSIBLE_CHANNELS
+        # no channel passes a current at the reversal potential: no size to judge
+        if not math.isfinite(channels) or lo <= channels <= hi or not self.one_channel_pA(p):
+            return []
+        item = self.items[p]
+        source = item.recording.source if item.recording is not None else item.source
+        likely = ("is the current in nA under a current_pA header?" if channels < lo else
+                  "is the current in pA under a current_nA header?")
+        return [f"warning: {source}: protocols.{item.protocol.name}: {what} {channels:.3g} "
+                f"channels (one open channel passes {self.one_channel_pA(p):.3g} pA; "
+                f"plausible: {lo:g} to {hi:g}): {likely}"]
+
+    def amplitude_warnings(self, amplitudes: dict[str, float]) -> list[str]:
+        """Warnings for fitted amplitudes (channels, by protocol) below one channel or above
+        :data:`PLAUSIBLE_CHANNELS`, naming the likely unit of the current.
+
+        Examples
+        --------
+        >>> import kingen
+        >>> cfg = kingen.load_config(kingen.demo_config())
+        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+        >>> objective.amplitude_warnings({"deactivation": 120.0})
+        []
+        >>> objective.amplitude_warnings({"deactivation": 0.69})[0].split(": ")[-1]
+        'is the current in nA under a current_pA header?'
+        """
+        out = []
+        for p, item in enumerate(self.items):
+            amp = amplitudes.get(item.protocol.name, math.nan)
+            if item.amplitude is None:  # a fixed amplitude is the user's own number
+                out += self._size_warnings(p, abs(amp), "the fitted amplitude is")
+        return out
 
     # ------------------------------------------------------------------ evaluation
     def guard(self, params: np.ndarray, *, complete: bool = True) -> np.ndarray:

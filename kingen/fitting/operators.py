@@ -285,6 +285,33 @@ def np_sel_tournament(fitness: np.ndarray, k: int, tournsize: int,
     return _tournament_winners(np.asarray(fitness, dtype=np.float64), aspirants)
 
 
+def keep_best(fitness: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """``chosen`` (indices into the pool ``fitness``) with the pool's best among them:
+    elitism. Tournaments may pass the best over; it then takes the place of the worst
+    chosen (the first of equals; NaN counts as worst), so the population's best never gets
+    worse. No random number is drawn. Unchanged when the best is chosen or none is finite.
+
+    Examples
+    --------
+    >>> keep_best(np.array([3.0, 0.5, 2.0, np.inf]), np.array([0, 3, 2])).tolist()
+    [0, 1, 2]
+    >>> keep_best(np.array([3.0, 0.5, 2.0]), np.array([1, 0])).tolist()
+    [1, 0]
+    """
+    f = np.asarray(fitness, dtype=np.float64)
+    finite = np.isfinite(f)
+    if not finite.any():
+        return chosen
+    best = int(np.argmin(np.where(finite, f, np.inf)))
+    if (chosen == best).any():
+        return chosen
+    picked = f.take(chosen)
+    worst = int(np.argmax(np.where(np.isnan(picked), np.inf, picked)))
+    out = np.array(chosen, copy=True)
+    out[worst] = best
+    return out
+
+
 def draw_aspirants(rng: np.random.Generator, pool: int, k: int, tournsize: int
                    ) -> np.ndarray:
     """The random numbers of :func:`np_sel_tournament`: (k, tournsize) indices of a pool of

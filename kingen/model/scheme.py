@@ -26,6 +26,7 @@ from kingen.base.files import read_text
 from kingen.errors import KingenError
 from kingen.model import limits, units
 from kingen.model.fields import Fields, loads_toml
+from kingen.model.shipped import shipped_scheme
 
 DEFAULT_REVERSIBILITY_TOLERANCE = 0.02
 DEFAULT_BOUND_FACTOR = 10.0
@@ -148,7 +149,10 @@ class Scheme:
     def load(cls, path: str | Path, *, force: bool = False) -> Scheme:
         """Read and validate a scheme file.
 
-        ``force`` lifts the size limits of :mod:`kingen.model.limits` (e.g. the number of states).
+        ``path`` may also name a shipped scheme (``"jonas_1993"``, or the README's
+        ``"models/jonas_1993.toml"`` from any folder; see
+        :func:`kingen.model.shipped.shipped_scheme`) where no such file exists. ``force`` lifts
+        the size limits of :mod:`kingen.model.limits` (e.g. the number of states).
 
         Raises
         ------
@@ -164,6 +168,8 @@ class Scheme:
         >>> scheme.param_names[:4]
         ['k01', 'k10', 'k12', 'k21']
         """
+        if not Path(path).is_file():
+            path = shipped_scheme(path) or path
         return cls.loads(read_text(path, what="scheme file"), path=str(path), force=force)
 
     @classmethod
@@ -828,6 +834,15 @@ class _Parser:
         # Structural, not numerical: the rest distribution is unique exactly when the
         # agonist-free graph has one closed class; a rank test on Q(0) mistakes rates many
         # orders of magnitude apart for a second class (and takes minutes on large schemes).
+        left = {t.source for t in scheme.transitions}
+        absorbing = [i for i in range(scheme.n_states) if i not in left]
+        if absorbing and scheme.n_states > 1:
+            # more than one closed class follows, but initial occupancies would not mend it
+            name = scheme.states[absorbing[0]]
+            raise self.error(
+                f"state {name} is absorbing: no transition leaves it, with or without "
+                f"agonist, so every receptor would end in it and stay; add a transition out "
+                f"of {name}", f"states.{name}")
         edges = [(t.source, t.target) for t in scheme.transitions if not t.agonist]
         if len(closed_classes(scheme.n_states, edges)) > 1:
             raise self.error(

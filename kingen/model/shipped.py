@@ -30,6 +30,31 @@ def shipped_models() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.toml")) if folder else []
 
 
+def shipped_scheme(spec: str | Path) -> Path | None:
+    """The shipped scheme file that ``spec`` names, or None.
+
+    ``spec`` names one when it is a shipped scheme's name, with or without ``.toml``
+    (``jonas_1993``), or the README's path to it, ``models/<name>.toml``, read from a folder
+    outside the checkout. Any other path names none: a user's own file in a folder that does
+    not exist must not become a shipped scheme in silence.
+
+    Examples
+    --------
+    >>> from kingen.model.shipped import shipped_scheme
+    >>> [shipped_scheme(s).name for s in ("jonas_1993", "models/jonas_1993.toml")]
+    ['jonas_1993.toml', 'jonas_1993.toml']
+    >>> shipped_scheme("my_lab/jonas_1993.toml") is None
+    True
+    """
+    path = Path(str(spec))
+    if path.is_absolute() or path.parent.as_posix() not in (".", "models"):
+        return None
+    name = path.name[:-5] if path.name.endswith(".toml") else path.name
+    folder = models_dir()
+    found = folder / f"{name}.toml" if folder is not None and name else None
+    return found if found is not None and found.is_file() else None
+
+
 def resolve_model(spec: str | Path | None = None) -> Path:
     """A scheme file from a path or a shipped scheme's name.
 

@@ -26,6 +26,7 @@ from kingen.experiment.protocol import distinct_labels
 from kingen.experiment.recordings import Recording, write_csv, write_nwb
 from kingen.model.fields import loads_toml
 from kingen.model.scheme import Scheme
+from kingen.model.shipped import shipped_scheme
 from kingen.outputs.plot import safe_names
 from kingen.store import RunStore, RunView, as_store
 
@@ -366,13 +367,14 @@ def export_foreign(source: str | os.PathLike[str], to: str, out: str | os.PathLi
 
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     path = Path(source)
-    is_scheme = path.suffix.lower() == ".toml"
+    is_scheme = path.suffix.lower() == ".toml" or (not path.is_file()
+                                                   and shipped_scheme(path) is not None)
     inputs = {path: "the scheme being exported"} if is_scheme else _run_input(path)
     if to in EXPORTERS:  # before any work; an unknown format is export_scheme's to say
         check_replaceable(out, "-o", kind=to, inputs=inputs)
     if is_scheme:
         scheme = Scheme.load(path)
-        lines = [f"Exported by kingen {__version__} on {when} from scheme file {path} "
+        lines = [f"Exported by kingen {__version__} on {when} from scheme file {scheme.path} "
                  f"(the file's values)."]
         return export_scheme(scheme, to, out, provenance=lines)
     store, opened = as_store(source)

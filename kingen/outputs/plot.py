@@ -498,32 +498,68 @@ def _log_if_positive(ax: Any, values: np.ndarray) -> None:
         ax.set_yscale("log")
 
 
+def best_so_far(params: np.ndarray, fitness: np.ndarray) -> np.ndarray:
+    """Each generation's best candidate so far (the hall of fame's first as of then), from
+    every generation's best (rows of ``params``, their ``fitness``; NaN where none).
+
+    A generation's own best may be worse than an earlier one (a search without elitism
+    lost it; CMA-ES samples anew): the run's best is the best so far, never the last
+    population's.
+
+    Examples
+    --------
+    >>> best_so_far(np.array([[1.0], [2.0], [3.0]]), np.array([0.5, 0.9, 0.1]))[:, 0].tolist()
+    [1.0, 1.0, 3.0]
+    """
+    out = np.array(params, dtype=float, copy=True)
+    best, row = math.inf, None
+    for g, f in enumerate(np.asarray(fitness, dtype=float)):
+        if math.isfinite(f) and f < best:
+            best, row = f, out[g].copy()
+        if row is not None:
+            out[g] = row
+    return out
+
+
+def _within_bounds(p: Any, values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` of parameter ``p`` within its bounds (0 lower, 1 upper)."""
+    with np.errstate(all="ignore"):
+        if p.scale == "log":
+            return (np.log10(values) - math.log10(p.lower)) / (
+                math.log10(p.upper) - math.log10(p.lower))
+        return (values - p.lower) / (p.upper - p.lower)
+
+
 def _parameter_figure(r: RunView) -> Figure | str:
-    gens, params, _ = r.store.best_per_generation()
+    gens, params, fit = r.store.best_per_generation()
     if gens.size == 0:
         return "no completed generation yet"
     free = np.flatnonzero(r.free_mask)
     if free.size == 0:
         return "no free parameter"
+    params = best_so_far(params, fit)
+    best = r.best  # the reported best: the hall of fame's, polished when the fit polished
+    reported = (np.asarray(best["params"], dtype=float)
+                if best is not None and np.all(np.isfinite(best["params"])) else None)
     fig = _figure("parameters")
     ax = fig.add_subplot()
     pars = r.scheme.parameters
     cmap = matplotlib.colormaps["tab20"]
     for n, j in enumerate(free):
         p = pars[j]
-        with np.errstate(all="ignore"):
-            if p.scale == "log":
-                y = (np.log10(params[:, j]) - math.log10(p.lower)) / (
-                    math.log10(p.upper) - math.log10(p.lower))
-            else:
-                y = (params[:, j] - p.lower) / (p.upper - p.lower)
-        ax.plot(gens, y, color=cmap(n % 20), lw=1.3, label=p.name)
+        ax.plot(gens, _within_bounds(p, params[:, j]), color=cmap(n % 20), lw=1.3,
+                label=p.name)
+        if reported is not None:
+            ax.plot([gens[-1]], [_within_bounds(p, reported[j])], "o", color=cmap(n % 20),
+                    ms=5, mec="black", mew=0.6, gid="reported best")
     ax.set_ylim(-0.03, 1.03)
     ax.axhline(0, color="0.8", lw=0.8, zorder=0)
     ax.axhline(1, color="0.8", lw=0.8, zorder=0)
     ax.set_xlabel("Generation")
     ax.set_ylabel("Position within bounds\n(0 = lower, 1 = upper; log scale)")
-    ax.set_title(f"{r.title}: best candidate's rate constants per generation")
+    ax.set_title(f"{r.title}: best candidate's rate constants per generation"
+                 + ("\n(best so far; dots: the reported best)" if reported is not None
+                    else " (best so far)"))
     ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5),
               ncols=1 if free.size <= 16 else 2, fontsize=8)
     return fig

@@ -24,7 +24,7 @@ import numpy as np
 from kingen.base.allocator import keep_freed_memory
 from kingen.errors import KingenError
 from kingen.fitting.config import FitConfig, GASettings, StopSettings, load_config, loads_config
-from kingen.fitting.engine import Engine, Evaluate
+from kingen.fitting.engine import Engine, Evaluate, verdict
 from kingen.fitting.objective import Objective
 from kingen.fitting.params import to_file_units
 from kingen.fitting.polish import polish
@@ -330,7 +330,9 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     features = _features(objective, traces)
     store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
                      amplitudes=amps, traces=traces, features=features, polish=report)
-    store.mark_finished(reason)
+    converged, line = verdict(reason, store.history(population=False)["best"], cfg.stop)
+    store.mark_finished(f"{reason}; {line}")
+    _warn(objective.amplitude_warnings(amps), stream)
     _local_uncertainty(objective, cfg, best_genes, store, stream)
     # the initial population has no variation, selection or Dask call: NaN in those lists
     keys = dict.fromkeys(k for t in engine.timings for k in t)
@@ -338,7 +340,8 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     timings["wall_s"] = time.perf_counter() - wall0
     return _result(RunView(store), cfg, generations=int(state["generation"]), reason=reason,
                    timings=timings, evaluations=engine.evaluations,
-                   backend=objective.simulator.backend, device=objective.simulator.device)
+                   backend=objective.simulator.backend, device=objective.simulator.device,
+                   converged=converged, convergence=line)
 
 
 def _local_uncertainty(objective: Objective, cfg: FitConfig, genes: np.ndarray, store: Any,

@@ -41,6 +41,10 @@ class FitResult:
         Generations completed (the initial population is generation 0).
     reason
         Why the search stopped.
+    converged, convergence
+        Whether the search converged (it stopped on stagnation or at the target error, not
+        at a maximum), and the summary line that says so with the reason (also in the run
+        file's ``/run/finished``; see :func:`kingen.fitting.engine.verdict`).
     history
         ``best`` and ``median`` fitness per generation.
     polish
@@ -79,12 +83,16 @@ class FitResult:
     backend: str = ""
     device: str = ""
     uncertainty: dict[str, Any] | None = None
+    converged: bool | None = None
+    convergence: str = ""
 
     def summary(self) -> str:
         """A plain-text summary: parameters with units, error per protocol, features."""
         lines = [f"kingen fit: {self.generations} generations, {self.evaluations} candidates "
                  f"on {self.backend} ({self.device}); stopped: {self.reason}",
                  f"best fitness {self.fitness:.6g}  (run file {self.path})"]
+        if self.convergence:
+            lines.insert(1, self.convergence)
         if self.polish:
             p = self.polish
             lines.append(f"polish: fitness {p['fitness_before']:.6g} -> {p['fitness_after']:.6g}"

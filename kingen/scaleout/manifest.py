@@ -53,6 +53,7 @@ from typing import Any
 from kingen.errors import KingenError
 from kingen.experiment.protocol import STANDARD_PROTOCOLS
 from kingen.model.fields import Fields, join, loads_toml
+from kingen.model.shipped import shipped_scheme
 from kingen.scaleout.cluster import ClusterSettings, cluster_settings
 from kingen.scaleout.summary import CSV_NAME, HTML_NAME
 from kingen.scaleout.tomlout import dumps_toml
@@ -330,10 +331,13 @@ def _schemes(c: Fields, raw: list, here: Path, base_doc: dict, config_path: Path
         c.keys(t, _SCHEME, where)
         name = _name(c, t, where, seen)
         model = c.string(t, "model", where)
-        if not _resolve(here, model).is_file():
+        path = _resolve(here, model)
+        if not path.is_file():
+            path = shipped_scheme(model) or path  # a shipped scheme's name
+        if not path.is_file():
             raise c.error("scheme file not found", join(where, "model"), model)
         params = c.table(t, "parameters", where) if "parameters" in t else None
-        out.append((name, {"model": str(_resolve(here, model)), "parameters": params,
+        out.append((name, {"model": str(path), "parameters": params,
                            "overrides": _overrides(c, c.table(t, "overrides", where),
                                                    join(where, "overrides"))}))
     return out

@@ -119,7 +119,8 @@ def _write_recording(g: h5py.Group, name: str, rec: Recording) -> None:
     g.attrs.update({"protocol": name, "source": rec.source,
                     "recording_protocol": rec.protocol or "",
                     "holding_mV": np.nan if rec.holding_mV is None else rec.holding_mV,
-                    "meta": _dumps({k: v for k, v in rec.meta.items()})})
+                    "meta": _dumps({k: v for k, v in rec.meta.items()}),
+                    "labelled": bool(rec.labelled)})
     _dataset(g, "labels", _strings(rec.sweep_labels))
     _dataset(g, "n_samples", np.array([t.size for t in times], dtype=np.int64))
     for ds_name, rows, unit in (("time_ms", times, "ms"),
@@ -146,7 +147,9 @@ def _read_recording(g: h5py.Group) -> Recording:
                      rows("current_pA"), labels,
                      rows("concentration_mM") if "concentration_mM" in g else None,
                      None if math.isnan(hold) else hold, _text(g.attrs.get("source", "")),
-                     json.loads(_text(g.attrs.get("meta", "{}"))))
+                     json.loads(_text(g.attrs.get("meta", "{}"))),
+                     # older files paired by label only where both sets of labels agree
+                     labelled=bool(g.attrs.get("labelled", False)))
 
 
 def _write_targets(g: h5py.Group, name: str, t: Targets) -> None:

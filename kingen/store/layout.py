@@ -161,7 +161,8 @@ ENTRIES: tuple[Entry, ...] = (
           'the recording fitted under protocol `p` (absent if none): `time_ms`, '
           '`current_pA`, `concentration_mM` (optional) as (sweeps × samples) arrays, NaN '
           'padded; `n_samples` per sweep; `labels`; attributes `source`, `holding_mV`, '
-          '`meta` (JSON)'),
+          '`meta` (JSON), `labelled` (1: sweeps paired with the protocol\'s by label; 0 or '
+          'absent: by label where both sets of labels agree, else by position)'),
     Entry('`/targets/<p>/`',
           'summary targets (absent if none): `features` table (`name`, `value`, `weight`, '
           "`sd`; units from the name's suffix), `dose_response` (`concentration` mM, `peak`, "
@@ -229,7 +230,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry('`/run/finished`',
           'why the run stopped, as the fit says it: `maximum generations (40)`, `no '
           'improvement for 15 generations`, `target error 0.01 reached`, `wall-time limit '
-          '3600 s`, followed by `; every candidate failed` when none simulated; empty while '
+          '3600 s`, then the fit\'s summary line, `; converged: …` (stopped on stagnation '
+          'or at the target error) or `; not converged: …` (at a maximum, with how much the '
+          'best still improved; absent in files written before kingen said it), or `; every '
+          'candidate failed` when none simulated; empty while '
           'running or if the run was stopped or killed; '
           '`finished_unix` when; attributes `resumed` (times the run was resumed), '
           '`writer_pid`, `writer_host`'),

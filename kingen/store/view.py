@@ -89,6 +89,15 @@ class RunView:
         """The best candidate as :meth:`RunStore.best` returns it, or None."""
         return self.store.best()
 
+    @property
+    def convergence(self) -> tuple[bool | None, str]:
+        """Whether the search converged and the fit's summary line that says so, from
+        ``/run/finished`` (see :func:`kingen.fitting.engine.convergence_of`); ``(None, "")``
+        while the run goes on or if it was killed."""
+        from kingen.fitting.engine import convergence_of
+
+        return convergence_of(self.store.finished)
+
     @cached_property
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The box the run searched (see :attr:`RunStore.bounds`), internal units."""

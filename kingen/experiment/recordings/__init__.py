@@ -20,7 +20,9 @@ Trace CSV (the format ``kingen simulate --csv`` writes)::
   ``false`` and numbers are parsed). ``protocol`` and ``holding_mV`` fill those fields.
 - The first column is the time, ``time_<unit>`` (``ms``, ``s``, ``us``, ``min``).
 - Each sweep is a column ``current_<unit>`` (one sweep) or ``current_<unit>_<label>``;
-  units ``pA``, ``nA``, ``uA``, ``A``, ... are converted to pA at load.
+  units ``pA``, ``nA``, ``uA``, ``A``, ... are converted to pA at load. A fit pairs
+  labelled sweeps with the protocol's by label only (``Recording.labelled``); sweeps
+  numbered ``0, 1, ...`` or one unlabelled column, by position.
 - Optional stimulus columns ``conc_<unit>_<label>`` (or ``conc_<unit>`` for one sweep) give
   the agonist concentration of the sweep with the same label (``mM``, ``uM``, ``M``, ...).
 - Sweeps of different lengths leave their trailing cells empty; they share the time column.
@@ -46,8 +48,8 @@ Summary-target CSV (one feature per row, written by hand)::
 
 - ``feature`` is a key of :func:`kingen.experiment.features.protocol_features`, with or without its
   unit suffix (``tau_des`` or ``tau_des_ms``); ``unit`` may then be left empty when the
-  suffix says it. Dimensionless features (``ss_to_peak``, ``hill_peak``, ``hill_ss``) take an
-  empty unit (or ``1``).
+  suffix says it. Dimensionless features (``ss_to_peak``, ``end_to_peak``, ``hill_peak``,
+  ``hill_ss``) take an empty unit (or ``1``).
 - ``weight`` (default 1) and ``sd`` (standard deviation in the value's unit, default none)
   are optional columns, and may be left empty on any row.
 

@@ -57,7 +57,7 @@ def read_abf(path: str | os.PathLike[str], *, channel: int = 0) -> Recording:
             "recorded": str(getattr(abf, "abfDateTime", ""))}
     return Recording(protocol=None, time_ms=times, current_pA=currents,
                      sweep_labels=[str(s) for s in abf.sweepList], holding_mV=holding,
-                     source=name, meta=meta)
+                     source=name, meta=meta, labelled=False)  # sweep numbers: positions
 
 
 _SIGNATURES = (b"ABF ", b"ABF2")  # ABF1, ABF2: the first 4 bytes, as pyabf tells them

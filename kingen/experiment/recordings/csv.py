@@ -243,6 +243,9 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
         holding_mV=float(holding) if isinstance(holding, (int, float)) else None,
         source=name,
         meta=meta,
+        # one unlabelled column (read as sweep '0') names no protocol sweep
+        labelled=None if any(_split_name(c, name)[2] is not None for c in header[1:])
+        else False,
     )
 
 

@@ -179,7 +179,15 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
         time_ms=times, current_pA=currents, sweep_labels=labels,
         concentration_mM=concs if all(have) else None,
         holding_mV=_nwb_holding(nwb, pynwb, name), source=name, meta=meta,
+        # series named current_<label> (as write_nwb names them) carry the protocol's
+        # labels; other tools' names (VoltageClampSeries001) only order the sweeps
+        labelled=None if all(_names_a_label(ref) for ref in refs) else False,
     )
+
+
+def _names_a_label(ref: Any) -> bool:
+    ts = getattr(ref, "timeseries", ref)
+    return ts.name.startswith("current_") or _read_label(ts) != ts.name
 
 
 def _is_concentration(unit: Any) -> bool:

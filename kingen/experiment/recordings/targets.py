@@ -26,6 +26,7 @@ FEATURE_KINDS: dict[str, str | None] = {
     "peak_pA": "current",
     "time_to_peak_ms": "time",
     "ss_to_peak": None,
+    "end_to_peak": None,
     "tau_deact_ms": "time",
     "tau_des_ms": "time",
     "tau_rec_ms": "time",

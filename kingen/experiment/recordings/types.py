@@ -42,6 +42,18 @@ class Recording:
         The file read (or ``<memory>``).
     meta
         Anything else worth keeping, e.g. ``{"synthetic": True}``, ABF header fields.
+    labelled
+        Whether ``sweep_labels`` name the protocol's sweeps (a fit pairs such sweeps by
+        label only) or only number them (paired by position). None: labelled unless the
+        labels are missing or are the sweep numbers ``0, 1, ...``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Recording("recovery", np.arange(3.0), np.zeros((2, 3)), ["100ms", "5ms"]).labelled
+    True
+    >>> Recording("recovery", np.arange(3.0), np.zeros((2, 3)), []).labelled
+    False
     """
 
     protocol: str | None
@@ -52,6 +64,7 @@ class Recording:
     holding_mV: float | None = None
     source: str = "<memory>"
     meta: dict[str, Any] = field(default_factory=dict)
+    labelled: bool | None = None
 
     def __post_init__(self) -> None:
         currents = _rows(self.current_pA)
@@ -70,9 +83,15 @@ class Recording:
                                                  for a, b in zip(concs, currents, strict=True)):
                 raise KingenError("concentration must have the shape of the current",
                                   file=self.source, field="concentration_mM")
+        numbers = [str(i) for i in range(len(currents))]
         if not self.sweep_labels:
-            self.sweep_labels = [str(i) for i in range(len(currents))]
+            self.sweep_labels = numbers
         self.sweep_labels = [str(s) for s in self.sweep_labels]
+        if self.labelled is None:
+            # sweep numbers (ABF, a CSV's unlabelled column, a list built in Python) say
+            # nothing of which protocol sweep a recorded sweep is
+            self.labelled = self.sweep_labels != numbers
+        self.labelled = bool(self.labelled)
         if len(self.sweep_labels) != len(currents):
             raise KingenError(f"{len(self.sweep_labels)} labels for {len(currents)} sweeps",
                               file=self.source, field="sweep_labels")
