@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import struct
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,16 @@ import h5py
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.store.datasets import MAX_COLUMNS, MAX_STATE_DIMS, STATE_KINDS, _key, _load, _one, _text
+from kingen.store.datasets import (
+    _READ_TRIES,
+    MAX_COLUMNS,
+    MAX_STATE_DIMS,
+    STATE_KINDS,
+    _key,
+    _load,
+    _one,
+    _text,
+)
 from kingen.store.layout import (
     LAYOUT_VERSION,
     MARKER,
@@ -411,7 +421,70 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
                 if arr.shape != cur.shape:
                     raise _inconsistent(name, f"{g.name}/{other}", arr.shape, "does not "
                                         f"match the stored current {cur.shape}")
+    # A live writer rewrites the best candidate (valid = 0 meanwhile) between two reads of
+    # a reader: what failed is read again before it is called damaged.
+    tries = _READ_TRIES if f.swmr_mode and f.mode == "r" else 1
+    for attempt in range(tries):
+        try:
+            if int(_one(ds("best/valid", 1, "biu"))) == 1:  # else ignored by the readers
+                _check_best_json(name, names, ds)
+            break
+        except KingenError:
+            if attempt + 1 == tries:
+                raise
+            time.sleep(0.05)
     return names
+
+
+def _json_dataset(name: str, path: str, ds: Any) -> Any:
+    """The JSON held (as NUL-padded UTF-8 bytes) in the dataset at ``path``; KingenError
+    naming it when the bytes are not UTF-8 JSON."""
+    raw = bytes(np.asarray(_load(ds(path, 1, "u")), dtype=np.uint8)).rstrip(b"\0")
+    try:
+        return json.loads(raw.decode("utf-8")) if raw else None
+    except UnicodeDecodeError:
+        raise _inconsistent(name, f"/{path}", None, "not UTF-8 text") from None
+    except ValueError as exc:
+        raise _inconsistent(name, f"/{path}", raw.decode("utf-8"),
+                            f"not valid JSON ({exc})") from None
+
+
+def _check_best_json(name: str, names: list[str], ds: Any) -> None:
+    """The best candidate's JSON blobs parse, and its traces' metadata (labels, has_data
+    and n_sweeps per protocol) agrees with the stored traces: every reader and resume
+    refuse a file whose metadata was damaged or edited, rather than trusting it."""
+    for path, kinds, want in (("best/features", (dict,), "an object"),
+                              ("best/polish", (dict, type(None)), "an object or null")):
+        if not isinstance(_json_dataset(name, path, ds), kinds):
+            raise _inconsistent(name, f"/{path}", None, f"not {want} of JSON")
+    info = _json_dataset(name, "best/traces_info", ds)
+    keys = ("labels", "has_data", "n_sweeps")
+    if not isinstance(info, dict) or not all(isinstance(info.get(k), dict) for k in keys):
+        raise _inconsistent(name, "/best/traces_info", _dumps_short(info), "expected an "
+                            "object of labels, has_data and n_sweeps, each by protocol")
+    for p, n in info["n_sweeps"].items():
+        field = f"/best/traces_info.n_sweeps.{p}"
+        if p not in names:
+            raise _inconsistent(name, field, n, f"not a protocol of the run (protocols are "
+                                f"{', '.join(names)})")
+        rows = ds(f"best/traces/{_key(p)}/n_samples", 1, "iu").shape[0]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= rows:
+            raise _inconsistent(name, field, n, f"not a sweep count from 0 to {rows} (the "
+                                "rows stored)")
+        labels = info["labels"].get(p)
+        if not isinstance(labels, list) or len(labels) != n or not all(
+                isinstance(x, str) for x in labels):
+            raise _inconsistent(name, f"/best/traces_info.labels.{p}", _dumps_short(labels),
+                                f"expected a list of {n} sweep labels")
+        if not isinstance(info["has_data"].get(p), bool):
+            raise _inconsistent(name, f"/best/traces_info.has_data.{p}",
+                                _dumps_short(info["has_data"].get(p)), "expected true or "
+                                "false")
+
+
+def _dumps_short(obj: Any) -> str:
+    """JSON text of ``obj`` for a message (the message cuts it)."""
+    return json.dumps(obj)[:200]
 
 
 def _state_schema(fields: Mapping[str, tuple[Any, tuple[int, ...]]]
