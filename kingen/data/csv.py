@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kingen import units
-from kingen.data.types import Recording
+from kingen.data.types import Recording, check_label
 from kingen.errors import KingenError
 from kingen.files import atomic_write, check_replaceable, read_text
 
@@ -197,6 +197,7 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
     currents: dict[str, np.ndarray] = {}
     concs: dict[str, np.ndarray] = {}
     for j, column in enumerate(header[1:], start=1):
+        check_label(column, name, "header")
         quantity, unit, label = _split_name(column, name)
         kind = _QUANTITY_KINDS.get(quantity)
         if kind not in ("current", "concentration"):

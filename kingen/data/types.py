@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,6 +201,37 @@ def check_sweep(time_ms: np.ndarray, current_pA: np.ndarray, file: str, where: s
         k = int(np.argmax(steps <= 0)) + 1
         raise KingenError("time does not increase", file=file, field=f"{where} sample {k}",
                           value=float(time_ms[k]))
+
+
+def check_label(label: str, file: str, field: str, value: Any = None) -> None:
+    r"""Refuse a sweep label read from a file that holds a control character or text that
+    is not valid UTF-8.
+
+    A label names a CSV column and an NWB series and is stored in the run file: a tab or
+    line break splits a CSV header, and text that is not UTF-8 (an undecodable byte, which
+    h5py hands over as a lone surrogate) cannot be written anywhere. The rule is the one
+    protocol files follow (a no-break space, as in a pasted "10 µM", is fine).
+
+    Examples
+    --------
+    >>> check_label("10\u00a0µM", "r.csv", "header")
+    >>> try:
+    ...     check_label("a\tb", "r.csv", "header", "current_pA_a\tb")
+    ... except KingenError as exc:
+    ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
+    r.csv: header = 'current_pA_a\tb': sweep label holds a control character ('\t'): write
+    labels without tabs or line breaks
+    """
+    shown = label if value is None else value
+    for ch in label:
+        kind = unicodedata.category(ch)
+        if kind == "Cs":
+            raise KingenError("sweep label is not valid UTF-8 text", file=file, field=field,
+                              value=shown)
+        if kind in ("Cc", "Zl", "Zp"):
+            raise KingenError(f"sweep label holds a control character ({ch!r}): write labels "
+                              "without tabs or line breaks", file=file, field=field,
+                              value=shown)
 
 
 def install_hint(module: str, extra: str) -> str:
