@@ -13,6 +13,7 @@ from kingen.cli import main
 
 DATA = Path(__file__).parent / "data"
 JONAS = (DATA / "jonas_1993.mod").read_text()
+KINETIC = "KINETIC kin {\n"
 
 
 def line_of(text: str, needle: str) -> int:
@@ -36,6 +37,15 @@ def import_error(tmp_path: Path, name: str, text: str, capsys: pytest.CaptureFix
     return err.strip().removeprefix("kingen: error: ").replace(f"{tmp_path}/", "")
 
 
+def imported(tmp_path: Path, text: str) -> str:
+    """``kingen import`` of ``text`` that succeeds: the scheme file's text."""
+    path = tmp_path / "x.mod"
+    path.write_text(text)
+    out = tmp_path / "out.toml"
+    assert main(["import", str(path), "-o", str(out)]) == 0
+    return out.read_text()
+
+
 # ------------------------------------------------------------------ a state declared twice
 
 @pytest.mark.parametrize("states, line, also", [
@@ -51,3 +61,57 @@ def test_a_state_declared_twice(tmp_path: Path, capsys, states: str, line: int,
     assert import_error(tmp_path, "x.mod", text, capsys) == (
         f"x.mod: line {first + line}: state '{name}' is declared twice"
         f"{also.format(first=first)}")
+
+
+# ------------------------------------------------------------------ calls in a cycle
+
+def with_blocks(blocks: str, kinetic: str = "") -> str:
+    return JONAS.replace(KINETIC, blocks + KINETIC + kinetic)
+
+
+def test_procedures_in_a_cycle_that_feed_the_scheme_are_refused(tmp_path: Path,
+                                                                capsys) -> None:
+    text = with_blocks("PROCEDURE rates() {\n    rates2()\n}\n"
+                       "PROCEDURE rates2() {\n    rates()\n}\n", "    rates()\n")
+    line = line_of(text, "PROCEDURE rates()")
+    assert import_error(tmp_path, "x.mod", text, capsys) == (
+        f"x.mod: line {line}: PROCEDURE rates calls itself through rates2 (rates -> rates2 "
+        "-> rates), and the scheme is read through it: kingen follows no recursion (write "
+        "the rates without it)")
+
+
+def test_a_recursive_function_in_a_rate_is_refused(tmp_path: Path, capsys) -> None:
+    text = with_blocks("FUNCTION f(x) {\n    f = g(x)\n}\nFUNCTION g(x) {\n    g = f(x)\n}\n"
+                       ).replace("(k2o, ko2)", "(f(k2o), ko2)")
+    line = line_of(text, "FUNCTION f(x)")
+    assert import_error(tmp_path, "x.mod", text, capsys) == (
+        f"x.mod: line {line}: FUNCTION f calls itself through g (f -> g -> f), and the "
+        "scheme is read through it: kingen follows no recursion (write the rates without it)")
+
+
+def test_a_recursion_the_scheme_does_not_read_is_skipped_with_a_note(tmp_path: Path) -> None:
+    text = with_blocks("FUNCTION fact(n) {\n    fact = n * fact(n - 1)\n}\n")
+    line = line_of(text, "FUNCTION fact")
+    out = imported(tmp_path, text)
+    notes = " ".join(line.lstrip("# ") for line in out.splitlines() if line.startswith("#"))
+    assert (f"FUNCTION fact (line {line}) calls itself (fact -> fact); nothing the scheme "
+            "reads calls it, so it was skipped.") in notes
+    assert "C5 -> O" in out  # the scheme itself, as without it
+
+
+def test_procedures_that_call_others_twice_do_not_multiply(tmp_path: Path) -> None:
+    """40 levels of procedures each calling the next twice: 2^40 copies inlined, once."""
+    procs = "".join(f"PROCEDURE p{i}() {{\n    p{i + 1}()\n    p{i + 1}()\n}}\n"
+                    for i in range(40))
+    text = with_blocks(procs + "PROCEDURE p40() {\n    rb = k01 * Glu\n}\n",
+                       "    p0()\n").replace("(k01*Glu, k10)", "(rb, k10)")
+    assert "C0 -> C1" in imported(tmp_path, text)
+
+
+def test_a_chain_of_thousands_of_procedures(tmp_path: Path) -> None:
+    # followed without recursion (it was "expressions nest too deeply to read")
+    n = 3000
+    procs = "".join(f"PROCEDURE p{i}() {{\n    p{i + 1}()\n}}\n" for i in range(n))
+    text = with_blocks(procs + f"PROCEDURE p{n}() {{\n    rb = k01 * Glu\n}}\n",
+                       "    p0()\n").replace("(k01*Glu, k10)", "(rb, k10)")
+    assert "C0 -> C1" in imported(tmp_path, text)
