@@ -24,6 +24,7 @@ from kingen.store.datasets import (
     MAX_COLUMNS,
     MAX_STATE_DIMS,
     STATE_KINDS,
+    _col,
     _key,
     _load,
     _one,
@@ -421,12 +422,19 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
                 if arr.shape != cur.shape:
                     raise _inconsistent(name, f"{g.name}/{other}", arr.shape, "does not "
                                         f"match the stored current {cur.shape}")
+    _check_scheme(f, name, ds)
+    _check_settings(f, name)
+    _check_positive(name, "hall_of_fame/params", _load(hof, np.s_[:hof_size]), f)
+    table = _load(f["scheme/parameters"])
+    for column in ("value", "lower", "upper"):  # the bounds the reports scale by
+        _check_positive(name, f"scheme/parameters.{column}", table[column], f)
     # A live writer rewrites the best candidate (valid = 0 meanwhile) between two reads of
     # a reader: what failed is read again before it is called damaged.
     tries = _READ_TRIES if f.swmr_mode and f.mode == "r" else 1
     for attempt in range(tries):
         try:
             if int(_one(ds("best/valid", 1, "biu"))) == 1:  # else ignored by the readers
+                _check_positive(name, "best/params", _load(ds("best/params", 1, "f")), f)
                 _check_best_json(name, names, ds)
             break
         except KingenError:
@@ -434,6 +442,67 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
                 raise
             time.sleep(0.05)
     return names
+
+
+def _check_scheme(f: h5py.File, name: str, ds: Any) -> None:
+    """The stored scheme text parses, and is the scheme the tables beside it describe (the
+    readers take the parameters' order from the table and their units from the text)."""
+    from kingen.scheme import Scheme
+
+    try:  # force: the size limits were passed, or lifted, when the run started
+        scheme = Scheme.loads(_text(_one(ds("scheme/text", 1, "SO"))), "/scheme/text",
+                              force=True)
+    except KingenError as exc:
+        raise _inconsistent(name, "/scheme/text", None, f"not a valid scheme "
+                            f"({exc.format().removeprefix('/scheme/text: ')})") from None
+    t = _load(ds("scheme/transitions", 1, "V"))
+    stored = {"states": _col(_load(ds("scheme/states", 1, "V")), "name"),
+              "parameters": _col(_load(ds("scheme/parameters", 1, "V")), "name"),
+              "transitions": [f"{a} -> {b} ({k})" for a, b, k in zip(
+                  _col(t, "source"), _col(t, "target"), _col(t, "param"), strict=True)]}
+    text = {"states": list(scheme.states), "parameters": list(scheme.param_names),
+            "transitions": [f"{scheme.states[x.source]} -> {scheme.states[x.target]} "
+                            f"({scheme.parameters[x.param].name})" for x in scheme.transitions]}
+    for table, names in stored.items():
+        if names != text[table]:
+            k = next((i for i, (a, b) in enumerate(zip(names, text[table])) if a != b),
+                     min(len(names), len(text[table])))
+            raise _inconsistent(name, "/scheme/text", None, f"not the scheme of the run's "
+                                f"tables: {table[:-1]} {k + 1} is {_nth(text[table], k)} in "
+                                f"the text, {_nth(names, k)} in /scheme/{table}; restore the "
+                                "run file from a copy")
+
+
+def _nth(items: list[str], k: int) -> str:
+    return repr(items[k]) if k < len(items) else "none"
+
+
+def _check_positive(name: str, path: str, values: np.ndarray, f: h5py.File) -> None:
+    """Rate constants a reader takes for fitted values are > 0 (NaN is left: the readers
+    pass over a candidate that is not finite)."""
+    rows = np.atleast_2d(values)
+    bad = np.argwhere(rows <= 0)
+    if bad.size:
+        i, k = (int(x) for x in bad[0])
+        names = _col(_load(f["scheme/parameters"]), "name")
+        at = f"[{k}]" if np.ndim(values) == 1 else f"[{i}, {k}]"
+        path, dot, column = path.partition(".")
+        raise _inconsistent(name, f"/{path}{at}{dot}{column}", float(rows[i, k]),
+                            f"the rate constant {names[k]} must be > 0; restore the run file "
+                            "from a copy")
+
+
+def _check_settings(f: h5py.File, name: str) -> None:
+    """The stored settings are a JSON object (what each command needs of them is checked
+    where it is used: resume, for one, by :func:`kingen.fit_config.stored_settings`)."""
+    text = _text(_one(f["config/settings"]))
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise _inconsistent(name, "/config/settings", text, f"not valid JSON ({exc})"
+                            ) from None
+    if not isinstance(settings, dict):
+        raise _inconsistent(name, "/config/settings", text, "not an object of JSON")
 
 
 def _json_dataset(name: str, path: str, ds: Any) -> Any:
