@@ -115,3 +115,54 @@ def test_a_chain_of_thousands_of_procedures(tmp_path: Path) -> None:
     text = with_blocks(procs + f"PROCEDURE p{n}() {{\n    rb = k01 * Glu\n}}\n",
                        "    p0()\n").replace("(k01*Glu, k10)", "(rb, k10)")
     assert "C0 -> C1" in imported(tmp_path, text)
+
+
+# ------------------------------------------------------------------ Myokit numbers and forms
+
+GEIGER = (DATA / "geiger_1999.mmt").read_text()
+RATE = "k_c1c0 = 157 [1/s]"
+OUTFLOW = "dot(C0) = -k_c0c1 * glu * C0 + k_c1c0 * C1"
+
+
+@pytest.mark.parametrize("old, new, name, value", [
+    (RATE, "k_c1c0 = 1e400 [1/s]", "ampar.k_c1c0", "inf"),
+    (RATE, "k_c1c0 = nan [1/s]", "ampar.k_c1c0", "nan"),
+    (OUTFLOW, OUTFLOW.replace("k_c1c0 * C1", "k_c1c0 * C1 * 1e999"), "ampar.C0", "inf"),
+    ("ampar.C1 = 0", "ampar.C1 = 1e400", "ampar.C1", "inf"),
+], ids=["overflow", "nan", "in_an_equation", "initial_value"])
+def test_myokit_numbers_that_are_not_finite(tmp_path: Path, capsys, old: str, new: str,
+                                            name: str, value: str) -> None:
+    # Myokit wrote them into Python code it ran: "NameError: name 'inf' is not defined"
+    pytest.importorskip("myokit")
+    text = GEIGER.replace(old, new)
+    assert import_error(tmp_path, "x.mmt", text, capsys) == (
+        f"x.mmt: line {line_of(text, new)}: {name} holds {value}: numbers must be finite (not "
+        "inf or nan, nor past 1.8e308 as 1e400 is)")
+
+
+@pytest.mark.parametrize("old, new, term", [
+    (OUTFLOW, OUTFLOW.replace("k_c1c0 * C1", "k_c1c0 * C1 * C1"),
+     "dot(C0) has the term ampar.k_c1c0 * ampar.C1 * ampar.C1, a product of states"),
+    (OUTFLOW, OUTFLOW.replace("* glu * C0", "* glu * C0 * O"),
+     "dot(C0) has the term -ampar.k_c0c1 * ampar.glu * ampar.C0 * ampar.O, a product of "
+     "states"),
+], ids=["square", "product"])
+def test_myokit_models_that_are_not_linear(tmp_path: Path, capsys, old: str, new: str,
+                                           term: str) -> None:
+    # C1 * C1 passed myokit.lib.markov's check and failed in its generated code
+    # ("NameError: name 'C1' is not defined")
+    pytest.importorskip("myokit")
+    text = GEIGER.replace(old, new)
+    assert import_error(tmp_path, "x.mmt", text, capsys) == (
+        f"x.mmt: line {line_of(text, 'dot(C0)')}: not a linear (Markov) model: only linear "
+        f"Markov models import, in the form myokit.lib.markov reads: {term}")
+
+
+def test_myokit_lib_markov_says_why_a_model_is_not_linear(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("myokit")
+    text = GEIGER.replace(OUTFLOW, OUTFLOW.replace("k_c1c0 * C1", "k_c1c0 * exp(C0) * C1"))
+    message = import_error(tmp_path, "x.mmt", text, capsys)
+    assert message.startswith(f"x.mmt: line {line_of(text, 'dot(C0)')}: not a linear (Markov) "
+                              "model: only linear Markov models import, in the form "
+                              "myokit.lib.markov reads: Unable to write expression as linear "
+                              "combination of states: "), message
