@@ -66,3 +66,43 @@ def test_cluster_table_numbers_of_thousands_of_digits(tmp_path: Path, capsys, li
                                  'seconds, minutes and seconds below 60; a days- prefix as in '
                                  '"1-12:00:00")')
     assert digests(tmp_path) == before
+
+
+# ------------------------------------------------------------------ synaptic transients
+
+@pytest.mark.parametrize("gap", [1e-3, 1e-9, 1e-15])
+def test_a_transient_with_rise_and_decay_nearly_equal_is_the_alpha_function(gap: float
+                                                                            ) -> None:
+    """As τr → τd = τ, peak·(e^{−s/τd} − e^{−s/τr}) normalised tends to the alpha function
+    peak·(s/τ)·e^{1 − s/τ}: the difference of exponentials lost all its digits on the way
+    (a noise that stalled the simulation), the form kingen uses keeps them."""
+    import numpy as np
+
+    from kingen.protocol import Transient
+
+    tau = 2.0
+    transient = Transient(start=1.0, peak=3.0, tau_decay=tau, tau_rise=tau * (1 - gap))
+    s = np.linspace(0.0, 40.0, 4001)
+    alpha = (s / tau) * np.exp(1.0 - s / tau)
+    # the exact shape differs from the limit by O(gap); the rounding must stay at 1e-15
+    assert np.max(np.abs(transient.shape(s) - alpha)) <= 2 * gap + 1e-14
+    assert transient.shape(np.array([transient._rise()[1]]))[0] == pytest.approx(1.0,
+                                                                                rel=1e-14)
+
+
+def test_simulating_a_transient_with_rise_and_decay_nearly_equal_takes_seconds(
+        tmp_path: Path) -> None:
+    # it ran past 60 s without a word: the stiff reference solver stalled on the noise
+    import subprocess
+    import sys
+
+    protocol = tmp_path / "p.toml"
+    protocol.write_text("[protocol]\ndt = 0.05\n[[sweeps]]\nduration = 20\ntransients = "
+                        "[{ start = 2, peak = 1, tau_decay = 1.0000000001, tau_rise = 1.0 }]\n")
+    out = tmp_path / "o.csv"
+    done = subprocess.run([sys.executable, "-m", "kingen", "simulate",
+                           str(ROOT / "data" / "jonas_1993_reversible.toml"), "--protocol",
+                           str(protocol), "--csv", str(out)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert out.exists()
