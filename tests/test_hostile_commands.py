@@ -106,3 +106,30 @@ def test_simulating_a_transient_with_rise_and_decay_nearly_equal_takes_seconds(
                           timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert out.exists()
+
+
+# ------------------------------------------------------------------ memory of a simulation
+
+def test_simulate_is_guarded_by_the_memory_limit_and_force_lifts_it(
+        tmp_path: Path, capsys, monkeypatch) -> None:
+    # a dose protocol of 100,000 sweeps asked NumPy for 12 GiB and died with
+    # _ArrayMemoryError; the limits that guard fit guard simulate too
+    from kingen import limits
+
+    model = ROOT / "data" / "jonas_1993_reversible.toml"  # 7 states
+    protocol = tmp_path / "dose.toml"
+    protocol.write_text("[protocol]\nkind = 'dose_response'\ndt = 0.05\n[dose]\nstart = 2\n"
+                        "duration = 5\ntail = 3\nconcentrations = [0.1, 1]\n")
+    out = tmp_path / "o.csv"
+    before = digests(tmp_path) | {"model": hashlib.sha256(model.read_bytes()).hexdigest()}
+    monkeypatch.setattr(limits, "free_memory", lambda: 40_000)
+    argv = ["simulate", str(model), "--protocol", str(protocol), "--csv", str(out)]
+    # 2 sweeps of 10 ms at 0.05 ms: 402 samples of 7 occupancies, time, current and
+    # concentration, 8 bytes each
+    assert cli_error(argv, capsys) == (
+        f"{protocol}: sweeps: needs 31.4 KiB for the traces of 2 sweeps (402 samples); 39.1 "
+        "KiB free (the limit is 50% of that): fewer or shorter sweeps, or a larger dt, or "
+        "pass --force (force = true in a fit configuration) to try anyway")
+    assert digests(tmp_path) | {"model": hashlib.sha256(model.read_bytes()).hexdigest()
+                                } == before
+    assert main(argv + ["--force"]) == 0 and out.exists()
