@@ -110,3 +110,41 @@ def test_nwb_sweep_label_comments(tmp_path: Path, capsys, edit, expected: str) -
     path = nwb_with(tmp_path, edit)
     assert fit_error(path, capsys) == f"{path}: {expected}"
 
+
+
+# ------------------------------------------------------------------ implausible currents
+
+BEYOND = ("a current beyond any voltage-clamp recording (more than 1e+09 pA, 1 mA, in "
+          "magnitude): check its unit")
+
+
+@pytest.mark.parametrize("column, cell", [
+    ("current_pA", "-1e300"),  # squared, it overflowed: NumPy's warning, then a message
+    ("current_pA", "2e9"),
+    ("current_nA", "-5e6"),  # 5e9 pA
+], ids=["1e300", "2e9_pA", "5e6_nA"])
+def test_a_current_beyond_any_recording_is_refused_at_load(tmp_path: Path, capsys,
+                                                           column: str, cell: str) -> None:
+    path = tmp_path / "r.csv"
+    rows = [f"{0.05 * k:.2f},{-100.0 if k else 0.0}" for k in range(400)]
+    rows[7] = f"0.35,{cell}"
+    path.write_text(f"time_ms,{column}\n" + "\n".join(rows) + "\n")
+    assert fit_error(path, capsys) == f"{path}: {column} row 9 = '{cell}': {BEYOND}"
+
+
+def test_an_nwb_current_beyond_any_recording(tmp_path: Path, capsys) -> None:
+    path = nwb_with(tmp_path, lambda attrs, h5py: None)
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "a") as f:
+        f["acquisition/current_b/data"][5] = -1e300
+    assert fit_error(path, capsys) == (f"{path}: acquisition/current_b sample 5 = -1e+300: "
+                                       f"{BEYOND}")
+
+
+def test_a_large_current_of_a_whole_oocyte_still_loads(tmp_path: Path) -> None:
+    """Two-electrode clamp of an oocyte reaches tens of microamperes: below the bound."""
+    from kingen.data import read_csv
+
+    path = tmp_path / "r.csv"
+    path.write_text("time_ms,current_uA\n0,0\n0.05,-40\n0.1,-20\n")
+    assert read_csv(path).current_pA.min() == -4e7

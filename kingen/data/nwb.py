@@ -278,7 +278,7 @@ def _concentration_on(stim: Any, t_abs: np.ndarray, file: str) -> np.ndarray:
             getattr(stim, "offset", 0.0) or 0.0)
     ts = _series_time_s(stim, data.size, file, where)
     with np.errstate(over="ignore", invalid="ignore"):
-        check_sweep(ts * 1e3, data * f, file, where)
+        check_sweep(ts * 1e3, data * f, file, where, max_abs=None)
     if ts.size == t_abs.size and np.allclose(ts, t_abs, rtol=0, atol=1e-12):
         return data * f
     return np.interp(t_abs, ts, data) * f
