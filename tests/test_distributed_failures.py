@@ -438,6 +438,34 @@ def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
     assert errors == []
 
 
+def test_ctrl_c_while_a_fit_drops_its_solver_leaves_the_scheduler_quiet(
+        tmp_path, monkeypatch, caplog):
+    """A second press as the first one's fit closes lands most often in the wait for the
+    workers to drop its solver. It cut the close short before the client stopped listening
+    to the scheduler, which then wrote the client's own removal to the closed client: a
+    CRITICAL line and a traceback under "kingen: interrupted" (now and then, in
+    test_ctrl_c_on_a_local_cluster_is_one_line)."""
+    real = shard_module._within
+
+    def pressed_while_dropping(seconds, call, *args, **kwargs):
+        if getattr(call, "__name__", "") == "unregister_worker_plugin":
+            raise KeyboardInterrupt  # what the wait for the drop raises on Ctrl-C
+        return real(seconds, call, *args, **kwargs)
+
+    cfg = kingen.load_config(_config(tmp_path, generations=2))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster) as client:
+            ev = ShardedEvaluator.for_config(client, cfg)
+            monkeypatch.setattr(shard_module, "_within", pressed_while_dropping)
+            with pytest.raises(KeyboardInterrupt):
+                ev.close()
+        time.sleep(0.5)  # the scheduler has seen the client leave
+    errors = [r.getMessage() for r in caplog.records
+              if r.name.startswith("distributed") and r.levelno >= logging.WARNING]
+    assert errors == []
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
 @pytest.mark.parametrize("start_s, press_s", [(120, 0.5), (120, 3.0), (5, 0.5)],
                          ids=["hangs-pressed-early", "hangs-pressed-past-the-hold",

@@ -569,6 +569,44 @@ def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
     return ga
 
 
+class _StoredSettings(_Checker):
+    """Reads of a run file's stored settings (``/config/settings``), which a fit wrote
+    valid: a problem there is damage, said so."""
+
+    def error(self, message: str, field: str | None = None, value: Any = None) -> KingenError:
+        where = "/config/settings" + (f".{field}" if field else "")
+        return KingenError(f"{message}: the run file is damaged or was edited; restore it "
+                           "from a copy", file=self.file, field=where, value=value)
+
+
+def stored_settings(settings: dict[str, Any], file: str
+                    ) -> tuple[GASettings, StopSettings, int, str, str]:
+    """The search settings a run file stored (``ga``, ``stop``, ``seed``, ``backend``,
+    ``precision``), checked as a configuration's are: a damaged or edited file is one
+    line naming the field, never a KeyError half-way through ``kingen resume``.
+
+    Examples
+    --------
+    >>> ga, stop, seed, backend, precision = stored_settings(
+    ...     {"ga": {"population": 8}, "stop": {}, "seed": 3, "backend": "cpu",
+    ...      "precision": "float64"}, "run.h5")
+    >>> ga.population, seed
+    (8, 3)
+    >>> try:
+    ...     stored_settings({"stop": {}}, "run.h5")
+    ... except KingenError as exc:
+    ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
+    run.h5: /config/settings.ga: missing table: the run file is damaged or was edited;
+    restore it from a copy
+    """
+    c = _StoredSettings(file)
+    ga = _ga(c, c.table(settings, "ga", required=True), {})
+    stop = _stop(c, c.table(settings, "stop", required=True))
+    return (ga, stop, c.integer(settings, "seed", "", ge=0),
+            c.choice(settings, "backend", ("auto", "cpu", "cuda")),
+            c.choice(settings, "precision", ("float64", "float32")))
+
+
 def _stop(c: _Checker, t: dict) -> StopSettings:
     w = "stop"
     c.keys(t, set(StopSettings.__dataclass_fields__), w)

@@ -20,7 +20,8 @@ limit                          default             what it bounds
                                                    exact reference solves (1e13 /s: beyond
                                                    any molecular process)
 :data:`MEMORY_FRACTION`        0.5                 share of the free memory one
-                                                   generation's arrays may take
+                                                   generation's arrays (a fit), or a
+                                                   simulation's traces, may take
 =============================  ==================  =========================================
 """
 

@@ -23,7 +23,12 @@ import numpy as np
 
 from kingen.base.allocator import keep_freed_memory
 from kingen.errors import KingenError
-from kingen.fitting.config import FitConfig, GASettings, StopSettings, load_config, loads_config
+from kingen.fitting.config import (
+    FitConfig,
+    load_config,
+    loads_config,
+    stored_settings,
+)
 from kingen.fitting.engine import Engine, Evaluate, verdict
 from kingen.fitting.objective import Objective
 from kingen.fitting.params import to_file_units
@@ -228,12 +233,10 @@ def _read_for_resume(path: str | os.PathLike[str], generations: int | None,
                            overrides={"force": True})
         _refuse_changed_recordings(cfg, reader.recordings(), str(path))
         _, arrays = reader.last_state()
-    cfg.ga = GASettings(**settings["ga"])
+    cfg.ga, cfg.stop, cfg.seed, cfg.backend, cfg.precision = stored_settings(settings,
+                                                                           str(path))
     if generations is not None:
         cfg.ga.generations = int(generations)
-    cfg.stop = StopSettings(**settings["stop"])
-    cfg.seed, cfg.backend, cfg.precision = (settings["seed"], settings["backend"],
-                                            settings["precision"])
     cfg.output = str(path)
     cfg.settings = settings
     objective = _objective(cfg)

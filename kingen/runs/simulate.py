@@ -156,6 +156,7 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
     if filter is not None:
         check_filter(filter, [s.dt for s in protocol.sweeps], file=None, field="filter",
                      value=filter.label)
+    _check_memory(scheme, protocol, force)
     if solver == "exact":
         if step is not None:
             raise KingenError("step applies to solver rk4", field="step", value=step)
@@ -240,6 +241,36 @@ def _check_rk4_work(scheme: Scheme, protocol: Protocol, step: float | None, forc
                  field="--step" if step is not None else None, value=step,
                  hint="a larger --step, a larger dt or shorter sweeps "
                       "(kingen.model.limits.MAX_STEPS_PER_CANDIDATE)")
+
+
+def trace_bytes(scheme: Scheme, protocol: Protocol) -> float:
+    """Bytes the traces of a simulation hold: at every sample the occupancy of each state,
+    the time, the current and the concentration, as float64 (a float: an int of it may be
+    astronomically big).
+
+    Examples
+    --------
+    >>> import kingen
+    >>> scheme = kingen.Scheme.load("models/jonas_1993.toml")
+    >>> protocol = kingen.standard_protocol("deactivation", dt=0.05)
+    >>> trace_bytes(scheme, protocol) == (protocol.sweeps[0].duration / 0.05 + 1) * 10 * 8
+    True
+    """
+    samples = sum(s.duration / s.dt + 1.0 for s in protocol.sweeps)
+    return samples * (scheme.n_states + 3) * 8.0
+
+
+def _check_memory(scheme: Scheme, protocol: Protocol, force: bool) -> None:
+    """Refuse a simulation whose traces would not fit in memory, before any is made (a
+    dose protocol of 100,000 sweeps asked NumPy for 12 GiB, sweep after sweep)."""
+    samples = sum(s.duration / s.dt + 1.0 for s in protocol.sweeps)
+    in_file = Path(protocol.source).is_file()
+    limits.check_memory(
+        trace_bytes(scheme, protocol), f"the traces of {limits.count_text(protocol.n_sweeps)} "
+        f"sweeps ({limits.count_text(samples)} samples)", force=force,
+        file=protocol.source if in_file else None,
+        field="sweeps" if in_file else f"protocol {protocol.name}",
+        hint="fewer or shorter sweeps, or a larger dt")
 
 
 def _check_finite(scheme: Scheme, protocol: Protocol, times: list[np.ndarray],

@@ -195,6 +195,8 @@ def address_problem(address: str) -> str:
     'kingen reaches a scheduler over TCP: tcp://host:8786'
     >>> address_problem("tcp://10.0.0.5:99999")
     'the port must be a number from 1 to 65535'
+    >>> address_problem("tcp://10.0.0.5:" + "9" * 5000)
+    'the port must be a number from 1 to 65535'
     """
     m = _ADDRESS.match(address.strip())
     if not m:
@@ -204,7 +206,8 @@ def address_problem(address: str) -> str:
     port = m.group("port")
     if port is None:
         return "needs the scheduler's port: tcp://host:8786"
-    if not (port.isdigit() and 1 <= int(port) <= 65535):
+    # checked as text first: int() of thousands of digits is refused by Python itself
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
         return "the port must be a number from 1 to 65535"
     return ""
 
@@ -234,8 +237,8 @@ def walltime_seconds(text: str) -> int | None:
     if not m:
         return None
     minutes, seconds = int(m.group("minutes")), int(m.group("seconds") or 0)
-    if minutes > 59 or seconds > 59:
-        return None
+    if minutes > 59 or seconds > 59 or len(m.group("days") or "") > 5:
+        return None  # (a walltime of 100,000 days is no walltime; int() refuses 4,300 digits)
     total = (int(m.group("days") or 0) * 24 + int(m.group("hours"))) * 3600 + \
         minutes * 60 + seconds
     return total or None
@@ -273,7 +276,7 @@ def parse_cluster_option(value: str, flag: str = "--cluster") -> ClusterSettings
         return ClusterSettings(source=flag)
     m = re.fullmatch(r"local:(\d+)", text)
     if m:
-        n = int(m.group(1))
+        n = int(m.group(1)) if len(m.group(1)) <= 5 else 0  # (int() refuses 4,300 digits)
         if not 1 <= n <= 4096:
             raise KingenError("local:N needs 1 <= N <= 4096 worker processes", field=flag,
                               value=text)

@@ -8,6 +8,7 @@ process; each generation's candidates are scored by the workers, one shard each.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -35,8 +36,11 @@ class _Evaluators:
         return ev
 
     def close(self) -> None:
-        for ev in self.made:
-            ev.close()
+        # each is closed (it stops listening to the scheduler first) even when closing
+        # another is cut short by Ctrl-C
+        with contextlib.ExitStack() as stack:
+            for ev in self.made:
+                stack.callback(ev.close)
 
 
 def _options(settings: dict[str, Any]) -> dict[str, Any]:

@@ -372,19 +372,24 @@ class ShardedEvaluator:
         return ev, timing.timings
 
     def close(self) -> None:
-        """Drop the workers' objectives and stop listening to the scheduler. A scheduler
-        that does not confirm it within :data:`DROP_WAIT_S` is left to it (``say`` hears
-        which workers did not answer): the fit itself is done."""
+        """Stop listening to the scheduler and drop the workers' objectives. A scheduler
+        that does not confirm the drop within :data:`DROP_WAIT_S` is left to it (``say``
+        hears which workers did not answer): the fit itself is done.
+
+        Listening stops first, and at once (a message, no wait): a Ctrl-C during the wait
+        for the drop (a second press, as the first one's fit closes) used to skip it, and
+        the scheduler then wrote the client's own removal to the closed client, logging a
+        CRITICAL line and a traceback under "kingen: interrupted"."""
+        try:
+            self.client.unsubscribe_topic("all")
+        except Exception:
+            pass
         if self.client.status == "running":
             done, _ = _within(DROP_WAIT_S, self.client.unregister_worker_plugin, self.plugin)
             # an error means the cluster is gone: nothing is left to free
             if not done and self.say is not None:
                 self.say(f"the scheduler did not confirm within {DROP_WAIT_S:g} s that its "
                          f"workers dropped this fit's solver{_stuck_workers(self.client)}")
-        try:
-            self.client.unsubscribe_topic("all")
-        except Exception:
-            pass
 
     def __enter__(self) -> ShardedEvaluator:
         return self

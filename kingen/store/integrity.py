@@ -13,6 +13,7 @@ import platform
 import re
 import stat
 import struct
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,17 @@ import h5py
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.store.datasets import MAX_COLUMNS, MAX_STATE_DIMS, STATE_KINDS, _key, _load, _one, _text
+from kingen.store.datasets import (
+    _READ_TRIES,
+    MAX_COLUMNS,
+    MAX_STATE_DIMS,
+    STATE_KINDS,
+    _col,
+    _key,
+    _load,
+    _one,
+    _text,
+)
 from kingen.store.layout import (
     LAYOUT_VERSION,
     MARKER,
@@ -466,7 +477,138 @@ def _check_consistency(f: h5py.File, name: str) -> list[str]:
                 if arr.shape != cur.shape:
                     raise _inconsistent(name, f"{g.name}/{other}", arr.shape, "does not "
                                         f"match the stored current {cur.shape}")
+    _check_scheme(f, name, ds)
+    _check_settings(f, name)
+    _check_positive(name, "hall_of_fame/params", _load(hof, np.s_[:hof_size]), f)
+    table = _load(f["scheme/parameters"])
+    for column in ("value", "lower", "upper"):  # the bounds the reports scale by
+        _check_positive(name, f"scheme/parameters.{column}", table[column], f)
+    # A live writer rewrites the best candidate (valid = 0 meanwhile) between two reads of
+    # a reader: what failed is read again before it is called damaged.
+    tries = _READ_TRIES if f.swmr_mode and f.mode == "r" else 1
+    for attempt in range(tries):
+        try:
+            if int(_one(ds("best/valid", 1, "biu"))) == 1:  # else ignored by the readers
+                _check_positive(name, "best/params", _load(ds("best/params", 1, "f")), f)
+                _check_best_json(name, names, ds)
+            break
+        except KingenError:
+            if attempt + 1 == tries:
+                raise
+            time.sleep(0.05)
     return names
+
+
+def _check_scheme(f: h5py.File, name: str, ds: Any) -> None:
+    """The stored scheme text parses, and is the scheme the tables beside it describe (the
+    readers take the parameters' order from the table and their units from the text)."""
+    from kingen.model.scheme import Scheme
+
+    try:  # force: the size limits were passed, or lifted, when the run started
+        scheme = Scheme.loads(_text(_one(ds("scheme/text", 1, "SO"))), "/scheme/text",
+                              force=True)
+    except KingenError as exc:
+        raise _inconsistent(name, "/scheme/text", None, f"not a valid scheme "
+                            f"({exc.format().removeprefix('/scheme/text: ')})") from None
+    t = _load(ds("scheme/transitions", 1, "V"))
+    stored = {"states": _col(_load(ds("scheme/states", 1, "V")), "name"),
+              "parameters": _col(_load(ds("scheme/parameters", 1, "V")), "name"),
+              "transitions": [f"{a} -> {b} ({k})" for a, b, k in zip(
+                  _col(t, "source"), _col(t, "target"), _col(t, "param"), strict=True)]}
+    text = {"states": list(scheme.states), "parameters": list(scheme.param_names),
+            "transitions": [f"{scheme.states[x.source]} -> {scheme.states[x.target]} "
+                            f"({scheme.parameters[x.param].name})" for x in scheme.transitions]}
+    for table, names in stored.items():
+        if names != text[table]:
+            k = next((i for i, (a, b) in enumerate(zip(names, text[table])) if a != b),
+                     min(len(names), len(text[table])))
+            raise _inconsistent(name, "/scheme/text", None, f"not the scheme of the run's "
+                                f"tables: {table[:-1]} {k + 1} is {_nth(text[table], k)} in "
+                                f"the text, {_nth(names, k)} in /scheme/{table}; restore the "
+                                "run file from a copy")
+
+
+def _nth(items: list[str], k: int) -> str:
+    return repr(items[k]) if k < len(items) else "none"
+
+
+def _check_positive(name: str, path: str, values: np.ndarray, f: h5py.File) -> None:
+    """Rate constants a reader takes for fitted values are > 0 (NaN is left: the readers
+    pass over a candidate that is not finite)."""
+    rows = np.atleast_2d(values)
+    bad = np.argwhere(rows <= 0)
+    if bad.size:
+        i, k = (int(x) for x in bad[0])
+        names = _col(_load(f["scheme/parameters"]), "name")
+        at = f"[{k}]" if np.ndim(values) == 1 else f"[{i}, {k}]"
+        path, dot, column = path.partition(".")
+        raise _inconsistent(name, f"/{path}{at}{dot}{column}", float(rows[i, k]),
+                            f"the rate constant {names[k]} must be > 0; restore the run file "
+                            "from a copy")
+
+
+def _check_settings(f: h5py.File, name: str) -> None:
+    """The stored settings are a JSON object (what each command needs of them is checked
+    where it is used: resume, for one, by :func:`kingen.fitting.config.stored_settings`)."""
+    text = _text(_one(f["config/settings"]))
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise _inconsistent(name, "/config/settings", text, f"not valid JSON ({exc})"
+                            ) from None
+    if not isinstance(settings, dict):
+        raise _inconsistent(name, "/config/settings", text, "not an object of JSON")
+
+
+def _json_dataset(name: str, path: str, ds: Any) -> Any:
+    """The JSON held (as NUL-padded UTF-8 bytes) in the dataset at ``path``; KingenError
+    naming it when the bytes are not UTF-8 JSON."""
+    raw = bytes(np.asarray(_load(ds(path, 1, "u")), dtype=np.uint8)).rstrip(b"\0")
+    try:
+        return json.loads(raw.decode("utf-8")) if raw else None
+    except UnicodeDecodeError:
+        raise _inconsistent(name, f"/{path}", None, "not UTF-8 text") from None
+    except ValueError as exc:
+        raise _inconsistent(name, f"/{path}", raw.decode("utf-8"),
+                            f"not valid JSON ({exc})") from None
+
+
+def _check_best_json(name: str, names: list[str], ds: Any) -> None:
+    """The best candidate's JSON blobs parse, and its traces' metadata (labels, has_data
+    and n_sweeps per protocol) agrees with the stored traces: every reader and resume
+    refuse a file whose metadata was damaged or edited, rather than trusting it."""
+    for path, kinds, want in (("best/features", (dict,), "an object"),
+                              ("best/polish", (dict, type(None)), "an object or null")):
+        if not isinstance(_json_dataset(name, path, ds), kinds):
+            raise _inconsistent(name, f"/{path}", None, f"not {want} of JSON")
+    info = _json_dataset(name, "best/traces_info", ds)
+    keys = ("labels", "has_data", "n_sweeps")
+    if not isinstance(info, dict) or not all(isinstance(info.get(k), dict) for k in keys):
+        raise _inconsistent(name, "/best/traces_info", _dumps_short(info), "expected an "
+                            "object of labels, has_data and n_sweeps, each by protocol")
+    for p, n in info["n_sweeps"].items():
+        field = f"/best/traces_info.n_sweeps.{p}"
+        if p not in names:
+            raise _inconsistent(name, field, n, f"not a protocol of the run (protocols are "
+                                f"{', '.join(names)})")
+        rows = ds(f"best/traces/{_key(p)}/n_samples", 1, "iu").shape[0]
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= rows:
+            raise _inconsistent(name, field, n, f"not a sweep count from 0 to {rows} (the "
+                                "rows stored)")
+        labels = info["labels"].get(p)
+        if not isinstance(labels, list) or len(labels) != n or not all(
+                isinstance(x, str) for x in labels):
+            raise _inconsistent(name, f"/best/traces_info.labels.{p}", _dumps_short(labels),
+                                f"expected a list of {n} sweep labels")
+        if not isinstance(info["has_data"].get(p), bool):
+            raise _inconsistent(name, f"/best/traces_info.has_data.{p}",
+                                _dumps_short(info["has_data"].get(p)), "expected true or "
+                                "false")
+
+
+def _dumps_short(obj: Any) -> str:
+    """JSON text of ``obj`` for a message (the message cuts it)."""
+    return json.dumps(obj)[:200]
 
 
 def _state_schema(fields: Mapping[str, tuple[Any, tuple[int, ...]]]

@@ -101,7 +101,11 @@ It protects itself against damage, and it is data, never code:
   restore the file from a copy`.
 - Opening also checks that the counters agree with the data: the commit against the stored
   rows, the resume slot, row widths, the hall of fame and the sweeps. Attributes carry no
-  checksum, so they are checked against the datasets.
+  checksum, so they are checked against the datasets. So are the contents a checksum does
+  not vouch for (an edit rewrites it): the scheme text must be the scheme of
+  `/scheme/states`, `/scheme/parameters` and `/scheme/transitions`, the JSON (settings, the
+  best candidate's traces metadata) must parse to what kingen writes, and rate constants
+  must be > 0.
 - The resume state is plain arrays of numbers, read back with type and shape checks. No
   pickle, `eval` or `exec` ever runs on anything a run file holds. Files of layout version 1
   (kingen 0.1) kept it as a Python pickle, which could run code when read. This kingen

@@ -16,7 +16,12 @@ import numpy as np
 
 from kingen.base.files import atomic_write, check_replaceable, read_text
 from kingen.errors import KingenError
-from kingen.experiment.recordings.types import Recording
+from kingen.experiment.recordings.types import (
+    MAX_CURRENT_PA,
+    Recording,
+    check_label,
+    implausible_current,
+)
 from kingen.model import units
 
 # --------------------------------------------------------------------------- CSV reading
@@ -89,9 +94,10 @@ def _check_separator(first: str, name: str) -> None:
 
 
 def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool, factor: float = 1.0,
-                  unit: str = "") -> np.ndarray:
+                  unit: str = "", max_abs: float | None = None) -> np.ndarray:
     """A column as floats times ``factor`` (a unit conversion); trailing blank cells end it
-    (a shorter sweep) when allowed."""
+    (a shorter sweep) when allowed; a value past ``max_abs`` (converted) is refused as a
+    current no recording holds."""
     cells = table.columns[j]
     column = table.header[j]
     n = len(cells)
@@ -113,6 +119,8 @@ def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool, factor: 
             raise KingenError("NaN or infinite value", file=table.name,
                               field=f"{column} row {row}", value=cell)
         out[k] = _converted(value, factor, unit, table.name, f"{column} row {row}", cell)
+        if max_abs is not None and abs(out[k]) > max_abs:
+            raise implausible_current(table.name, f"{column} row {row}", cell)
     return out
 
 
@@ -197,6 +205,7 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
     currents: dict[str, np.ndarray] = {}
     concs: dict[str, np.ndarray] = {}
     for j, column in enumerate(header[1:], start=1):
+        check_label(column, name, "header")
         quantity, unit, label = _split_name(column, name)
         kind = _QUANTITY_KINDS.get(quantity)
         if kind not in ("current", "concentration"):
@@ -205,7 +214,8 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
                               value=column)
         f = _unit_factor(table, column, kind, unit)
         values = _parse_column(table, j, allow_trailing_blank=True, factor=f,
-                               unit=units.internal_unit(kind))
+                               unit=units.internal_unit(kind),
+                               max_abs=MAX_CURRENT_PA if kind == "current" else None)
         key = label if label is not None else "0"
         if values.size == 0:
             raise KingenError("empty sweep (no values)", file=name, field=column)

@@ -16,7 +16,13 @@ import numpy as np
 
 from kingen.base.files import atomic_write
 from kingen.errors import KingenError
-from kingen.experiment.recordings.types import Recording, check_sweep, install_hint, optional_module
+from kingen.experiment.recordings.types import (
+    Recording,
+    check_label,
+    check_sweep,
+    install_hint,
+    optional_module,
+)
 from kingen.model import units
 
 NWB_INSTALL = install_hint("pynwb", "nwb")
@@ -106,12 +112,53 @@ def read_nwb(path: str | os.PathLike[str]) -> Recording:
     try:
         io_ = pynwb.NWBHDF5IO(name, "r")
         nwb = io_.read()
+    except UnicodeDecodeError as exc:  # hdmf does not say where: found here
+        raise KingenError(f"not valid UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"position {exc.start})", file=name,
+                          field=_undecodable(name)) from None
     except Exception as exc:  # noqa: BLE001 -- h5py/hdmf raise many types on a bad file
         raise KingenError(f"cannot read NWB: {type(exc).__name__}: {exc}", file=name) from None
     try:
         return _recording_from_nwb(nwb, name, pynwb)
     finally:
         io_.close()
+
+
+def _undecodable(path: str) -> str | None:
+    """The first text of an HDF5 file that is not UTF-8: a dataset of text (``general/notes``)
+    or an attribute (``acquisition/current_0.comments``)."""
+    import h5py
+
+    found: list[str] = []
+
+    def bad(value: Any) -> bool:
+        # h5py hands text over as bytes, which hdmf decodes
+        for item in np.ravel(value) if isinstance(value, np.ndarray) else [value]:
+            try:
+                if isinstance(item, bytes):
+                    item.decode("utf-8")
+            except UnicodeDecodeError:
+                return True
+        return False
+
+    def visit(where: str, obj: Any) -> bool | None:
+        if (isinstance(obj, h5py.Dataset) and obj.dtype.kind in "SO" and obj.size <= 10_000
+                and bad(obj[()])):
+            found.append(where)
+            return True
+        for key in obj.attrs:
+            if bad(obj.attrs[key]):
+                found.append(f"{where}.{key}" if where != "/" else key)
+                return True
+        return None
+
+    try:
+        with h5py.File(path, "r") as f:
+            if visit("/", f) is None:
+                f.visititems(visit)
+    except OSError:
+        return None
+    return found[0] if found else None
 
 
 def _voltage_clamp_sweeps(nwb: Any, pynwb: Any) -> tuple[list[Any], list[str | None]]:
@@ -146,6 +193,7 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
                if not isinstance(v, pynwb.icephys.PatchClampSeries)}
     conc_stimuli = [v for v in stimuli.values() if _is_concentration(v.unit)]
     times, currents, labels, concs, starts = [], [], [], [], []
+    sources: list[str] = []  # where each label was read
     for k, ref in enumerate(refs):
         ts = getattr(ref, "timeseries", ref)
         lo = getattr(ref, "idx_start", None)
@@ -166,8 +214,11 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
         currents.append(current)
         times.append(t_ms)
         starts.append(float(t_abs[0]))
-        label = _read_label(ts)
+        label, source = _read_label(ts)
+        check_label(label, name, source, label)
+        _check_repeat(label, source, ts.name, labels, sources, name)
         labels.append(label)
+        sources.append(source)
         named = ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
         stim = _match_stimulus(agonist_names[k], named, k, len(refs), stimuli, conc_stimuli)
         concs.append(None if stim is None else _concentration_on(stim, t_abs, name))
@@ -188,6 +239,24 @@ def _recording_from_nwb(nwb: Any, name: str, pynwb: Any) -> Recording:
 def _names_a_label(ref: Any) -> bool:
     ts = getattr(ref, "timeseries", ref)
     return ts.name.startswith("current_") or _read_label(ts) != ts.name
+
+
+def _check_repeat(label: str, source: str, series: str, labels: list[str],
+                  sources: list[str], file: str) -> None:
+    """Refuse a sweep label that another series already has (one series the table cuts
+    into several sweeps keeps its one label, as it always did). A label kept in a comment
+    is the one blamed: a name cannot repeat, but a comment can say anything."""
+    for other, where in zip(labels, sources, strict=True):
+        if other != label or _series_of(where) == f"acquisition/{series}":
+            continue
+        if where.endswith(".comments") and not source.endswith(".comments"):
+            source, where = where, source
+        raise KingenError(f"sweep label repeats that of {_series_of(where)}: every sweep "
+                          "needs its own label", file=file, field=source, value=label)
+
+
+def _series_of(where: str) -> str:
+    return where.removesuffix(".comments")
 
 
 def _is_concentration(unit: Any) -> bool:
@@ -217,7 +286,7 @@ def _concentration_on(stim: Any, t_abs: np.ndarray, file: str) -> np.ndarray:
             getattr(stim, "offset", 0.0) or 0.0)
     ts = _series_time_s(stim, data.size, file, where)
     with np.errstate(over="ignore", invalid="ignore"):
-        check_sweep(ts * 1e3, data * f, file, where)
+        check_sweep(ts * 1e3, data * f, file, where, max_abs=None)
     if ts.size == t_abs.size and np.allclose(ts, t_abs, rtol=0, atol=1e-12):
         return data * f
     return np.interp(t_abs, ts, data) * f
@@ -354,16 +423,17 @@ def _series_names(labels: list[str], file: str) -> list[str]:
     return out
 
 
-def _read_label(ts: Any) -> str:
+def _read_label(ts: Any) -> tuple[str, str]:
     """A series' sweep label: the one kingen kept in its comments, else its name without
-    ``current_``."""
+    ``current_``; and where it was read (for messages)."""
     try:
         kept = json.loads(str(getattr(ts, "comments", "") or ""))
     except ValueError:
         kept = None
     if isinstance(kept, dict) and isinstance(kept.get(LABEL_KEY), str):
-        return kept[LABEL_KEY]
-    return ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
+        return kept[LABEL_KEY], f"acquisition/{ts.name}.comments"
+    label = ts.name[len("current_"):] if ts.name.startswith("current_") else ts.name
+    return label, f"acquisition/{ts.name}"
 
 
 def _nwb_timing(t_ms: np.ndarray, start_s: float) -> dict[str, Any]:

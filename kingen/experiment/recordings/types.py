@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,12 @@ from typing import Any
 import numpy as np
 
 from kingen.errors import KingenError
+
+MAX_CURRENT_PA = 1e9
+"""The largest current magnitude a recording may hold, pA (1 mA): beyond any voltage-clamp
+recording of a cell (a patch reaches nanoamperes, a two-electrode clamp of an oocyte tens of
+microamperes). A larger value is a unit or export mistake, refused at load; it would also
+overflow when squared (past 1e154 pA) in the fit's error."""
 
 # --------------------------------------------------------------------------- data classes
 
@@ -202,10 +209,12 @@ class Targets:
         return out
 
 
-def check_sweep(time_ms: np.ndarray, current_pA: np.ndarray, file: str, where: str) -> None:
+def check_sweep(time_ms: np.ndarray, current_pA: np.ndarray, file: str, where: str, *,
+                max_abs: float | None = MAX_CURRENT_PA) -> None:
     """The checks every reader applies to a sweep in internal units: samples present, every
-    time and current finite, time increasing. (CSV makes the same checks cell by cell, to
-    name the row.)"""
+    time and current finite, the current within ``max_abs`` (:data:`MAX_CURRENT_PA`; None:
+    no bound, for a concentration), time increasing. (CSV makes the same checks cell by
+    cell, to name the row.)"""
     if current_pA.size == 0:
         raise KingenError("empty sweep (no samples)", file=file, field=where)
     for what, values in (("current", current_pA), ("time", time_ms)):
@@ -214,11 +223,54 @@ def check_sweep(time_ms: np.ndarray, current_pA: np.ndarray, file: str, where: s
             k = int(np.argmax(bad))
             raise KingenError(f"NaN or infinite value in the {what} (in internal units)",
                               file=file, field=f"{where} sample {k}", value=float(values[k]))
+    if max_abs is not None:
+        big = np.abs(current_pA) > max_abs
+        if big.any():
+            k = int(np.argmax(big))
+            raise implausible_current(file, f"{where} sample {k}", float(current_pA[k]))
     steps = np.diff(time_ms)
     if np.any(steps <= 0):
         k = int(np.argmax(steps <= 0)) + 1
         raise KingenError("time does not increase", file=file, field=f"{where} sample {k}",
                           value=float(time_ms[k]))
+
+
+def implausible_current(file: str, field: str, value: Any) -> KingenError:
+    """The error for a current beyond :data:`MAX_CURRENT_PA`."""
+    return KingenError(f"a current beyond any voltage-clamp recording (more than "
+                       f"{MAX_CURRENT_PA:g} pA, 1 mA, in magnitude): check its unit",
+                       file=file, field=field, value=value)
+
+
+def check_label(label: str, file: str, field: str, value: Any = None) -> None:
+    r"""Refuse a sweep label read from a file that holds a control character or text that
+    is not valid UTF-8.
+
+    A label names a CSV column and an NWB series and is stored in the run file: a tab or
+    line break splits a CSV header, and text that is not UTF-8 (an undecodable byte, which
+    h5py hands over as a lone surrogate) cannot be written anywhere. The rule is the one
+    protocol files follow (a no-break space, as in a pasted "10 µM", is fine).
+
+    Examples
+    --------
+    >>> check_label("10\u00a0µM", "r.csv", "header")
+    >>> try:
+    ...     check_label("a\tb", "r.csv", "header", "current_pA_a\tb")
+    ... except KingenError as exc:
+    ...     print(exc)  # doctest: +NORMALIZE_WHITESPACE
+    r.csv: header = 'current_pA_a\tb': sweep label holds a control character ('\t'): write
+    labels without tabs or line breaks
+    """
+    shown = label if value is None else value
+    for ch in label:
+        kind = unicodedata.category(ch)
+        if kind == "Cs":
+            raise KingenError("sweep label is not valid UTF-8 text", file=file, field=field,
+                              value=shown)
+        if kind in ("Cc", "Zl", "Zp"):
+            raise KingenError(f"sweep label holds a control character ({ch!r}): write labels "
+                              "without tabs or line breaks", file=file, field=field,
+                              value=shown)
 
 
 def install_hint(module: str, extra: str) -> str:

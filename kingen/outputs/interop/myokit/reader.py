@@ -11,6 +11,7 @@ potential or on anything else are reported with their line; nothing is written.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from kingen.outputs.interop.imported import (
 )
 
 _CHANNEL_NAMES = {"nchan", "n_chan", "nchannels", "n_channels", "channels", "N", "Nchan"}
+_LINEAR_ONLY = ("not a linear (Markov) model: only linear Markov models import, in the form "
+                "myokit.lib.markov reads")
 
 
 def read_myokit(path: str | Path, *, agonist: str | None = None) -> ImportedScheme:
@@ -103,20 +106,23 @@ class _Reader:
                               f"{others} also hold states and are left out.")
         comp = comps[0]
         states = [v for v in comp.variables() if v.is_state()]
+        # Myokit writes the numbers into Python code it runs: inf or nan fail there
+        self.check_numbers()
         agonist = self.pick_agonist(states)
         vm = model.label("membrane_potential")
         retain = [v for v in model.variables(deep=True) if v.is_literal() or v.binding()]
         if agonist is not None and agonist not in retain:
             retain.append(agonist)
+        self.check_linear(states, retain)
         if agonist is not None:
-            try:
-                import myokit.lib.markov as markov
+            import myokit.lib.markov as markov
 
+            try:
                 markov.LinearModel(model, states, [], None, agonist)
-            except markov.LinearModelError as exc:
-                raise self.fail(f"not a Markov model in the form myokit.lib.markov reads: "
-                                f"{' '.join(str(exc).split())}", self.line_of(states[0])
-                                ) from None
+            # LinearModel misses some nonlinear forms and fails in code it generates
+            except (markov.LinearModelError, NameError, ArithmeticError) as exc:
+                raise self.fail(f"{_LINEAR_ONLY}: {' '.join(str(exc).split())}",
+                                self.line_of(states[0])) from None
         names = [s.name() for s in states]
         params: dict[str, ImportedParameter] = {}
         rates: list[ImportedRate] = []
@@ -162,6 +168,42 @@ class _Reader:
         return ImportedScheme(self.path, "Myokit", title, names, conductance, params, rates,
                               agonist=agonist.name() if agonist is not None else "glu",
                               channels=channels, notes=self.notes)
+
+    def check_numbers(self) -> None:
+        """Refuse a number that is not finite: inf, nan, or one that overflows (1e400)."""
+        import myokit
+
+        for var in self.model.variables(deep=True):
+            found = [] if var.rhs() is None else [
+                float(n.eval()) for n in var.rhs().walk([myokit.Number])]
+            line = self.line_of(var)
+            if var.is_state():
+                found.append(float(var.initial_value().eval()))
+                line = self.initial_line(var) if not math.isfinite(found[-1]) else line
+            bad = next((x for x in found if not math.isfinite(x)), None)
+            if bad is not None:
+                raise self.fail(f"{var.qname()} holds {bad}: numbers must be finite (not inf "
+                                "or nan, nor past 1.8e308 as 1e400 is)", line)
+
+    def initial_line(self, var) -> int:
+        """The line of a state's initial value (``comp.X = 1`` under ``[[model]]``)."""
+        pat = re.compile(rf"^\s*{re.escape(var.qname())}\s*=")
+        return next((k for k, line in enumerate(self.text.splitlines(), 1) if pat.match(line)),
+                    1)
+
+    def check_linear(self, states, retain) -> None:
+        """Refuse a derivative with a term that multiplies states (or a state by itself):
+        a kinetic scheme is linear in its states."""
+        for target in states:
+            expr = target.rhs().clone(expand=True, retain=retain)
+            for _, term in _split_terms(expr):
+                try:
+                    _, atoms = _atoms(term)
+                except ValueError:
+                    continue  # named, term by term, with the other problems
+                if sum(a in states for a in atoms if not isinstance(a, str)) > 1:
+                    raise self.fail(f"{_LINEAR_ONLY}: dot({target.name()}) has the term "
+                                    f"{term}, a product of states", self.line_of(target))
 
     def rate(self, source, target, factor, rest, agonist, vm, line, seen, params, rates):
         import myokit

@@ -279,6 +279,11 @@ class _Parser:
                 target = {"PARAMETER": mod.parameters, "CONSTANT": mod.parameters,
                           "ASSIGNED": mod.assigned, "STATE": mod.states}[t.text]
                 for d in decls:
+                    if target is mod.states and d.name in mod.states:
+                        # NEURON refuses it too; kept, the scheme would lose a state in silence
+                        first = mod.states[d.name].line
+                        also = f" (also line {first})" if first != d.line else ""
+                        raise self.error(f"state '{d.name}' is declared twice{also}", d.line)
                     target[d.name] = d
             elif t.text in _CODE_BLOCKS:
                 mod.blocks.append(self.code_block())

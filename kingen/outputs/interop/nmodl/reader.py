@@ -174,18 +174,49 @@ class _Reader:
             return chosen[0]
         return blocks[0]
 
-    def statements(self, block, seen: tuple = ()) -> list:
-        """The block's statements, with the PROCEDUREs it calls inlined (their assignments)."""
+    def statements(self, block) -> list:
+        """The block's statements, with the PROCEDUREs it calls inlined (their assignments).
+
+        A PROCEDURE is inlined at its first call only: an assignment is read as the last
+        value of its name, so a second copy adds nothing, and procedures that call others
+        twice would otherwise multiply (2^40 statements for 40 such levels). A recursion
+        among them has been refused by :meth:`check_recursion` before."""
+        procs: dict = {}
+        for b in self.mod.find("PROCEDURE"):
+            procs.setdefault(b.name, b)
+        seen: set[str] = set()
         out = []
-        for s in block.statements:
-            if isinstance(s, CallStmt):
-                procs = self.mod.find("PROCEDURE", s.name)
-                if procs and s.name not in seen:
-                    out += [x for x in self.statements(procs[0], seen + (s.name,))
-                            if isinstance(x, (Assign, Other))]
-                    continue
-            out.append(s)
+        # not recursive: a chain of thousands of PROCEDUREs is followed all the same
+        stack = [iter(block.statements)]
+        while stack:
+            s = next(stack[-1], None)
+            if s is None:
+                stack.pop()
+            elif isinstance(s, CallStmt) and s.name in procs:
+                if s.name not in seen:
+                    seen.add(s.name)
+                    stack.append(iter(procs[s.name].statements))
+            elif len(stack) == 1 or isinstance(s, (Assign, Other)):
+                out.append(s)
         return out
+
+    def check_recursion(self, roots: list) -> None:
+        """Refuse PROCEDUREs or FUNCTIONs that call themselves or each other in a cycle when
+        a block the scheme is read from (``roots``) calls them; note and skip the others."""
+        callable_ = {b.name: b for b in self.mod.blocks if b.kind in ("PROCEDURE", "FUNCTION")}
+        graph = {name: [c for c in _calls(b) if c in callable_] for name, b in callable_.items()}
+        used = _reachable([c for b in roots for c in _calls(b) if c in callable_], graph)
+        for cycle in _cycles(graph):
+            first = callable_[cycle[0]]
+            how = ("calls itself" if len(cycle) == 1 else
+                   f"calls itself through {', '.join(cycle[1:])}")
+            path = " -> ".join(cycle + [cycle[0]])
+            if cycle[0] in used:
+                raise self.fail(f"{first.kind} {first.name} {how} ({path}), and the scheme "
+                                "is read through it: kingen follows no recursion (write the "
+                                "rates without it)", first.line)
+            self.notes.append(f"{first.kind} {first.name} (line {first.line}) {how} ({path}); "
+                              "nothing the scheme reads calls it, so it was skipped.")
 
     # -- expressions
     def expand(self, expr, env: dict, line: int, depth: int = 0) -> Terms:
@@ -247,6 +278,7 @@ class _Reader:
     def scheme(self) -> ImportedScheme:
         mod = self.mod
         block = self.kinetic()
+        self.check_recursion([block] + mod.find("BREAKPOINT"))
         states = list(mod.states)
         if not states:
             raise self.fail("no STATE block: the states of the scheme are not declared",
@@ -523,6 +555,79 @@ def _names(expr, env: dict, depth: int = 0) -> set[str]:
     if isinstance(expr, Neg):
         return _names(expr.a, env, depth)
     return set()
+
+
+def _calls(block) -> list[str]:
+    """The names a block calls, as statements (``rates()``) or in expressions, in order."""
+    out: list[str] = []
+
+    def walk(expr) -> None:
+        stack = [expr]
+        while stack:  # not recursive: an expression may nest deeply
+            e = stack.pop()
+            if isinstance(e, Call):
+                out.append(e.name)
+                stack.extend(e.args)
+            elif isinstance(e, Bin):
+                stack += [e.a, e.b]
+            elif isinstance(e, Neg):
+                stack.append(e.a)
+
+    for s in block.statements:
+        if isinstance(s, CallStmt):
+            out.append(s.name)
+        elif isinstance(s, Assign):
+            walk(s.expr)
+        elif isinstance(s, Reaction):
+            walk(s.kf)
+            walk(s.kb)
+    return out
+
+
+def _reachable(starts: list[str], graph: dict[str, list[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(starts)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(graph[n])
+    return seen
+
+
+def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """One cycle per group of blocks that call each other (a strongly connected component
+    with a cycle), as the names along it from the block declared first; iterative, so a
+    chain of thousands of procedures is no recursion here either."""
+    order = {n: k for k, n in enumerate(graph)}
+    out: list[list[str]] = []
+    done: set[str] = set()
+    for start in graph:
+        if start in done:
+            continue
+        # depth-first search keeping the current path: an edge back into it is a cycle
+        path, on_path, stack = [], set(), [(start, iter(graph[start]))]
+        path.append(start)
+        on_path.add(start)
+        while stack:
+            node, edges = stack[-1]
+            nxt = next(edges, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif nxt in on_path:
+                cycle = path[path.index(nxt):]
+                k = min(range(len(cycle)), key=lambda i: order[cycle[i]])
+                cycle = cycle[k:] + cycle[:k]
+                if cycle not in out:
+                    out.append(cycle)
+            elif nxt not in done:
+                path.append(nxt)
+                on_path.add(nxt)
+                stack.append((nxt, iter(graph[nxt])))
+    return out
 
 
 def _add(a: Counter, b: Counter) -> Counter:
