@@ -172,14 +172,14 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     On the GPU the thread also holds D in registers (``d{i}_{j}``, loaded once per row). A
     CPU has too few registers for S² values: there each product reads D's row-contiguous
     block ``D[c, k]`` from the L1 cache, into the same straight-line sums (2.5x faster per
-    sample than loops over arrays, which the compiler cannot keep in registers).
+    sample than loops over arrays, which the compiler cannot keep in registers). It indexes
+    ``D`` itself: a view ``D[c, kk]`` would take a reference to D's one shared reference
+    count per row, an atomic operation that every core's thread contends for.
     """
     S, F = a.scheme.n_states, a.cast
     if target == "cpu":
-        a(f"{ind}Dk = D[c, kk]")
-
         def entry(i: int, j: int) -> str:
-            return f"Dk[{i}, {j}]"
+            return f"D[c, kk, {i}, {j}]"
     else:
         for i in range(S):
             for j in range(S):
