@@ -90,8 +90,8 @@ def test_kingen_keep_freed_memory_0_leaves_the_allocator_as_it_is(monkeypatch):
 def test_the_fit_and_the_sharded_workers_set_it_up(tmp_path, monkeypatch):
     from test_fit_helpers import write_problem
 
-    from kingen.runs import fit as run
     from kingen.fitting.config import load_config
+    from kingen.runs import fit as run
     from kingen.scaleout import worker
 
     calls: list[str] = []
