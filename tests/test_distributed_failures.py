@@ -418,6 +418,25 @@ def test_a_local_worker_leaves_out_only_what_its_closing_causes():
     assert quiet.filter(record("Compute Failed"))
 
 
+def test_closing_a_local_cluster_leaves_out_only_what_the_closing_causes():
+    """A worker busy with a shard as kingen closes its local cluster (Ctrl-C) is killed by
+    its nanny; a drop of the fit's solver still on its way to it then fails."""
+    from kingen.distributed.cluster import _KilledOnClose
+
+    def record(name: str, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, message, None, None)
+
+    quiet = _KilledOnClose()
+    assert not quiet.filter(record("distributed.nanny", "Worker process still alive after "
+                                                        "4.0 seconds, killing"))
+    assert not quiet.filter(record(
+        "distributed.scheduler", "broadcast to tcp://127.0.0.1:46477 failed: CommClosedError:"
+        " in <TCP (closed) Scheduler Broadcast local=tcp://127.0.0.1:40498 remote=tcp://"
+        "127.0.0.1:46477>: Stream is closed"))
+    assert quiet.filter(record("distributed.scheduler", "Lost all workers"))
+    assert quiet.filter(record("distributed.scheduler", "Unexpected worker failure"))
+
+
 def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
         tmp_path, monkeypatch, caplog):
     def interrupted(seconds, call, *args, **kwargs):

@@ -580,11 +580,16 @@ class _KilledOnClose(logging.Filter):
     """Drops the nanny's "Worker process still alive after 4.0 seconds, killing" while
     kingen closes its own local cluster: a worker still running a fit (a batch stopped by
     Ctrl-C or by an error) is ended so, as intended; its run file is safe at any moment.
-    ``kingen -v`` keeps the line."""
+    Drops too the scheduler's "broadcast to ADDRESS failed" for a worker so ended: a fit
+    stopped by Ctrl-C while its workers dropped its solver (a second press cuts that wait
+    short) leaves the drop on its way to a worker busy with a shard. ``kingen -v`` keeps
+    the lines."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return ("still alive after" not in record.getMessage()
-                or logging.getLogger().getEffectiveLevel() <= logging.INFO)
+        message = record.getMessage()
+        ended = "still alive after" in message or (message.startswith("broadcast to ")
+                                                   and " failed: " in message)
+        return not ended or logging.getLogger().getEffectiveLevel() <= logging.INFO
 
 
 def _in_main_thread() -> bool:
@@ -730,18 +735,21 @@ def _close_cluster(cluster: Any, *, local: bool) -> None:
     the closing half done, for Dask's exit hook to finish in silence and then print a
     traceback. A batch system's cluster closes by cancelling its jobs, which takes what
     the batch system takes: Ctrl-C stays as it is."""
-    nanny = logging.getLogger("distributed.nanny")
+    loggers = [logging.getLogger(name) for name in ("distributed.nanny",
+                                                     "distributed.scheduler")]
     quiet = _KilledOnClose()
     handler = None
     try:
         if local and _in_main_thread():
             handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     finally:  # a press that came just before is raised above: close all the same
-        nanny.addFilter(quiet)
+        for logger in loggers:
+            logger.addFilter(quiet)
         try:
             cluster.close()
         finally:
-            nanny.removeFilter(quiet)
+            for logger in loggers:
+                logger.removeFilter(quiet)
             if handler is not None:
                 signal.signal(signal.SIGINT, handler)
 
