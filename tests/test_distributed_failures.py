@@ -421,7 +421,7 @@ def test_a_local_worker_leaves_out_only_what_its_closing_causes():
 def test_closing_a_local_cluster_leaves_out_only_what_the_closing_causes():
     """A worker busy with a shard as kingen closes its local cluster (Ctrl-C) is killed by
     its nanny; a drop of the fit's solver still on its way to it then fails."""
-    from kingen.distributed.cluster import _KilledOnClose
+    from kingen.scaleout.cluster import _KilledOnClose
 
     def record(name: str, message: str) -> logging.LogRecord:
         return logging.LogRecord(name, logging.ERROR, __file__, 1, message, None, None)
