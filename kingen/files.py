@@ -99,7 +99,7 @@ def _text_kind(head: bytes, tail: bytes) -> str | None:
         return "report"
     if (head.startswith(b"\x89PNG") and b"tEXtSoftware\x00kingen " in head) or (
             head.startswith(b"%PDF") and b"/Creator (kingen " in tail) or re.search(
-            rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>kingen ", head):
+            rb"<dc:creator>\s*<cc:\w+>\s*<dc:title>kingen ", head):
         return "figure"
     return None
 
