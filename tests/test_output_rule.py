@@ -277,6 +277,18 @@ def test_a_character_device_and_stdout_are_written_through(here: Path, capfd) ->
     assert "/dev/fd/1" not in out  # the file's text is the output: no path after it
 
 
+def test_stdout_opened_on_a_run_file_is_refused(here: Path, capsys) -> None:
+    other = here / "other.h5"  # `kingen export ... -o /dev/stdout >> other.h5`
+    shutil.copy(here / "run.h5", other)
+    fd = os.open(other, os.O_WRONLY | os.O_APPEND)
+    try:
+        out = f"/dev/fd/{fd}"
+        assert refused_and_unchanged(["export", str(here / "run.h5"), "--to", "neuron", "-o",
+                                      out], here, capsys) == f"{out}: -o: {RUN_FILE}"
+    finally:
+        os.close(fd)
+
+
 def test_a_socket_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
     path = Path(tempfile.mkdtemp(dir="/tmp")) / "s"  # a socket's path is short
     sock = socket.socket(socket.AF_UNIX)

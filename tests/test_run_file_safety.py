@@ -330,7 +330,7 @@ def test_a_lock_that_is_a_symbolic_link_is_refused_and_its_target_kept(
     (lambda lock, d: lock.mkdir(), "is not a regular file"),
     (lambda lock, d: lock.write_text("time_ms,current_pA\n0,-1\n"),
      "holds something other than kingen's record of the process writing the run"),
-])
+], ids=["hard link", "fifo", "folder", "other data"])
 def test_a_lock_that_is_not_kingens_is_refused_and_never_truncated(
         fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], make,
         what: str) -> None:

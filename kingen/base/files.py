@@ -99,7 +99,7 @@ def _text_kind(head: bytes, tail: bytes) -> str | None:
         return "report"
     if (head.startswith(b"\x89PNG") and b"tEXtSoftware\x00kingen " in head) or (
             head.startswith(b"%PDF") and b"/Creator (kingen " in tail) or re.search(
-            rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>kingen ", head):
+            rb"<dc:creator>\s*<cc:\w+>\s*<dc:title>kingen ", head):
         return "figure"
     return None
 
@@ -146,7 +146,9 @@ def written_kind(path: str | os.PathLike[str]) -> str | None:
     >>> written_kind(folder / "b.mod") is None
     True
     """
-    try:
+    try:  # a device or a pipe is not opened at all (a reader may change what it does)
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never waits on a pipe
     except OSError:
         return None
@@ -227,6 +229,11 @@ def check_replaceable(path: str | os.PathLike[str], field: str | None = None, *,
         if same_file(p, given):
             raise KingenError(f"is {role}: no output replaces its command's input (choose "
                               "another name)", file=name, field=field)
+    found = written_kind(p)  # the file behind /dev/stdout too (`>> run.h5`)
+    if found == "run file":
+        raise KingenError("is a kingen run file: only the fit that writes it replaces it "
+                          "(kingen fit --overwrite); choose another name", file=name,
+                          field=field)
     if writes_through(p):
         return
     try:
@@ -236,15 +243,8 @@ def check_replaceable(path: str | os.PathLike[str], field: str | None = None, *,
     if mode in _NODES:
         raise KingenError(f"is {_NODES[mode]}, not a file: refusing to write to it (choose "
                           "another name)", file=name, field=field)
-    if mode != stat.S_IFREG:
-        return  # a folder: the writer says so
-    found = written_kind(p)
-    if found == kind:
-        return
-    if found == "run file":
-        raise KingenError("is a kingen run file: only the fit that writes it replaces it "
-                          "(kingen fit --overwrite); choose another name", file=name,
-                          field=field)
+    if mode != stat.S_IFREG or found == kind:
+        return  # a folder (the writer says so), or an earlier output of this kind
     if found is not None:
         raise KingenError(f"is {OUTPUT_KINDS[found]}, not {OUTPUT_KINDS[kind]}: refusing to "
                           "replace it (choose another name, or remove it yourself)", file=name,
