@@ -20,6 +20,7 @@ PUBLIC_MODULES = {
     "kingen.scheme": True,
     "kingen.files": True,
     "kingen.protocol": True,
+    "kingen.experiment.chain": True,
     "kingen.data.registry": True,
     "kingen.data.targets": True,
     "kingen.simulation": True,
