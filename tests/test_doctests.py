@@ -27,6 +27,7 @@ PUBLIC_MODULES = {
     "kingen.runs.simulate": True,
     "kingen.fitting.objective": True,
     "kingen.fitting.config": True,
+    "kingen.experiment.chain": True,
     "kingen.store.runstore": True,
     "kingen.codegen.stage": True,
     "kingen.codegen.propagator": True,

@@ -102,6 +102,10 @@ class Emitter:
             self(f"#   k{m} = rate {s.states[t.source]} -> {s.states[t.target]} "
                  f"= {what}  (b{m} without the agonist)")
         self("#   q{i} = total exit rate of state i")
+        if self.n_sections:
+            self(f"#   fz{{q}}_0, fz{{q}}_1 = state of section q of the recording's filter "
+                 f"({self.n_sections} sections; fc{{q}}_0..4 = its b0, b1, b2, a1, a2 from "
+                 "flt[w, q])")
         self(f"# failure codes: {', '.join(f'{k} {v}' for k, v in FAILURE_NAMES.items())}")
         self("")
 

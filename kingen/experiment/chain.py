@@ -63,8 +63,8 @@ MIN_POLES, MAX_POLES = 2, 8
 OFFSETS = ("none", "per-sweep", "per-protocol")
 AMPLITUDES = ("per-protocol", "per-sweep", "rundown")
 # A measured response longer than this is a filter no amplifier has at its own sampling
-# rate (an 8-pole Bessel at a tenth of the sampling rate settles within 25 samples), or a
-# noisy tail that would be fitted as filter.
+# rate (the step response of an 8-pole Bessel at a tenth of the sampling rate is within
+# 1e-4 of its final value after 16 samples), or a noisy tail that would be fitted as filter.
 MAX_RESPONSE_SAMPLES = 64
 RESPONSE_KINDS = ("step", "impulse")
 # Values per section the kernel reads: b0, b1, b2, a1, a2 and the initial state's two
@@ -152,7 +152,6 @@ class Filter:
         zi = signal.sosfilt_zi(sos)[:, None, :] * x[None, :, :1]
         y, _ = signal.sosfilt(sos, x, axis=-1, zi=zi)
         return y.reshape(np.shape(current))
-        return y
 
     def to_dict(self) -> dict[str, Any]:
         """The filter as JSON-able values (the run file's record of it)."""

@@ -30,6 +30,12 @@ squared error*
 0 for a perfect fit and 1 for a fit no better than zero current, whatever the number of
 samples or the size of the current, so that protocols of different size are comparable.
 
+A protocol's recording chain (:class:`~kingen.experiment.chain.Chain`) passes g through the
+recording's filter inside the kernel, before every sum and window, and may fit the
+amplitude per sweep or with a linear rundown, and an offset per sweep or per protocol:
+A_k·g + c_k, solved jointly in closed form from the kernel's Σw·g², Σw·g·d and Σw·g
+(:func:`solve_scales`); e_trace is then Σ w (A_k g + c_k − d)² / Σ w d².
+
 Summary targets (:class:`~kingen.experiment.recordings.Targets`) are mapped onto kernel
 windows of each sweep (op 0: the sample of largest |g| in a range, op 1: the sum over a range):
 
