@@ -34,6 +34,20 @@ from kingen.fitting.config import demo_config, load_config  # noqa: E402
 from kingen.runs.fit import fit  # noqa: E402
 
 
+def problem_label(cfg, config: Path | None) -> str:
+    """What was fitted, from the configuration itself: its file (or the bundled demo), its
+    scheme, and its protocols, free rates and sweeps.
+
+    >>> cfg = load_config(demo_config())
+    >>> problem_label(cfg, None).startswith("bundled demo: scheme ")
+    True
+    """
+    source = "bundled demo" if config is None else f"configuration {config.name}"
+    return (f"{source}: scheme {cfg.scheme.name}, {len(cfg.protocols)} protocols, "
+            f"{cfg.pmap.n_genes} free rates, "
+            f"{sum(p.protocol.n_sweeps for p in cfg.protocols)} sweeps")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--population", type=int, default=16384)
@@ -79,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "benchmark": "fit_gpu",
         "provenance": provenance("fit_gpu", argv),
-        "problem": "bundled demo: Jonas 1993 scheme, 4 synthetic protocols, "
-                   f"{cfg.pmap.n_genes} free rates, "
-                   f"{sum(p.protocol.n_sweeps for p in cfg.protocols)} sweeps",
+        "problem": problem_label(cfg, args.config),
         "population": args.population, "offspring": cfg.ga.lambda_,
         "operators": "numpy" if cfg.ga.lambda_ >= 2048 else "deap",
         "generations": result.generations, "backend": result.backend,

@@ -76,3 +76,18 @@ def test_a_suite_run_records_its_provenance_in_the_tree_layout(tmp_path: Path) -
     assert provenance.results_path("solver", "rh03", "h100") == RESULTS / "h100/solver/rh03.json"
     assert provenance.device_folder("NVIDIA H100 80GB HBM3") == "h100"
     assert provenance.device_folder("NVIDIA H200", count=2) == "h200x2"
+
+
+def test_the_fit_gpu_suite_names_the_problem_it_was_given(tmp_path: Path) -> None:
+    from benchmarks.fit_gpu import problem_label
+    from kingen.fitting.config import demo_config, load_config
+
+    demo = load_config(demo_config())
+    assert problem_label(demo, None).startswith("bundled demo: scheme Jonas")
+    other = tmp_path / "rh.toml"
+    bundled = demo_config().parent
+    other.write_text(demo_config().read_text(encoding="utf-8").replace(
+        '"demo/', f'"{bundled.as_posix()}/demo/'), encoding="utf-8")
+    label = problem_label(load_config(other), other)
+    assert label.startswith("configuration rh.toml: scheme Jonas")
+    assert "bundled demo" not in label
