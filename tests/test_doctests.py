@@ -57,6 +57,7 @@ PUBLIC_MODULES = {
     "kingen.outputs.plot": True,
     "kingen.outputs.report": False,
     "kingen.scaleout.cluster": True,
+    "kingen.scaleout.settings": True,
     "kingen.scaleout.manifest": True,
     "kingen.scaleout.tomlout": True,
     "kingen.scaleout.summary": True,

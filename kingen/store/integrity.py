@@ -18,14 +18,8 @@ from pathlib import Path
 import h5py
 
 from kingen.errors import KingenError
-from kingen.store.datasets import (
-    as_text,
-)
-from kingen.store.layout import (
-    LAYOUT_VERSION,
-    MARKER,
-    REQUIRED_GROUPS,
-)
+from kingen.store.datasets import as_text
+from kingen.store.layout import LAYOUT_VERSION, MARKER, REQUIRED_GROUPS
 
 try:  # POSIX; elsewhere a run file is not locked against a second writer
     import fcntl

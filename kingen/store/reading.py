@@ -22,19 +22,8 @@ from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
 from kingen.model.scheme import Scheme
 from kingen.store.consistency import state_names
-from kingen.store.datasets import (
-    as_text,
-    column_values,
-    load,
-    load_one,
-    member_key,
-    read_json,
-)
-from kingen.store.encode import (
-    read_protocol,
-    read_recording,
-    read_targets,
-)
+from kingen.store.datasets import as_text, column_values, load, load_one, member_key, read_json
+from kingen.store.encode import read_protocol, read_recording, read_targets
 from kingen.store.integrity import corrupt_error, missing_error
 
 _F = TypeVar("_F", bound=Callable[..., Any])

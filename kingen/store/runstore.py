@@ -35,13 +35,7 @@ from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
 from kingen.model.scheme import Scheme
 from kingen.store.consistency import check_consistency, state_names, state_schema
-from kingen.store.datasets import (
-    column_values,
-    dumps,
-    load,
-    load_one,
-    member_key,
-)
+from kingen.store.datasets import column_values, dumps, load, load_one, member_key
 from kingen.store.integrity import (
     WriterLock,
     corrupt_error,

@@ -31,12 +31,7 @@ from kingen.store.datasets import (
     member_key,
     write_json,
 )
-from kingen.store.encode import (
-    write_protocol,
-    write_recording,
-    write_scheme,
-    write_targets,
-)
+from kingen.store.encode import write_protocol, write_recording, write_scheme, write_targets
 from kingen.store.integrity import mark_writer
 from kingen.store.layout import LAYOUT_DOC, LAYOUT_VERSION, MARKER
 
