@@ -55,6 +55,8 @@ PUBLIC_MODULES = {
     "kingen.identify.table": True,
     "kingen.runs.profile": False,
     "kingen.outputs.plot": True,
+    "kingen.outputs.figstyle": True,
+    "kingen.outputs.searchplots": True,
     "kingen.outputs.report": False,
     "kingen.scaleout.cluster": True,
     "kingen.scaleout.settings": True,
