@@ -404,7 +404,7 @@ def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
     KingenError
         No usable GPU, unknown model or protocol set, the starting variant fails its check.
     """
-    from kingen.analysis._gpu import require_gpu
+    from kingen.analysis.gpu import require_gpu
     from kingen.analysis.hardware import ceilings
     from kingen.analysis.solver_cases import propagator_available, solver_problem
     from kingen.solve.backends import cuda_status
