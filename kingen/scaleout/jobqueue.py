@@ -152,7 +152,7 @@ def submit_jobs(cluster: Any, s: ClusterSettings) -> None:
     for job in refused:
         job.status = Status.failed  # nothing to cancel when the cluster closes
     said = REFUSED.said or next((line.strip() for line in error.split("stderr:", 1)[-1]
-                                  .splitlines() if line.strip()), "")
+                                 .splitlines() if line.strip()), "")
     command = "sbatch" if s.kind == "slurm" else "qsub"
     reason = (said if said.startswith(command) else
               f"{command} failed ({said or 'kingen -v shows more'})")

@@ -92,7 +92,7 @@ def make_text_dataset(group: h5py.Group, name: str, text: str) -> h5py.Dataset:
 
 
 def make_table(group: h5py.Group, name: str, columns: list[tuple[str, Any, np.dtype | Any]],
-           rows: int, units: Mapping[str, str] | None = None, doc: str = "") -> h5py.Dataset:
+               rows: int, units: Mapping[str, str] | None = None, doc: str = "") -> h5py.Dataset:
     """A compound dataset (a table); column units go into ``unit_<column>`` attributes."""
     cols = [(c, strings(v) if t is TEXT else np.asarray(v, dtype=t)) for c, v, t in columns]
     dtype = np.dtype([(c, v.dtype) for c, v in cols])
@@ -113,8 +113,8 @@ def column_values(table: np.ndarray, name: str) -> list[Any]:
 
 
 def make_extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any,
-                fill: Any, *, unit: str | None = None, doc: str = "",
-                compress: bool = True, chunk_rows: int | None = None) -> h5py.Dataset:
+                    fill: Any, *, unit: str | None = None, doc: str = "",
+                    compress: bool = True, chunk_rows: int | None = None) -> h5py.Dataset:
     """An empty dataset, extendable on every axis of length 0 or marked None."""
     start = tuple(0 if s is None else s for s in shape)
     maxshape = tuple(None for _ in shape)

@@ -172,11 +172,11 @@ def write_targets(g: h5py.Group, name: str, t: Targets) -> None:
         ss = np.full(len(d.concentration_mM), np.nan) if d.ss_pA is None else d.ss_pA
         make_table(g, "dose_response", [("concentration", d.concentration_mM, "f8"),
                                     ("peak", d.peak_pA, "f8"), ("ss", ss, "f8")],
-               len(d.concentration_mM), {"concentration": "mM", "peak": "pA", "ss": "pA"})
+                   len(d.concentration_mM), {"concentration": "mM", "peak": "pA", "ss": "pA"})
     if t.recovery is not None:
         r = t.recovery
         make_table(g, "recovery", [("interval", r.interval_ms, "f8"), ("ratio", r.ratio, "f8")],
-               len(r.interval_ms), {"interval": "ms", "ratio": "1"})
+                   len(r.interval_ms), {"interval": "ms", "ratio": "1"})
 
 
 def read_targets(g: h5py.Group) -> Targets:
@@ -185,7 +185,7 @@ def read_targets(g: h5py.Group) -> Targets:
     for row in load(g["features"]):
         sd = float(row["sd"])
         feats[as_text(row["name"])] = Target(float(row["value"]), float(row["weight"]),
-                                           None if math.isnan(sd) else sd)
+                                             None if math.isnan(sd) else sd)
     dose = rec = None
     if "dose_response" in g:
         d = load(g["dose_response"])

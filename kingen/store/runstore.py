@@ -166,9 +166,9 @@ class RunStore(RunWriter):
             try:
                 env = {**default_environment(), **{k: str(v) for k, v in environment.items()}}
                 write_static(f, config_text=config_text, config=config, scheme=scheme,
-                              protocols=protocols, recordings=recordings, targets=targets,
-                              free_mask=mask, population_size=int(population_size),
-                              environment=env, state_fields=fields, chains=chains or {})
+                             protocols=protocols, recordings=recordings, targets=targets,
+                             free_mask=mask, population_size=int(population_size),
+                             environment=env, state_fields=fields, chains=chains or {})
                 f.flush()
                 f.swmr_mode = True
                 store = cls(f, target, "w", lock)

@@ -61,11 +61,11 @@ def now_utc() -> str:
 
 
 def write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], scheme: Scheme,
-                  protocols: list[Protocol], recordings: Mapping[str, Recording | None],
-                  targets: Mapping[str, Targets | None], free_mask: np.ndarray,
-                  population_size: int, environment: Mapping[str, str],
-                  state_fields: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
-                  chains: Mapping[str, Chain]) -> None:
+                 protocols: list[Protocol], recordings: Mapping[str, Recording | None],
+                 targets: Mapping[str, Targets | None], free_mask: np.ndarray,
+                 population_size: int, environment: Mapping[str, str],
+                 state_fields: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+                 chains: Mapping[str, Chain]) -> None:
     """Write a new run file's static groups, and every dataset it fills later, empty."""
     f.attrs["kingen_run"] = MARKER
     f.attrs["layout_version"] = LAYOUT_VERSION
@@ -114,28 +114,28 @@ def write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sche
     gen["free_mask"].attrs["columns"] = pnames
     rows = population_size
     d = make_extendable(gen, "population", (0, rows, n_par), np.float64, np.nan,
-                    unit="internal: ms^-1 (order 1) or mM^-1 ms^-1 (order 2); "
+                        unit="internal: ms^-1 (order 1) or mM^-1 ms^-1 (order 2); "
                          "see /scheme/parameters", doc="parameters of every candidate",
-                    chunk_rows=1, compress=False)
+                        chunk_rows=1, compress=False)
     d.attrs["columns"] = pnames
     d = make_extendable(gen, "errors", (0, rows, n_prot), np.float64, np.nan, unit="1",
-                    doc="error of every candidate under each protocol", chunk_rows=1,
-                    compress=False)
+                        doc="error of every candidate under each protocol", chunk_rows=1,
+                        compress=False)
     d.attrs["columns"] = dumps([p.name for p in protocols])
     make_extendable(gen, "fitness", (0, rows), np.float64, np.nan, unit="1",
-                doc="total weighted error (lower is better)", chunk_rows=1, compress=False)
+                    doc="total weighted error (lower is better)", chunk_rows=1, compress=False)
     make_extendable(gen, "fail", (0, rows), np.int32, -1,
-                doc="failure code (0: simulated fine; -1: padding)", chunk_rows=1)
+                    doc="failure code (0: simulated fine; -1: padding)", chunk_rows=1)
     make_extendable(gen, "generation", (0,), np.int64, -1, doc="generation number")
     make_extendable(gen, "size", (0,), np.int64, 0, doc="candidates in the generation")
     for name, unit in (("stats", "1"), ("timings", "s")):
         make_extendable(gen, name, (0, MAX_COLUMNS), np.float64, np.nan, unit=unit,
-                    doc=f"one column per key; names in {name}_names")
+                        doc=f"one column per key; names in {name}_names")
         make_dataset(gen, f"{name}_names", np.zeros(MAX_COLUMNS, dtype=f"S{NAME_BYTES}"))
 
     hof = f.create_group("hall_of_fame")
     make_extendable(hof, "params", (0, n_par), np.float64, np.nan, unit="internal",
-                doc="best candidates ever seen, best first")
+                    doc="best candidates ever seen, best first")
     hof["params"].attrs["columns"] = pnames
     make_extendable(hof, "fitness", (0,), np.float64, np.nan, unit="1")
     make_dataset(hof, "size", np.int64(0))
@@ -167,7 +167,7 @@ def write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sche
         for name, unit in (("time_ms", "ms"), ("fit_pA", "pA"), ("data_pA", "pA")) + (
                 (("model_pA", "pA"),) if filtered else ()):
             make_extendable(g, name, (0, 0), np.float64, np.nan, unit=unit, chunk_rows=1,
-                        doc="one row per sweep, NaN padded to the longest")
+                            doc="one row per sweep, NaN padded to the longest")
         make_extendable(g, "n_samples", (0,), np.int64, 0, doc="samples in each sweep's row")
 
     res = f.create_group("resume")

@@ -47,8 +47,8 @@ class RunWriter(RunReader):
         the arrays' size (compression only shrinks them) and 1 MiB for the file's own
         records (see :func:`~kingen.store.space.need_space`)."""
         need_space(self.path, 2 * sum(np.asarray(a).nbytes for a in arrays) + (1 << 20),
-                    " the run file keeps every committed generation; free some space and "
-                    f"go on with kingen resume {self.path}")
+                   " the run file keeps every committed generation; free some space and "
+                   f"go on with kingen resume {self.path}")
 
     def append_generation(self, *, generation: int, population: np.ndarray, errors: np.ndarray,
                           fitness: np.ndarray, fail: np.ndarray, stats: Mapping[str, float],

@@ -96,7 +96,7 @@ def _check_separator(first: str, name: str) -> None:
 
 
 def parse_csv_column(table: CsvTable, j: int, *, allow_trailing_blank: bool, factor: float = 1.0,
-                  unit: str = "", max_abs: float | None = None) -> np.ndarray:
+                     unit: str = "", max_abs: float | None = None) -> np.ndarray:
     """A column as floats times ``factor`` (a unit conversion); trailing blank cells end it
     (a shorter sweep) when allowed; a value past ``max_abs`` (converted) is refused as a
     current no recording holds."""
@@ -217,8 +217,8 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
                               value=column)
         f = csv_unit_factor(table, column, kind, unit)
         values = parse_csv_column(table, j, allow_trailing_blank=True, factor=f,
-                               unit=units.internal_unit(kind),
-                               max_abs=MAX_CURRENT_PA if kind == "current" else None)
+                                  unit=units.internal_unit(kind),
+                                  max_abs=MAX_CURRENT_PA if kind == "current" else None)
         key = label if label is not None else "0"
         if values.size == 0:
             raise KingenError("empty sweep (no values)", file=name, field=column)

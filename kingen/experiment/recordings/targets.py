@@ -130,7 +130,7 @@ def _feature_targets(table: CsvTable) -> Targets:
             f = units.factor(kind, unit, file=name, field=f"unit row {row}")
         unit_in = units.internal_unit(kind) if kind else ""
         value = converted_value(_number(cell("value"), name, f"value row {row}"), f, unit_in, name,
-                           f"value row {row}", cell("value"))
+                                f"value row {row}", cell("value"))
         weight_text = cell("weight")
         weight = _number(weight_text, name, f"weight row {row}") if weight_text else 1.0
         if weight < 0:
@@ -138,7 +138,7 @@ def _feature_targets(table: CsvTable) -> Targets:
                               value=weight_text)
         sd_text = cell("sd")
         sd = abs(converted_value(_number(sd_text, name, f"sd row {row}"), f, unit_in, name,
-                            f"sd row {row}", sd_text)) if sd_text else None
+                                 f"sd row {row}", sd_text)) if sd_text else None
         if key in features:
             raise KingenError("feature given twice", file=name, field=f"feature row {row}",
                               value=key)
@@ -168,7 +168,7 @@ def _table_column(table: CsvTable, j: int, kind: str | None) -> np.ndarray:
                               field="header", value=column)
         f = units.factor(kind, unit, file=table.name, field=f"header {column!r} unit")
     values = parse_csv_column(table, j, allow_trailing_blank=False, factor=f,
-                           unit=units.internal_unit(kind) if kind else "")
+                              unit=units.internal_unit(kind) if kind else "")
     if values.size == 0:
         raise KingenError("no data rows", file=table.name, field=column)
     return values
