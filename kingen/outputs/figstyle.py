@@ -87,6 +87,8 @@ def safe_names(names: Sequence[str]) -> dict[str, str]:
 
 
 def new_figure(kind: str, **kwargs: Any) -> Figure:
+    """A figure of ``kind``'s size (:data:`FIGURE_SIZES`) at :data:`DPI`, laid out by
+    matplotlib's constrained layout; no pyplot state is touched."""
     return Figure(figsize=FIGURE_SIZES[kind], dpi=DPI, layout="constrained", **kwargs)
 
 
@@ -110,4 +112,5 @@ def save_figure(fig: Figure, path: Path) -> Path:
 
 
 def save_all(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    """Save ``fig`` as ``out_dir/stem.FORMAT`` in each format; the paths written."""
     return [save_figure(fig, out_dir / f"{stem}.{fmt}") for fmt in formats]

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 
 def in_main_thread() -> bool:
+    """True in the interpreter's main thread (the one signal handlers run in)."""
     return threading.current_thread() is threading.main_thread()
 
 
