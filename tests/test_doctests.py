@@ -29,6 +29,8 @@ PUBLIC_MODULES = {
     "kingen.fitting.config": True,
     "kingen.experiment.chain": True,
     "kingen.store.runstore": True,
+    "kingen.store.datasets": True,
+    "kingen.experiment.measures": True,
     "kingen.codegen.stage": True,
     "kingen.codegen.propagator": True,
     "kingen.solve.cuda": True,

@@ -33,7 +33,11 @@ SS_DRIFT_SIGMAS = 3.0
 
 
 def finite_xy(time_ms: Any, current: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Float arrays of equal length with non-finite samples dropped."""
+    """Float arrays of equal length with non-finite samples dropped.
+
+    >>> finite_xy([0, 1, 2, 3], [5.0, float("nan"), 7.0])
+    (array([0., 2.]), array([5., 7.]))
+    """
     t = np.asarray(time_ms, dtype=float).ravel()
     y = np.asarray(current, dtype=float).ravel()
     n = min(t.size, y.size)
@@ -201,7 +205,11 @@ def rise_time(time_ms: np.ndarray, current: np.ndarray, onset_ms: float, t_peak_
 
 
 def finite_ratio(a: float, b: float) -> float:
-    """``a / b``, or NaN where either is not finite or ``b`` is 0."""
+    """``a / b``, or NaN where either is not finite or ``b`` is 0.
+
+    >>> finite_ratio(-30.0, -120.0), finite_ratio(1.0, 0.0)
+    (0.25, nan)
+    """
     if not (math.isfinite(a) and math.isfinite(b)) or b == 0.0:
         return NAN
     return float(a / b)

@@ -34,7 +34,11 @@ _GZIP = {"compression": "gzip", "compression_opts": 1, "shuffle": True, **CHECKS
 
 
 def member_key(name: str) -> str:
-    """HDF5 member name for a protocol name ('/' is a path separator in HDF5)."""
+    """HDF5 member name for a protocol name ('/' is a path separator in HDF5).
+
+    >>> member_key("dose/response"), member_key(".")
+    ('dose_response', '_.')
+    """
     key = name.replace("/", "_")
     return "_" + key if key in ("", ".") else key
 
@@ -48,12 +52,20 @@ def _json_default(obj: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
-    """JSON text of ``obj``; NumPy numbers and arrays as plain numbers and lists."""
+    """JSON text of ``obj``; NumPy numbers and arrays as plain numbers and lists.
+
+    >>> dumps({"n": np.int64(3), "x": np.array([0.5, 1.0])})
+    '{"n": 3, "x": [0.5, 1.0]}'
+    """
     return json.dumps(obj, default=_json_default, allow_nan=True)
 
 
 def as_text(value: Any) -> str:
-    """A stored string (bytes, 0-d array or str) as text."""
+    """A stored string (bytes, 0-d array or str) as text.
+
+    >>> as_text(b"deactivation"), as_text(np.array(b"ms"))
+    ('deactivation', 'ms')
+    """
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, np.ndarray) and value.shape == ():
@@ -177,7 +189,12 @@ def grow(ds: h5py.Dataset, shape: tuple[int, ...]) -> None:
 
 
 def padded(rows: list[np.ndarray], width: int, fill: float = np.nan) -> np.ndarray:
-    """Rows of different lengths as one (len(rows), width) array, ``fill`` padded."""
+    """Rows of different lengths as one (len(rows), width) array, ``fill`` padded.
+
+    >>> padded([np.array([1.0, 2.0]), np.array([3.0])], 3, fill=0.0)
+    array([[1., 2., 0.],
+           [3., 0., 0.]])
+    """
     out = np.full((len(rows), width), fill)
     for i, r in enumerate(rows):
         out[i, : r.size] = r
