@@ -404,7 +404,7 @@ def test_run_tune_end_to_end_under_the_simulator(tmp_path, monkeypatch):
 
     from numba import cuda
 
-    import kingen.analysis._gpu as gpu
+    import kingen.analysis.gpu as gpu
     import kingen.analysis.hardware as hw
     import kingen.solve.backends as backends
     from kingen.analysis.optimize import run_tune

@@ -50,13 +50,13 @@ def test_importing_the_solver_loads_no_analysis_module():
 
 
 def test_one_gpu_probe_and_one_tuning_cache():
-    from kingen.analysis import _gpu, tune
+    from kingen.analysis import gpu, tune
     from kingen.solve import cuda
 
     # the analysis' probe asks the solver's; the solver's file is the only tuning cache
     # (the reference-kernel tuner measures and caches nothing: no one read its entries)
-    assert "cuda_status" in _imports(Path(_gpu.__file__)) or "cuda_status" in Path(
-        _gpu.__file__).read_text()
+    assert "cuda_status" in _imports(Path(gpu.__file__)) or "cuda_status" in Path(
+        gpu.__file__).read_text()
     assert "kingen.solve.cuda" not in _imports(Path(tune.__file__))
     assert not hasattr(tune, "_cache_file")
     assert cuda._tuning_file().name == "solver_tuning.json"

@@ -21,7 +21,7 @@ def load(name: str, time_ms: float = 1.0) -> ProfileRecord:
 
 
 def h200() -> DeviceInfo:
-    # the ceilings measured in the same session (analysis/h200/ceilings.json)
+    # the ceilings measured on the same machine (analysis/h200/ceilings.json)
     return DeviceInfo(name="NVIDIA H200", compute_capability=(9, 0), sms=132, clock_mhz=1980.0,
                       mem_clock_mhz=3201.0, bus_width_bits=6016, l2_bytes=62914560,
                       total_mem_bytes=150109880320,

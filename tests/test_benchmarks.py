@@ -48,7 +48,7 @@ def _results() -> list[Path]:
 @pytest.mark.parametrize("path", _results(), ids=lambda p: str(p.relative_to(RESULTS)))
 def test_every_result_sits_in_the_tree_and_says_where_it_came_from(path: Path) -> None:
     parts = path.relative_to(RESULTS).parts
-    if parts[1] == "sessions":  # console logs of whole GPU sessions
+    if parts[1] == "logs":  # console logs of whole runs on a GPU machine
         assert len(parts) == 3 and path.suffix == ".log"
         return
     assert path.suffix == ".json", "only JSON results (analysis reports go to analysis/)"

@@ -102,16 +102,16 @@ def test_numbered_sweeps_are_paired_by_position(labels):
 def test_a_run_file_keeps_whether_the_sweeps_were_labelled(tmp_path):
     import h5py
 
-    from kingen.store.encode import _read_recording, _write_recording
+    from kingen.store.encode import read_recording, write_recording
 
     rec = load_recording(_recovery_csv(tmp_path, SHUFFLED))
     numbered = Recording("recovery", rec.time_ms, rec.current_pA, [])
     with h5py.File(tmp_path / "x.h5", "w") as f:
         for name, r in (("a", rec), ("b", numbered)):
-            _write_recording(f.create_group(name), name, r)
-        assert _read_recording(f["a"]).labelled and not _read_recording(f["b"]).labelled
+            write_recording(f.create_group(name), name, r)
+        assert read_recording(f["a"]).labelled and not read_recording(f["b"]).labelled
         del f["a"].attrs["labelled"]  # a file from an earlier kingen
-        old = _read_recording(f["a"])
+        old = read_recording(f["a"])
     assert not old.labelled
     # as then: paired by label where both sets agree
     obj = Objective(SCHEME, [ProtocolData(RECOVERY, old)], backend="cpu")

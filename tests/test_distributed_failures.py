@@ -421,12 +421,12 @@ def test_a_local_worker_leaves_out_only_what_its_closing_causes():
 def test_closing_a_local_cluster_leaves_out_only_what_the_closing_causes():
     """A worker busy with a shard as kingen closes its local cluster (Ctrl-C) is killed by
     its nanny; a drop of the fit's solver still on its way to it then fails."""
-    from kingen.scaleout.cluster import _KilledOnClose
+    from kingen.scaleout.logfilters import KilledOnClose
 
     def record(name: str, message: str) -> logging.LogRecord:
         return logging.LogRecord(name, logging.ERROR, __file__, 1, message, None, None)
 
-    quiet = _KilledOnClose()
+    quiet = KilledOnClose()
     assert not quiet.filter(record("distributed.nanny", "Worker process still alive after "
                                                         "4.0 seconds, killing"))
     assert not quiet.filter(record(
@@ -501,7 +501,7 @@ def test_ctrl_c_while_a_local_cluster_starts_slowly_or_never(tmp_path, start_s, 
                [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
     args = ["fit", str(_config(tmp_path, generations=4)), "--backend", "cpu",
             "-o", str(tmp_path / "run.h5"), "--cluster", "local:2"]
-    code = ("import sys, kingen.scaleout.cluster as c; c.HOLD_S = 2.0; "
+    code = ("import sys, kingen.scaleout.interrupts as c; c.HOLD_S = 2.0; "
             "from kingen.cli import main; sys.exit(main(sys.argv[1:]))")
     err_path = tmp_path / "err.txt"
     proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
@@ -556,8 +556,8 @@ def test_a_stopped_start_ends_only_its_own_worker_processes():
 @pytest.mark.parametrize("held", [True, False], ids=["started-by-the-hold", "started-bare"])
 def test_a_semaphore_left_by_a_stopped_start_is_cleaned_up_in_silence(held):
     # what a worker process killed mid-start leaves registered with the resource tracker
-    code = ("import multiprocessing.resource_tracker as rt, kingen.scaleout.cluster as c\n"
-            + ("with c._ctrl_c_held():\n    pass\n" if held else "rt.ensure_running()\n")
+    code = ("import multiprocessing.resource_tracker as rt, kingen.scaleout.interrupts as c\n"
+            + ("with c.ctrl_c_held():\n    pass\n" if held else "rt.ensure_running()\n")
             + "rt.register('/mp-kingen-test-leak', 'semaphore')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

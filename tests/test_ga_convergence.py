@@ -48,7 +48,7 @@ def test_the_parameter_figure_plots_the_reported_best_not_the_populations(tmp_pa
     from test_store import JONAS, STATE_FIELDS, small_protocols
 
     from kingen.model.scheme import Scheme
-    from kingen.outputs.plot import _parameter_figure
+    from kingen.outputs.searchplots import parameter_figure
 
     scheme = Scheme.load(JONAS)
     protocols = small_protocols(("deactivation",))
@@ -73,7 +73,7 @@ def test_the_parameter_figure_plots_the_reported_best_not_the_populations(tmp_pa
                          amplitudes={"deactivation": 100.0}, traces={}, features={},
                          polish=None)
     with RunStore.open(path) as st:
-        fig = _parameter_figure(RunView(st))
+        fig = parameter_figure(RunView(st))
     ax = fig.axes[0]
     free = np.flatnonzero(scheme.free_mask)
     names = set(scheme.param_names)

@@ -15,7 +15,7 @@ from test_fit_helpers import FOUR_STATE
 from test_run_file_missing import command_error, commands, copy_run, digest, fitted
 
 from kingen.errors import KingenError
-from kingen.store.datasets import _write_json
+from kingen.store.datasets import write_json
 
 __all__ = ["fitted"]  # the module's fixture: one finished run of 3 generations
 
@@ -34,7 +34,7 @@ def _blob(raw: bytes):
 
 
 def _info(obj):
-    return lambda f: _write_json(f["best/traces_info"], obj)
+    return lambda f: write_json(f["best/traces_info"], obj)
 
 
 GOOD = {"labels": {"deactivation": ["1ms"]}, "has_data": {"deactivation": True},
@@ -108,11 +108,11 @@ def test_metadata_of_a_best_candidate_not_yet_valid_is_not_read(fitted: Path, tm
 # ------------------------------------------------------------------ the scheme, the settings
 
 def _replace_text(f: h5py.File, path: str, text: str) -> None:
-    from kingen.store.datasets import _text_dataset
+    from kingen.store.datasets import make_text_dataset
 
     group, _, name = path.rpartition("/")
     del f[path]
-    _text_dataset(f[group], name, text)
+    make_text_dataset(f[group], name, text)
 
 
 def _settings(f: h5py.File, edit) -> None:

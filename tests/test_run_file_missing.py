@@ -16,7 +16,7 @@ from kingen.cli import main
 from kingen.errors import KingenError
 from kingen.runs.fit import fit
 from kingen.store import RunStore, RunView, layout
-from kingen.store.integrity import _corrupt
+from kingen.store.integrity import corrupt_error
 
 MISSING = ("missing {kind}: the run file is incomplete or damaged (deleted or never "
            "written); restore it from a copy")
@@ -208,8 +208,8 @@ def test_a_lookup_that_finds_nothing_is_not_called_unreadable_hdf5(fitted: Path)
     with RunStore.open(fitted) as store, pytest.raises(KingenError) as exc:
         store._read("best/no_such")
     assert str(exc.value) == f"{fitted}: /best/no_such: {MISSING.format(kind='dataset')}"
-    text = str(_corrupt("run.h5", KeyError("Unable to synchronously open object (object "
-                                           "'x' doesn't exist)")))
+    text = str(corrupt_error("run.h5", KeyError("Unable to synchronously open object (object "
+                                                "'x' doesn't exist)")))
     assert text == ("run.h5: incomplete or damaged run file: an item it needs is missing "
                     "(HDF5 says: Unable to synchronously open object (object 'x' doesn't "
                     "exist)); restore the file from a copy")

@@ -490,7 +490,7 @@ def _kept_two_and_resumes(run: Path, monkeypatch: pytest.MonkeyPatch, generation
 
 def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kept(
         tmp_path, monkeypatch, capsys):
-    import kingen.store.runstore as runstore
+    import kingen.store.space as space
     from kingen.fitting.config import load_config
 
     cfg = write_problem(tmp_path, ga="generations = 6")
@@ -503,7 +503,7 @@ def test_a_disk_that_fills_up_stops_the_fit_in_one_line_with_its_generations_kep
         usage = real(path)
         return usage._replace(free=usage.free if len(writes) <= 3 else 1000)
 
-    monkeypatch.setattr(runstore.shutil, "disk_usage", filling)
+    monkeypatch.setattr(space.shutil, "disk_usage", filling)
     assert main(["fit", str(cfg), "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"kingen: error: {run}: the disk holding the run file is full (0.0 MB "

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--protocols", default="desensitization")
     p.add_argument("--variant", help="LaunchConfig fields as JSON")
     a = p.parse_args(argv)
-    from kingen.analysis._gpu import synchronize
+    from kingen.analysis.gpu import synchronize
     from kingen.analysis.kernels.base import cases_for
 
     rk4 = None

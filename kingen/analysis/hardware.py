@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.analysis._gpu import require_gpu
+from kingen.analysis.gpu import require_gpu
 
 SECTOR = 32  # bytes per DRAM/L2 transaction (sector): the instruction roofline's byte unit
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.analysis import _gpu, hardware
+from kingen.analysis import gpu, hardware
 from kingen.analysis.classify import Thresholds, Verdict, classify
 from kingen.analysis.hardware import SECTOR, DeviceInfo, time_within
 from kingen.analysis.kernels.base import KernelCase, cases_for, rk4_cases
@@ -215,7 +215,7 @@ def run_analyze(target: str, out_dir: Path, use_ncu: bool = True, size: str = "d
     t0 = time.perf_counter()
     # through the modules, not names bound at import: a stand-in GPU (tests) reaches here
     # only while it stands in
-    _gpu.require_gpu()
+    gpu.require_gpu()
     th = thresholds or Thresholds()
     echo("measuring the device ceilings (about a minute)" if remeasure else
          "device ceilings: from the cache, or measured now (about a minute, once per device)")

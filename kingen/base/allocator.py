@@ -19,18 +19,18 @@ Measured at 65,536 candidates:
 
 - the GA's step on the 2-core CI machine, 46.2 → 35.8 ms (median; the work around the
   operators 27.5 → 19.1 ms; ``benchmarks/results/cpu-2core/ga_step/
-  session12_allocator_{default,kept}.json``);
+  2026-11-24_5bbd686_allocator_{default,kept}.json``);
 - on the H100 machine's host, the solver's host work: preparation 11.1–11.3 → 9.4–9.7
   ms, results 12.3–14.6 → 7.1–7.6 ms; the generation as a whole did not change beyond
   that host's noise (median 0.441–0.443 s against 0.441 s;
-  ``benchmarks/results/h100/fit_gpu/session12_heap_{old,new}_65536_{1,2}.json``).
+  ``benchmarks/results/h100/fit_gpu/2026-11-24_5bbd686_heap_{old,new}_65536_{1,2}.json``).
 
 The top pad matters on threads whose generation outgrows one heap: 72 MB of arrays a
 generation on a thread of its own faulted about 3,000 pages in afresh each generation
 without it, none with it (``tests/test_allocator.py``). A shard of 32,768 R&H candidates on
 a Dask worker of the H100 machine stays within one heap: 6.5–11.5 faults per evaluation
 before, 4.5–5 after, its host work unchanged within noise
-(``benchmarks/results/h100/host_work/session14_pad_{old,new}_32768_{1,2}.json``).
+(``benchmarks/results/h100/host_work/2026-11-24_e4b3831_pad_{old,new}_32768_{1,2}.json``).
 
 Other C libraries (macOS, musl) are left as they are, and so is glibc where
 ``KINGEN_KEEP_FREED_MEMORY=0`` is set: the memory a process holds then falls back when a fit

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kingen.analysis._gpu import NO_GPU
+from kingen.analysis.gpu import NO_GPU
 from kingen.errors import KingenError
 
 

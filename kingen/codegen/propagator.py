@@ -109,7 +109,7 @@ def _update(a: Emitter, ind: str, new: str, old: str, comp: str, terms: list[str
         a(f"{ind}{new} = {dot([old] + terms, 2)}")
 
 
-def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
+def row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
                    writer: str | None) -> None:
     """Failure checks at the end of a propagated row.
 
@@ -134,7 +134,7 @@ def _row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
 
 def _sample_value(a: Emitter, ind: str, mode: str, writer: str | None) -> None:
     """Reduce or store the current ``g`` of a propagated sample (no checks: see
-    :func:`_row_end_check`)."""
+    :func:`row_end_check`)."""
     a(f"{ind}smp += 1")
     a(f"{ind}code = 0")
     a.store_sample(ind, mode, [], writer=writer, prefetched=True)
@@ -161,7 +161,7 @@ def _whole_state_sample(a: Emitter, ind: str, ind2: str, mode: str, with_occupan
         a.store_sample(ind3, mode, p)
     else:
         _sample_value(a, ind3, mode, None)
-    _row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
+    row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
                                                      for x in p), mode, None)
 
 
@@ -286,7 +286,7 @@ def lanes_row_exit(a: Emitter, ind: str, n_cols: int, lanes: int, mode: str) -> 
         a(f"{ind}tq += SHFL_XOR(gmask, tq, {off})")
         a(f"{ind}bad |= SHFL_XOR(gmask, bad, {off})")
         off *= 2
-    _row_end_check(a, ind, "tq", "bad != 0", mode, "lane == 0")
+    row_end_check(a, ind, "tq", "bad != 0", mode, "lane == 0")
     for j in range(S):
         a(f"{ind}p{j} = last[{j}]")
         if a.compensated:

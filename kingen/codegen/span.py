@@ -278,7 +278,7 @@ def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
 def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
     """A propagated row in spans of ``span`` samples, one thread holding the whole state
     ``p{i}`` (objective mode); the row's checks follow as for one product per sample."""
-    from kingen.codegen.propagator import _row_end_check, dot
+    from kingen.codegen.propagator import dot, row_end_check
 
     S, F = a.scheme.n_states, a.cast
     p = [f"p{i}" for i in range(S)]
@@ -309,7 +309,7 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
     currents(ind + "    ", "rem")
     a(f"{ind}    for t in range(rem):")
     advance(ind + "        ", "D")
-    _row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
+    row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
                                                       for x in p), "objective", None)
     if a.compensated:
         for j in range(S):

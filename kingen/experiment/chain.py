@@ -345,28 +345,28 @@ def read_response(path: Path, *, file: str | None, field: str, value: Any = None
         it), for every problem above.
     """
     from kingen.experiment.recordings.csv import (
-        _parse_column,
-        _read_table,
-        _split_name,
-        _unit_factor,
+        csv_unit_factor,
+        parse_csv_column,
+        read_csv_table,
+        split_column_name,
     )
 
     value = str(path) if value is None else value
-    table = _read_table(path)
+    table = read_csv_table(path)
     if len(table.header) != 2:
         raise KingenError("a response file has two columns, time_<unit> and step or impulse",
                           file=str(path), field="header", value=",".join(table.header))
-    quantity, unit, _ = _split_name(table.header[0], table.name)
+    quantity, unit, _ = split_column_name(table.header[0], table.name)
     if quantity != "time":
         raise KingenError("the first column must be the time (time_ms)", file=str(path),
                           field="header", value=table.header[0])
-    t = _parse_column(table, 0, allow_trailing_blank=False,
-                      factor=_unit_factor(table, table.header[0], "time", unit), unit="ms")
-    what = _split_name(table.header[1], table.name)[0]
+    t = parse_csv_column(table, 0, allow_trailing_blank=False,
+                         factor=csv_unit_factor(table, table.header[0], "time", unit), unit="ms")
+    what = split_column_name(table.header[1], table.name)[0]
     if what not in RESPONSE_KINDS:
         raise KingenError("the second column must be named step or impulse (which response "
                           "it is)", file=str(path), field="header", value=table.header[1])
-    y = _parse_column(table, 1, allow_trailing_blank=False)
+    y = parse_csv_column(table, 1, allow_trailing_blank=False)
     if not 2 <= y.size <= MAX_RESPONSE_SAMPLES:
         raise KingenError(f"{y.size} sample{'s' if y.size != 1 else ''}: a response needs "
                           f"2 to {MAX_RESPONSE_SAMPLES} "

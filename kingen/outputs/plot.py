@@ -12,10 +12,8 @@ recorded data are grey.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,93 +22,30 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from kingen._version import __version__
-from kingen.base.files import atomic_write, check_replaceable
+from kingen.base.files import check_replaceable
 from kingen.errors import KingenError
+from kingen.outputs.figstyle import (
+    DATA_COLOR,
+    DPI,
+    FIGURE_SIZES,
+    FORMATS,
+    PROTOCOL_COLORS,
+    STYLE,
+    UNFILTERED,
+    log,
+    new_figure,
+    protocol_color,
+    safe_names,
+    save_all,
+    save_figure,
+)
+from kingen.outputs.searchplots import (
+    convergence_figure,
+    correlation_figure,
+    parameter_figure,
+    profile_figure,
+)
 from kingen.store import RunStore, RunView, as_store
-
-log = logging.getLogger("kingen.outputs.plot")
-
-DPI = 100
-FIGURE_SIZES: dict[str, tuple[float, float]] = {
-    "fit": (8.0, 5.0),
-    "fits_overview": (12.0, 8.0),
-    "dose_response": (6.5, 4.8),
-    "recovery": (6.5, 4.8),
-    "convergence": (11.0, 4.5),
-    "parameters": (10.0, 5.5),
-    "correlations": (7.0, 6.0),
-    "traces": (8.0, 5.0),
-}
-PROTOCOL_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
-                   "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f")
-DATA_COLOR = "0.55"
-# A current before the recording's filter, drawn behind the filtered one
-UNFILTERED = 0.35
-FORMATS = ("png", "pdf")
-STYLE = {
-    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9,
-    "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": DPI,
-    "savefig.dpi": DPI, "pdf.fonttype": 42,  # editable text in Illustrator/Inkscape
-}
-
-
-def protocol_color(index: int) -> str:
-    """The colour of the run's ``index``-th protocol."""
-    return PROTOCOL_COLORS[index % len(PROTOCOL_COLORS)]
-
-
-def safe_name(name: str) -> str:
-    """A protocol name made safe for a file name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "protocol"
-
-
-def safe_names(names: Sequence[str]) -> dict[str, str]:
-    """Each protocol name made safe for a file name, and distinct: names that clean to the
-    same text (``deact α``, ``deact β``) would write over each other's files.
-
-    >>> safe_names(["deact α", "deact β", "recovery"])
-    {'deact α': 'deact', 'deact β': 'deact_2', 'recovery': 'recovery'}
-    """
-    out: dict[str, str] = {}
-    taken: set[str] = set()
-    for name in names:
-        base = candidate = safe_name(name)
-        n = 1
-        while candidate.lower() in taken:  # case too: some filesystems ignore it
-            n += 1
-            candidate = f"{base}_{n}"
-        taken.add(candidate.lower())
-        out[name] = candidate
-    return out
-
-
-def _figure(kind: str, **kwargs: Any) -> Figure:
-    return Figure(figsize=FIGURE_SIZES[kind], dpi=DPI, layout="constrained", **kwargs)
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    """Save atomically (temporary file, then rename); the format comes from the suffix.
-
-    The file names kingen as its maker (PNG ``Software``, PDF and SVG ``Creator``): that is
-    how a later figure knows it may replace it (:func:`kingen.base.files.check_replaceable`).
-    """
-    fmt = path.suffix.lstrip(".").lower() or "png"
-    check_replaceable(path, "-o", kind="figure")
-    maker = {"png": "Software", "pdf": "Creator", "svg": "Creator"}.get(fmt)
-    metadata = {maker: f"kingen {__version__}"} if maker else None
-
-    def write(tmp: Path) -> None:
-        with matplotlib.rc_context(STYLE):
-            fig.savefig(tmp, format=fmt, dpi=DPI, metadata=metadata)
-
-    atomic_write(path, write)
-    return path
-
-
-def _save_all(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    return [_save(fig, out_dir / f"{stem}.{fmt}") for fmt in formats]
-
 
 # --------------------------------------------------------------------------- simulate --plot
 
@@ -148,7 +83,7 @@ def plot_traces(time_ms: list[np.ndarray], currents_pA: list[np.ndarray], labels
         raise KingenError(f"{len(time_ms)} time arrays, {n} currents and {len(labels)} labels",
                           file=str(path), field="plot")
     with matplotlib.rc_context(STYLE):
-        fig = _figure("traces")
+        fig = new_figure("traces")
         if concentration_mM is not None:
             gs = fig.add_gridspec(2, 1, height_ratios=(1, 4))
             ax_c = fig.add_subplot(gs[0])
@@ -173,7 +108,7 @@ def plot_traces(time_ms: list[np.ndarray], currents_pA: list[np.ndarray], labels
         ax.set_ylabel("Current (pA)")
         if n <= 12:
             ax.legend(title="sweep", frameon=False, ncols=1 if n <= 6 else 2)
-        return _save(fig, path)
+        return save_figure(fig, path)
 
 
 def _sweep_colors(n: int, base: str | None = None) -> list[Any]:
@@ -260,9 +195,9 @@ def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str
     figures += [("fits_overview", lambda: _overview_figure(r)),
                 ("dose_response", lambda: _dose_figure(r)),
                 ("recovery", lambda: _recovery_figure(r)),
-                ("convergence", lambda: _convergence_figure(r)),
-                ("parameters", lambda: _parameter_figure(r)),
-                ("correlations", lambda: _correlation_figure(r)),
+                ("convergence", lambda: convergence_figure(r)),
+                ("parameters", lambda: parameter_figure(r)),
+                ("correlations", lambda: correlation_figure(r)),
                 ("profiles", lambda: profile_figure(r))]
     for stem, _ in figures:  # every file checked before any is drawn
         for fmt in formats:
@@ -275,7 +210,7 @@ def _draw_all(r: RunView, out: Path, formats: Sequence[str], tell: Callable[[str
             skipped[stem] = result
             tell(f"skipped {stem}: {result}")
             continue
-        written[stem] = _save_all(result, out, stem, formats)
+        written[stem] = save_all(result, out, stem, formats)
     return written, skipped
 
 
@@ -317,7 +252,7 @@ def _fit_figure(r: RunView, name: str) -> Figure | str:
         return "no best candidate in the run file yet"
     if name not in r.best["traces"]:
         return f"no traces of protocol {name!r} were stored"
-    fig = _figure("fit")
+    fig = new_figure("fit")
     gs = fig.add_gridspec(2, 1, height_ratios=(1, 5))
     ax_c = fig.add_subplot(gs[0])
     ax = fig.add_subplot(gs[1], sharex=ax_c)
@@ -341,7 +276,7 @@ def _overview_figure(r: RunView) -> Figure | str:
     names = [n for n in r.names if n in r.best["traces"]]
     cols = 1 if len(names) == 1 else 2
     rows = math.ceil(len(names) / cols)
-    fig = _figure("fits_overview")
+    fig = new_figure("fits_overview")
     axes = fig.subplots(rows, cols, squeeze=False)
     for k, name in enumerate(names):
         _draw_fit(axes[k // cols][k % cols], r, name, legend=(k == 0))
@@ -387,7 +322,7 @@ def _dose_figure(r: RunView) -> Figure | str:
     names = _kind(r, "dose_response")
     if not names:
         return "no dose-response protocol in this run"
-    fig = _figure("dose_response")
+    fig = new_figure("dose_response")
     ax = fig.add_subplot()
     drawn = False
     for name in names:
@@ -426,7 +361,7 @@ def _recovery_figure(r: RunView) -> Figure | str:
     names = _kind(r, "recovery")
     if not names:
         return "no recovery (paired-pulse) protocol in this run"
-    fig = _figure("recovery")
+    fig = new_figure("recovery")
     ax = fig.add_subplot()
     drawn = False
     for name in names:
@@ -455,199 +390,6 @@ def _recovery_figure(r: RunView) -> Figure | str:
     return fig
 
 
-# --------------------------------------------------------------------------- the search
-
-def _convergence_figure(r: RunView) -> Figure | str:
-    h = r.history(population=False)
-    if h["generation"].size == 0:
-        return "no completed generation yet"
-    gens = h["generation"]
-    fig = _figure("convergence")
-    ax, ax_p = fig.subplots(1, 2)
-    fit = h["fitness"]
-    with np.errstate(all="ignore"):
-        best = np.where(np.isfinite(h["best"]), h["best"], np.nanmin(fit, axis=1))
-        median = np.where(np.isfinite(h["median"]), h["median"],
-                          np.nanmedian(np.where(np.isfinite(fit), fit, np.nan), axis=1))
-    ax.plot(gens, best, color="black", lw=1.6, label="best")
-    ax.plot(gens, median, color="0.5", lw=1.2, ls="--", label="median")
-    _log_if_positive(ax, np.concatenate([best, median]))
-    ax.set_xlabel("Generation")
-    ax.set_ylabel("Error (weighted, dimensionless)")
-    ax.set_title("Convergence")
-    ax.legend(frameon=False)
-    # The best candidate's error under each protocol, in the protocol colours.
-    err = h["errors"]
-    masked = np.where(np.isfinite(fit), fit, np.inf)
-    idx = np.argmin(masked, axis=1)
-    per = err[np.arange(len(idx)), idx]
-    for k, name in enumerate(r.names):
-        ax_p.plot(gens, per[:, k], color=protocol_color(k), lw=1.3, label=name)
-    _log_if_positive(ax_p, per.ravel())
-    ax_p.set_xlabel("Generation")
-    ax_p.set_ylabel("Error of the best candidate")
-    ax_p.set_title("Error per protocol")
-    ax_p.legend(frameon=False, fontsize=8)
-    fig.suptitle(f"{r.title}: search progress")
-    return fig
-
-
-def _log_if_positive(ax: Any, values: np.ndarray) -> None:
-    v = values[np.isfinite(values)]
-    if v.size and np.all(v > 0):
-        ax.set_yscale("log")
-
-
-def best_so_far(params: np.ndarray, fitness: np.ndarray) -> np.ndarray:
-    """Each generation's best candidate so far (the hall of fame's first as of then), from
-    every generation's best (rows of ``params``, their ``fitness``; NaN where none).
-
-    A generation's own best may be worse than an earlier one (a search without elitism
-    lost it; CMA-ES samples anew): the run's best is the best so far, never the last
-    population's.
-
-    Examples
-    --------
-    >>> best_so_far(np.array([[1.0], [2.0], [3.0]]), np.array([0.5, 0.9, 0.1]))[:, 0].tolist()
-    [1.0, 1.0, 3.0]
-    """
-    out = np.array(params, dtype=float, copy=True)
-    best, row = math.inf, None
-    for g, f in enumerate(np.asarray(fitness, dtype=float)):
-        if math.isfinite(f) and f < best:
-            best, row = f, out[g].copy()
-        if row is not None:
-            out[g] = row
-    return out
-
-
-def _within_bounds(p: Any, values: np.ndarray) -> np.ndarray:
-    """Positions of ``values`` of parameter ``p`` within its bounds (0 lower, 1 upper)."""
-    with np.errstate(all="ignore"):
-        if p.scale == "log":
-            return (np.log10(values) - math.log10(p.lower)) / (
-                math.log10(p.upper) - math.log10(p.lower))
-        return (values - p.lower) / (p.upper - p.lower)
-
-
-def _parameter_figure(r: RunView) -> Figure | str:
-    gens, params, fit = r.store.best_per_generation()
-    if gens.size == 0:
-        return "no completed generation yet"
-    free = np.flatnonzero(r.free_mask)
-    if free.size == 0:
-        return "no free parameter"
-    params = best_so_far(params, fit)
-    best = r.best  # the reported best: the hall of fame's, polished when the fit polished
-    reported = (np.asarray(best["params"], dtype=float)
-                if best is not None and np.all(np.isfinite(best["params"])) else None)
-    fig = _figure("parameters")
-    ax = fig.add_subplot()
-    pars = r.scheme.parameters
-    cmap = matplotlib.colormaps["tab20"]
-    for n, j in enumerate(free):
-        p = pars[j]
-        ax.plot(gens, _within_bounds(p, params[:, j]), color=cmap(n % 20), lw=1.3,
-                label=p.name)
-        if reported is not None:
-            ax.plot([gens[-1]], [_within_bounds(p, reported[j])], "o", color=cmap(n % 20),
-                    ms=5, mec="black", mew=0.6, gid="reported best")
-    ax.set_ylim(-0.03, 1.03)
-    ax.axhline(0, color="0.8", lw=0.8, zorder=0)
-    ax.axhline(1, color="0.8", lw=0.8, zorder=0)
-    ax.set_xlabel("Generation")
-    ax.set_ylabel("Position within bounds\n(0 = lower, 1 = upper; log scale)")
-    ax.set_title(f"{r.title}: best candidate's rate constants per generation"
-                 + ("\n(best so far; dots: the reported best)" if reported is not None
-                    else " (best so far)"))
-    ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5),
-              ncols=1 if free.size <= 16 else 2, fontsize=8)
-    return fig
-
-
-# --------------------------------------------------------------------------- uncertainty
-
-def _correlation_figure(r: RunView) -> Figure | str:
-    """The correlations of the free rates (log10) at the best, from the Fisher information
-    stored at the end of the fit (``/profiles/local``)."""
-    local = r.local_uncertainty
-    if not local or not local.get("names"):
-        return ("no local uncertainty in the run file (computed at the end of a fit; "
-                "kingen profile RUN.h5 adds it to older files)")
-    names = list(local["names"])
-    corr = np.array([[math.nan if v is None else v for v in row]
-                     for row in local["correlation"]], dtype=float)
-    fig = _figure("correlations")
-    ax = fig.add_subplot()
-    im = ax.imshow(np.ma.masked_invalid(corr), cmap="RdBu_r", vmin=-1, vmax=1)
-    n = len(names)
-    ax.set_xticks(range(n), names, rotation=90)
-    ax.set_yticks(range(n), names)
-    if n <= 16:
-        for i in range(n):
-            for k in range(n):
-                v = corr[i, k]
-                ax.text(k, i, "—" if not math.isfinite(v) else f"{v:.2f}", ha="center",
-                        va="center", fontsize=7,
-                        color="white" if math.isfinite(v) and abs(v) > 0.6 else "black")
-    fig.colorbar(im, ax=ax, shrink=0.8, label="correlation of log10 rates")
-    ax.set_title(f"{r.title}: correlations at the best (Fisher information)")
-    return fig
-
-
-# --------------------------------------------------------------------------- profiles
-
-def profile_figure(r: RunView) -> Figure | str:
-    """One panel per profiled parameter (``kingen profile``): Δχ² against the rate (file
-    units, log axis for log-scaled rates), the threshold of the confidence level, the
-    interval, the best value and the model file's value; or why there is none."""
-    state = r.profiles
-    title = r.title
-    rows = (state or {}).get("table") or []
-    if not rows:
-        return ("no finished profiles in the run file (kingen profile RUN.h5 computes them)"
-                if state is None or not state.get("results") else "no profiled parameter")
-    n = len(rows)
-    cols = min(4, n)
-    nrows = math.ceil(n / cols)
-    fig = Figure(figsize=(3.3 * cols, 2.7 * nrows + 0.5), dpi=DPI, layout="constrained")
-    axes = fig.subplots(nrows, cols, squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    for ax, row in zip(axes.flat, rows, strict=False):
-        x = np.array([math.nan if v is None else v for v in row["grid"]], dtype=float)
-        y = np.array([math.nan if v is None else v for v in row["delta_chi2"]], dtype=float)
-        order = np.argsort(x)
-        ok = np.isfinite(x[order]) & np.isfinite(y[order])
-        ax.plot(x[order][ok], y[order][ok], "o-", color=PROTOCOL_COLORS[0], ms=3, lw=1.2)
-        thr = float(row["threshold"])
-        ax.axhline(thr, color="0.35", ls="--", lw=1,
-                   label=f"{100 * float(row['level']):g} % threshold")
-        lo, hi = row["lower"], row["upper"]
-        finite = x[np.isfinite(x)]
-        if finite.size:
-            ax.axvspan(lo if lo is not None else finite.min(),
-                       hi if hi is not None else finite.max(), color="0.9", zorder=0,
-                       label="interval")
-        ax.axvline(row["best"], color="black", lw=1.2, label="best")
-        ax.axvline(row["file_value"], color=PROTOCOL_COLORS[3 % len(PROTOCOL_COLORS)],
-                   ls=":", lw=1.5, label="model file")
-        # a log axis only where the profile spans a factor 3 or more: its labels would
-        # crowd a narrow range
-        if row.get("log", True) and finite.size and finite.min() > 0 and (
-                finite.max() / finite.min() >= 3.0):
-            ax.set_xscale("log")
-        top = np.nanmax(y) if np.isfinite(y).any() else thr
-        ax.set_ylim(-0.05 * max(top, thr), min(max(top, 1.3 * thr), 6.0 * thr))
-        ax.set_xlabel(f"{row['name']} ({row['unit']})")
-        ax.set_ylabel("Δχ² (−2 Δlog L)")
-        verdict = "identifiable" if row["identifiable"] else "not identifiable"
-        ax.set_title(f"{row['name']}: {verdict}", fontsize=9)
-    axes.flat[0].legend(frameon=False, fontsize=7)
-    fig.suptitle(f"{title}: profile likelihoods" if title else "Profile likelihoods")
-    return fig
-
-
-__all__ = ["DPI", "FIGURE_SIZES", "PROTOCOL_COLORS", "plot_run", "plot_run_detailed",
-           "profile_figure",
-           "plot_traces", "protocol_color"]
+# the style and the search's figures are importable from here too, as before their modules
+__all__ = ["DPI", "FIGURE_SIZES", "FORMATS", "PROTOCOL_COLORS", "plot_run",
+           "plot_run_detailed", "profile_figure", "plot_traces", "protocol_color", "safe_names"]

@@ -137,7 +137,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
     >>> print(result.summary())  # doctest: +SKIP
     """
     from kingen.store import RunStore, WriterLock
-    from kingen.store.integrity import _open_append
+    from kingen.store.integrity import open_append
     from kingen.store.profiles import add_group, commit_state, write_local
 
     t0 = time.perf_counter()
@@ -185,7 +185,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
             out.flush()
         if not group:
             add_group(path)
-        f = _open_append(path)
+        f = open_append(path)
         try:
             f.swmr_mode = True
             base = {"settings": settings, "noise": noise.to_dict(), "names": names}

@@ -27,7 +27,7 @@ def cuda_status() -> CudaStatus:
     """Probe numba-cuda without raising.
 
     The one GPU probe of kingen: the solver's backend choice, ``kingen info`` and the
-    analysis (:func:`kingen.analysis._gpu.require_gpu`) all ask here.
+    analysis (:func:`kingen.analysis.gpu.require_gpu`) all ask here.
     """
     simulator = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
     try:

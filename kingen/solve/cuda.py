@@ -128,16 +128,16 @@ def default_config(scheme, precision: str = "float64",
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
     As measured fastest on an H100 at 16,384 candidates
-    (``benchmarks/results/h100/propagator/session8_*``), in both precisions:
+    (``benchmarks/results/h100/propagator/2026-11-23_8ecf346_*``), in both precisions:
 
     - protocols with ideal steps (``stage_rows`` ``"none"``: every row propagated): spans
       of 16 samples over 8 lanes for more than 8 states (Robert & Howe: 118,066 candidates/s
       against 53,855 with one product per sample on 4 lanes), spans of 8 over 4 lanes from
       4 to 8 states (Jonas: 225,740 against 193,296 on one lane);
     - rows left in stage form (finite exchange): every lane of a pair repeats their RK4
-      steps, so fewer lanes (``session9_*_x0.2*.json``, kernel time at 0.2 ms exchange): one
-      lane up to 8 states (Jonas: 65 ms against 132 ms with spans of 8 over 4 lanes), spans
-      of 8 over 2 lanes beyond (Robert & Howe: 302 ms, against 317 ms with spans of 4,
+      steps, so fewer lanes (``2026-11-24_1b0b350_*_x0.2*.json``, kernel time at 0.2 ms
+      exchange): one lane up to 8 states (Jonas: 65 ms against 132 ms with spans of 8 over 4
+      lanes), spans of 8 over 2 lanes beyond (Robert & Howe: 302 ms, against 317 ms with spans of 4,
       414 ms with spans of 8 over 4 lanes, 698 ms on 2 lanes without spans and 723 ms with
       spans of 16 over 8).
 

@@ -10,7 +10,7 @@ fit's threads would first have to wake from the solve's idling, and a Dask worke
 threads share the host with the other workers' and the driver's. On all cores it did not
 pay in the one device call that tried it: two workers sharing the H100, a shard's host
 preparation 13.8–13.9 ms with NumPy's passes, 17.3–18.7 ms with the all-cores pass
-(``benchmarks/results/h100/dask_scaling/session13_cores_{old,new}_one_gpu_*.json``).
+(``benchmarks/results/h100/dask_scaling/2026-11-24_f8c3a58_cores_{old,new}_one_gpu_*.json``).
 """
 
 from __future__ import annotations

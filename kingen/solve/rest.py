@@ -8,9 +8,9 @@ compiled loop, with partial pivoting, giving NumPy's answer to rounding. The sys
 resting class's alone (:func:`resting_class`): the states receptors can rest in, 2 of
 R&H's 16. The whole 16-state system took 36 ms of one process's 65,536-candidate solve on
 the H100 machine's host, and 21 ms of a 32,768-candidate shard's
-(``solver_prepare_s`` in ``benchmarks/results/h100/dask_scaling/session11_shard_*``);
+(``solver_prepare_s`` in ``benchmarks/results/h100/dask_scaling/2026-11-24_3a7aaf9_shard_*``);
 the resting class takes 1.4–2.2 ms there on all cores (back to back, after idling)
-(``benchmarks/results/h100/rest_state/session12_65536.json``).
+(``benchmarks/results/h100/rest_state/2026-11-24_5bbd686_65536.json``).
 Small batches run on one thread, large ones on all cores (:data:`PARALLEL_FROM_WORK`).
 """
 
@@ -97,7 +97,7 @@ def _stationary_serial(params, rate_param, source, target, param, factor, states
 
 # From this much elimination work (candidates × states³) on, all cores: 32,768 R&H
 # candidates (2 resting states) and up. The rest_state suite, R&H
-# (benchmarks/results/<device>/rest_state/session12_*.json), one thread against all:
+# (benchmarks/results/<device>/rest_state/2026-11-24_5bbd686_*.json), one thread against all:
 # - a GPU host, after 0.3 s of sleep as through a GPU solve: waking numba's threads costs
 #   less than one core's loop. On the H100 machine's 16-core host 65,536 candidates take
 #   19.8 against 2.2 ms, 32,768 take 11.1 against 4.4.

@@ -26,15 +26,19 @@ REASON_BYTES = 1024
 # Every dataset is chunked with a Fletcher-32 checksum per chunk, which HDF5 checks on
 # every read: a flipped bit is an error naming the dataset, never a wrong number. Strings
 # are fixed-length (a variable-length string lives in a heap no filter covers).
-_CHECKSUM = {"fletcher32": True}
+CHECKSUM = {"fletcher32": True}
 # gzip level 1: a third of level 4's time for nearly its ratio. The per-generation float
 # arrays (population, errors, fitness) are stored uncompressed: random doubles shrink little,
 # and compressing them on the writer thread held the GIL and stalled the GA at 65k candidates.
-_GZIP = {"compression": "gzip", "compression_opts": 1, "shuffle": True, **_CHECKSUM}
+_GZIP = {"compression": "gzip", "compression_opts": 1, "shuffle": True, **CHECKSUM}
 
 
-def _key(name: str) -> str:
-    """HDF5 member name for a protocol name ('/' is a path separator in HDF5)."""
+def member_key(name: str) -> str:
+    """HDF5 member name for a protocol name ('/' is a path separator in HDF5).
+
+    >>> member_key("dose/response"), member_key(".")
+    ('dose_response', '_.')
+    """
     key = name.replace("/", "_")
     return "_" + key if key in ("", ".") else key
 
@@ -47,28 +51,38 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def _dumps(obj: Any) -> str:
+def dumps(obj: Any) -> str:
+    """JSON text of ``obj``; NumPy numbers and arrays as plain numbers and lists.
+
+    >>> dumps({"n": np.int64(3), "x": np.array([0.5, 1.0])})
+    '{"n": 3, "x": [0.5, 1.0]}'
+    """
     return json.dumps(obj, default=_json_default, allow_nan=True)
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A stored string (bytes, 0-d array or str) as text.
+
+    >>> as_text(b"deactivation"), as_text(np.array(b"ms"))
+    ('deactivation', 'ms')
+    """
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, np.ndarray) and value.shape == ():
-        return _text(value[()])
+        return as_text(value[()])
     return str(value)
 
 
-_STR = "text"  # a table column of text: stored as fixed-length UTF-8
+TEXT = "text"  # a table column of text: stored as fixed-length UTF-8
 
 
-def _strings(values: Any) -> np.ndarray:
+def strings(values: Any) -> np.ndarray:
     """Text as a fixed-length UTF-8 string array (one byte or more per item)."""
     raw = [str(v).encode("utf-8") for v in values]
     return np.array(raw, dtype=h5py.string_dtype("utf-8", max([1] + [len(b) for b in raw])))
 
 
-def _dataset(group: h5py.Group, name: str, data: Any, *, compress: bool = False
+def make_dataset(group: h5py.Group, name: str, data: Any, *, compress: bool = False
              ) -> h5py.Dataset:
     """A fixed dataset, chunked so that it carries a checksum; a scalar is stored as (1,)."""
     arr = np.asarray(data)
@@ -76,7 +90,7 @@ def _dataset(group: h5py.Group, name: str, data: Any, *, compress: bool = False
         arr = arr.reshape(1)
     # one chunk for small data; HDF5's own choice (bounded chunks) for large
     chunks = tuple(max(1, n) for n in arr.shape) if arr.nbytes <= 1 << 20 else True
-    opts = _GZIP if compress else _CHECKSUM
+    opts = _GZIP if compress else CHECKSUM
     if arr.size == 0:
         # HDF5 cannot chunk a zero-length extent: leave room for it to be chunked
         return group.create_dataset(name, shape=arr.shape, maxshape=(None,) * arr.ndim,
@@ -84,19 +98,20 @@ def _dataset(group: h5py.Group, name: str, data: Any, *, compress: bool = False
     return group.create_dataset(name, data=arr, chunks=chunks, **opts)
 
 
-def _text_dataset(group: h5py.Group, name: str, text: str) -> h5py.Dataset:
-    return _dataset(group, name, _strings([text]))
+def make_text_dataset(group: h5py.Group, name: str, text: str) -> h5py.Dataset:
+    """A checksummed dataset holding one text."""
+    return make_dataset(group, name, strings([text]))
 
 
-def _table(group: h5py.Group, name: str, columns: list[tuple[str, Any, np.dtype | Any]],
-           rows: int, units: Mapping[str, str] | None = None, doc: str = "") -> h5py.Dataset:
+def make_table(group: h5py.Group, name: str, columns: list[tuple[str, Any, np.dtype | Any]],
+               rows: int, units: Mapping[str, str] | None = None, doc: str = "") -> h5py.Dataset:
     """A compound dataset (a table); column units go into ``unit_<column>`` attributes."""
-    cols = [(c, _strings(v) if t is _STR else np.asarray(v, dtype=t)) for c, v, t in columns]
+    cols = [(c, strings(v) if t is TEXT else np.asarray(v, dtype=t)) for c, v, t in columns]
     dtype = np.dtype([(c, v.dtype) for c, v in cols])
     arr = np.zeros(rows, dtype=dtype)
     for c, values in cols:
         arr[c] = values if rows else []
-    ds = _dataset(group, name, arr)
+    ds = make_dataset(group, name, arr)
     for column, unit in (units or {}).items():
         ds.attrs[f"unit_{column}"] = unit
     if doc:
@@ -104,20 +119,21 @@ def _table(group: h5py.Group, name: str, columns: list[tuple[str, Any, np.dtype 
     return ds
 
 
-def _col(table: np.ndarray, name: str) -> list[Any]:
-    return [_text(v) if isinstance(v, (bytes, str)) else v for v in table[name]]
+def column_values(table: np.ndarray, name: str) -> list[Any]:
+    """The values of a table's column, text decoded."""
+    return [as_text(v) if isinstance(v, (bytes, str)) else v for v in table[name]]
 
 
-def _extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any,
-                fill: Any, *, unit: str | None = None, doc: str = "",
-                compress: bool = True, chunk_rows: int | None = None) -> h5py.Dataset:
+def make_extendable(group: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any,
+                    fill: Any, *, unit: str | None = None, doc: str = "",
+                    compress: bool = True, chunk_rows: int | None = None) -> h5py.Dataset:
     """An empty dataset, extendable on every axis of length 0 or marked None."""
     start = tuple(0 if s is None else s for s in shape)
     maxshape = tuple(None for _ in shape)
     row = int(np.prod([max(1, s or 1) for s in shape[1:]])) * np.dtype(dtype).itemsize
     rows = chunk_rows or max(1, min(64, (1 << 16) // max(row, 1)))
     chunks = (rows,) + tuple(max(1, min(s or 1024, 4096)) for s in shape[1:])
-    opts = _GZIP if compress else _CHECKSUM
+    opts = _GZIP if compress else CHECKSUM
     ds = group.create_dataset(name, shape=start, maxshape=maxshape, dtype=dtype, chunks=chunks,
                               fillvalue=fill, **opts)
     if unit is not None:
@@ -140,66 +156,74 @@ def _damaged(ds: h5py.Dataset, exc: BaseException) -> KingenError:
 
 # A reader of a live run may catch a chunk while the writer rewrites it in place: a failed
 # checksum is read again (after a refresh) before the file is called damaged.
-_READ_TRIES = 3
+READ_TRIES = 3
 
 
-def _load(ds: h5py.Dataset, sel: Any = ()) -> Any:
+def load(ds: h5py.Dataset, sel: Any = ()) -> Any:
     """``ds[sel]``, verified: a failed checksum is a KingenError naming the dataset."""
-    for attempt in range(_READ_TRIES):
+    for attempt in range(READ_TRIES):
         try:
             return ds[sel]
         except OSError as exc:
-            if attempt + 1 == _READ_TRIES or not ds.file.swmr_mode or ds.file.mode != "r":
+            if attempt + 1 == READ_TRIES or not ds.file.swmr_mode or ds.file.mode != "r":
                 raise _damaged(ds, exc) from None
             time.sleep(0.05)
             ds.refresh()
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _one(ds: h5py.Dataset) -> Any:
+def load_one(ds: h5py.Dataset) -> Any:
     """The single value of a (1,) dataset (scalars are stored so, to carry a checksum)."""
-    value = _load(ds, 0) if ds.shape == (1,) else None
+    value = load(ds, 0) if ds.shape == (1,) else None
     if value is None:
         raise KingenError(f"inconsistent run file: shape {ds.shape} where one value belongs",
                           file=ds.file.filename, field=ds.name)
     return value
 
 
-def _grow(ds: h5py.Dataset, shape: tuple[int, ...]) -> None:
+def grow(ds: h5py.Dataset, shape: tuple[int, ...]) -> None:
     """Extend ``ds`` so it is at least ``shape`` (never shrink: SWMR allows only growth)."""
     new = tuple(max(a, b) for a, b in zip(ds.shape, shape, strict=True))
     if new != ds.shape:
         ds.resize(new)
 
 
-def _padded(rows: list[np.ndarray], width: int, fill: float = np.nan) -> np.ndarray:
+def padded(rows: list[np.ndarray], width: int, fill: float = np.nan) -> np.ndarray:
+    """Rows of different lengths as one (len(rows), width) array, ``fill`` padded.
+
+    >>> padded([np.array([1.0, 2.0]), np.array([3.0])], 3, fill=0.0)
+    array([[1., 2., 0.],
+           [3., 0., 0.]])
+    """
     out = np.full((len(rows), width), fill)
     for i, r in enumerate(rows):
         out[i, : r.size] = r
     return out
 
 
-def _write_json(ds: h5py.Dataset, obj: Any) -> None:
+def write_json(ds: h5py.Dataset, obj: Any) -> None:
     """JSON as UTF-8 bytes in an extendable uint8 dataset, NUL padded.
 
     A string dataset cannot change size under SWMR, and the dataset never shrinks, so a
-    shorter text leaves NULs behind it, which :func:`_read_json` strips.
+    shorter text leaves NULs behind it, which :func:`read_json` strips.
     """
-    raw = np.frombuffer(_dumps(obj).encode("utf-8"), dtype=np.uint8)
-    _grow(ds, (raw.size,))
+    raw = np.frombuffer(dumps(obj).encode("utf-8"), dtype=np.uint8)
+    grow(ds, (raw.size,))
     full = np.zeros(ds.shape[0], dtype=np.uint8)
     full[: raw.size] = raw
     ds[...] = full
 
 
-def _read_json(ds: h5py.Dataset) -> Any:
-    raw = bytes(np.asarray(_load(ds), dtype=np.uint8)).rstrip(b"\0")
+def read_json(ds: h5py.Dataset) -> Any:
+    """The JSON a :func:`write_json` dataset holds (None where empty)."""
+    raw = bytes(np.asarray(load(ds), dtype=np.uint8)).rstrip(b"\0")
     return json.loads(raw.decode("utf-8")) if raw else None
 
 
-def _json_blob(group: h5py.Group, name: str, doc: str) -> h5py.Dataset:
-    ds = _extendable(group, name, (None,), np.uint8, 0, chunk_rows=4096)
+def make_json_blob(group: h5py.Group, name: str, doc: str) -> h5py.Dataset:
+    """An extendable dataset for JSON (see :func:`write_json`), holding null."""
+    ds = make_extendable(group, name, (None,), np.uint8, 0, chunk_rows=4096)
     ds.attrs["content"] = "UTF-8 JSON text as bytes, NUL padded"
     ds.attrs["description"] = doc
-    _write_json(ds, None)
+    write_json(ds, None)
     return ds

@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 
 from kingen.errors import KingenError
-from kingen.store.datasets import _dataset, _dumps, _grow, _json_blob, _load, _read_json
+from kingen.store.datasets import dumps, grow, load, make_dataset, make_json_blob, read_json
 
 GROUP = "profiles"
 
@@ -37,10 +37,10 @@ def create_group(f: h5py.File) -> h5py.Group:
     g = f.create_group(GROUP)
     g.attrs["description"] = ("local uncertainty at the optimum and profile likelihoods "
                               "(JSON); see the kingen README, 'Identifiability'")
-    _json_blob(g, "local", "noise model, standard errors and correlations at the optimum")
+    make_json_blob(g, "local", "noise model, standard errors and correlations at the optimum")
     for slot in (0, 1):
-        _json_blob(g, f"slot_{slot}", "profile state and results, in the slot commit[1] names")
-    _dataset(g, "commit", np.array([0, 0, 0], dtype=np.int64))
+        make_json_blob(g, f"slot_{slot}", "profile state and results, in the slot commit[1] names")
+    make_dataset(g, "commit", np.array([0, 0, 0], dtype=np.int64))
     g["commit"].attrs["description"] = ("[steps committed, slot, CRC-32 of the slot's bytes]; "
                                         "written last")
     return g
@@ -51,10 +51,10 @@ def add_group(p: Path) -> None:
 
     The caller holds the run file's writer lock.
     """
-    from kingen.store.integrity import _open_read
+    from kingen.store.integrity import open_read
 
     tmp = p.with_name(f".{p.name}.profiles.tmp")
-    src = _open_read(p)
+    src = open_read(p)
     try:
         with h5py.File(tmp, "w", libver="latest") as dst:
             for k, v in src.attrs.items():
@@ -86,9 +86,9 @@ def _fresh(ds: h5py.Dataset) -> h5py.Dataset:
 
 def write_local(f: h5py.File, obj: dict[str, Any]) -> None:
     """Replace ``/profiles/local`` (flushed)."""
-    from kingen.store.datasets import _write_json
+    from kingen.store.datasets import write_json
 
-    _write_json(f[GROUP]["local"], obj)
+    write_json(f[GROUP]["local"], obj)
     f.flush()
 
 
@@ -96,18 +96,18 @@ def read_local(f: h5py.File) -> dict[str, Any] | None:
     """``/profiles/local`` as written, or None (none written, or an older file)."""
     if not has_group(f):
         return None
-    obj = _read_json(_fresh(f[GROUP]["local"]))
+    obj = read_json(_fresh(f[GROUP]["local"]))
     return obj if isinstance(obj, dict) else None
 
 
 def commit_state(f: h5py.File, state: dict[str, Any]) -> int:
     """Write the profile state into the free slot, flush, then commit it; returns the step."""
     g = f[GROUP]
-    steps, slot, _ = (int(v) for v in _load(g["commit"]))
+    steps, slot, _ = (int(v) for v in load(g["commit"]))
     new = 0 if steps == 0 else 1 - slot
-    raw = np.frombuffer(_dumps(state).encode("utf-8"), dtype=np.uint8)
+    raw = np.frombuffer(dumps(state).encode("utf-8"), dtype=np.uint8)
     ds = g[f"slot_{new}"]
-    _grow(ds, (raw.size,))
+    grow(ds, (raw.size,))
     full = np.zeros(ds.shape[0], dtype=np.uint8)
     full[: raw.size] = raw
     ds[...] = full
@@ -122,14 +122,14 @@ def read_state(f: h5py.File, name: str) -> dict[str, Any] | None:
     if not has_group(f):
         return None
     g = f[GROUP]
-    commit = np.asarray(_load(_fresh(g["commit"])), dtype=np.int64)
+    commit = np.asarray(load(_fresh(g["commit"])), dtype=np.int64)
     if commit.shape != (3,) or commit[1] not in (0, 1) or commit[0] < 0:
         raise KingenError("inconsistent run file: malformed profile commit", file=name,
                           field="/profiles/commit", value=commit.tolist())
     steps, slot, crc = (int(v) for v in commit)
     if steps == 0:
         return None
-    raw = bytes(np.asarray(_load(_fresh(g[f"slot_{slot}"])), dtype=np.uint8)).rstrip(b"\0")
+    raw = bytes(np.asarray(load(_fresh(g[f"slot_{slot}"])), dtype=np.uint8)).rstrip(b"\0")
     if zlib.crc32(raw) != crc:
         raise KingenError("damaged run file: the profile state fails its CRC-32", file=name,
                           field=f"/profiles/slot_{slot}")

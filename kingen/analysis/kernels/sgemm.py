@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.analysis._gpu import cuda_module, simulator_enabled
+from kingen.analysis.gpu import cuda_module, simulator_enabled
 from kingen.analysis.kernels.base import KernelCase, rel_error
 
 # (M, N, K); tiny is non-square and not a multiple of any tile so the guards are tested.

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.analysis._gpu import cuda_module
+from kingen.analysis.gpu import cuda_module
 from kingen.analysis.kernels.base import KernelCase, rel_error
 
 ALPHA = 0.1  # explicit step dt*D/h^2; < 1/6 keeps the scheme stable

@@ -27,7 +27,9 @@ from kingen.model import units
 # --------------------------------------------------------------------------- CSV reading
 
 @dataclass
-class _Table:
+class CsvTable:
+    """A CSV file as read: its comments, header and columns (cells as text)."""
+
     name: str
     comments: list[str]
     header: list[str]
@@ -35,7 +37,7 @@ class _Table:
     first_row: int  # 1-based file line number of the first data row
 
 
-def _read_table(path: Path) -> _Table:
+def read_csv_table(path: Path) -> CsvTable:
     """Comments, header and columns of a CSV file (cells as text, trailing blanks kept)."""
     name = str(path)
     text = read_text(path, encoding="utf-8-sig")
@@ -66,7 +68,7 @@ def _read_table(path: Path) -> _Table:
                               "(mismatched column lengths)", file=name,
                               field=f"row {i + 2 + k}", value=",".join(row)[:60])
     columns = [list(col) for col in zip(*body, strict=True)] if body else [[] for _ in header]
-    return _Table(name, comments, header, columns, i + 2)
+    return CsvTable(name, comments, header, columns, i + 2)
 
 
 # What a header's first cell holds when the file is separated by something else.
@@ -93,8 +95,8 @@ def _check_separator(first: str, name: str) -> None:
                               field="header", value=first)
 
 
-def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool, factor: float = 1.0,
-                  unit: str = "", max_abs: float | None = None) -> np.ndarray:
+def parse_csv_column(table: CsvTable, j: int, *, allow_trailing_blank: bool, factor: float = 1.0,
+                     unit: str = "", max_abs: float | None = None) -> np.ndarray:
     """A column as floats times ``factor`` (a unit conversion); trailing blank cells end it
     (a shorter sweep) when allowed; a value past ``max_abs`` (converted) is refused as a
     current no recording holds."""
@@ -118,13 +120,13 @@ def _parse_column(table: _Table, j: int, *, allow_trailing_blank: bool, factor: 
         if not math.isfinite(value):
             raise KingenError("NaN or infinite value", file=table.name,
                               field=f"{column} row {row}", value=cell)
-        out[k] = _converted(value, factor, unit, table.name, f"{column} row {row}", cell)
+        out[k] = converted_value(value, factor, unit, table.name, f"{column} row {row}", cell)
         if max_abs is not None and abs(out[k]) > max_abs:
             raise implausible_current(table.name, f"{column} row {row}", cell)
     return out
 
 
-def _converted(value: float, factor: float, unit: str, file: str, where: str, text: Any
+def converted_value(value: float, factor: float, unit: str, file: str, where: str, text: Any
                ) -> float:
     """``value * factor``, refused where the conversion overflows (as kingen.model.fields does)."""
     out = value * factor
@@ -134,7 +136,7 @@ def _converted(value: float, factor: float, unit: str, file: str, where: str, te
     return out
 
 
-def _split_name(column: str, table: str) -> tuple[str, str | None, str | None]:
+def split_column_name(column: str, table: str) -> tuple[str, str | None, str | None]:
     """``current_pA_5ms`` -> (``current``, ``pA``, ``5ms``)."""
     parts = column.split("_", 2)
     quantity = parts[0].lower()
@@ -147,7 +149,8 @@ _QUANTITY_KINDS = {"time": "time", "current": "current", "conc": "concentration"
                    "concentration": "concentration"}
 
 
-def _unit_factor(table: _Table, column: str, kind: str, unit: str | None) -> float:
+def csv_unit_factor(table: CsvTable, column: str, kind: str, unit: str | None) -> float:
+    """The factor to internal units of a column's ``unit``; KingenError where it has none."""
     if unit is None:
         example = {"time": "time_ms", "current": "current_pA",
                    "concentration": "conc_mM"}[kind]
@@ -186,17 +189,17 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
     KingenError
         Naming the file, column and row of the first problem found.
     """
-    table = _read_table(Path(path))
+    table = read_csv_table(Path(path))
     name = table.name
     header = table.header
-    quantity, unit, _ = _split_name(header[0], name)
+    quantity, unit, _ = split_column_name(header[0], name)
     if quantity != "time":
         raise KingenError("the first column must be the time, e.g. time_ms", file=name,
                           field="header", value=header[0])
-    tf = _unit_factor(table, header[0], "time", unit)
+    tf = csv_unit_factor(table, header[0], "time", unit)
     if not table.columns[0]:
         raise KingenError("no data rows (empty sweep)", file=name)
-    time = _parse_column(table, 0, allow_trailing_blank=False, factor=tf, unit="ms")
+    time = parse_csv_column(table, 0, allow_trailing_blank=False, factor=tf, unit="ms")
     steps = np.diff(time)
     if np.any(steps <= 0):
         row = table.first_row + 1 + int(np.argmax(steps <= 0))
@@ -206,16 +209,16 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
     concs: dict[str, np.ndarray] = {}
     for j, column in enumerate(header[1:], start=1):
         check_label(column, name, "header")
-        quantity, unit, label = _split_name(column, name)
+        quantity, unit, label = split_column_name(column, name)
         kind = _QUANTITY_KINDS.get(quantity)
         if kind not in ("current", "concentration"):
             raise KingenError("unknown column (expected current_<unit>[_<label>] or "
                               "conc_<unit>[_<label>])", file=name, field="header",
                               value=column)
-        f = _unit_factor(table, column, kind, unit)
-        values = _parse_column(table, j, allow_trailing_blank=True, factor=f,
-                               unit=units.internal_unit(kind),
-                               max_abs=MAX_CURRENT_PA if kind == "current" else None)
+        f = csv_unit_factor(table, column, kind, unit)
+        values = parse_csv_column(table, j, allow_trailing_blank=True, factor=f,
+                                  unit=units.internal_unit(kind),
+                                  max_abs=MAX_CURRENT_PA if kind == "current" else None)
         key = label if label is not None else "0"
         if values.size == 0:
             raise KingenError("empty sweep (no values)", file=name, field=column)
@@ -254,7 +257,7 @@ def read_csv(path: str | os.PathLike[str]) -> Recording:
         source=name,
         meta=meta,
         # one unlabelled column (read as sweep '0') names no protocol sweep
-        labelled=None if any(_split_name(c, name)[2] is not None for c in header[1:])
+        labelled=None if any(split_column_name(c, name)[2] is not None for c in header[1:])
         else False,
     )
 
@@ -281,7 +284,7 @@ def _header_line(header: list[str], path: str) -> str:
     when two columns would read back as one sweep: :func:`read_csv` refuses such a file."""
     seen: dict[tuple[str, str], str] = {}
     for column in header[1:]:
-        quantity, _, label = _split_name(column.strip(), path)
+        quantity, _, label = split_column_name(column.strip(), path)
         key = (quantity, label if label is not None else "0")
         if key in seen:
             raise KingenError(f"two sweeps would share the CSV column {column!r} (with "

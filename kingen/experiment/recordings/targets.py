@@ -11,11 +11,11 @@ import numpy as np
 
 from kingen.errors import KingenError
 from kingen.experiment.recordings.csv import (
-    _converted,
-    _parse_column,
-    _read_table,
-    _split_name,
-    _Table,
+    CsvTable,
+    converted_value,
+    parse_csv_column,
+    read_csv_table,
+    split_column_name,
 )
 from kingen.experiment.recordings.types import DoseResponseTable, RecoveryTable, Target, Targets
 from kingen.model import units
@@ -68,7 +68,7 @@ def load_targets(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
 # --------------------------------------------------------------------------- target files
 
 def _load_target_file(path: Path) -> Targets:
-    table = _read_table(path)
+    table = read_csv_table(path)
     first = table.header[0].lower()
     if first == "feature":
         return _feature_targets(table)
@@ -81,7 +81,7 @@ def _load_target_file(path: Path) -> Targets:
                       field="header", value=table.header[0])
 
 
-def _canonical_feature(raw: str, table: _Table, row: int) -> tuple[str, str | None]:
+def _canonical_feature(raw: str, table: CsvTable, row: int) -> tuple[str, str | None]:
     """(key of FEATURE_KINDS, unit given by the name's suffix or None)."""
     name = raw.strip()
     if name in FEATURE_KINDS:
@@ -96,7 +96,7 @@ def _canonical_feature(raw: str, table: _Table, row: int) -> tuple[str, str | No
                       field=f"feature row {row}", value=raw)
 
 
-def _feature_targets(table: _Table) -> Targets:
+def _feature_targets(table: CsvTable) -> Targets:
     name = table.name
     cols = {h.lower(): j for j, h in enumerate(table.header)}
     if "value" not in cols:
@@ -129,16 +129,16 @@ def _feature_targets(table: _Table) -> Targets:
                                   file=name, field=f"unit row {row}", value=unit)
             f = units.factor(kind, unit, file=name, field=f"unit row {row}")
         unit_in = units.internal_unit(kind) if kind else ""
-        value = _converted(_number(cell("value"), name, f"value row {row}"), f, unit_in, name,
-                           f"value row {row}", cell("value"))
+        value = converted_value(_number(cell("value"), name, f"value row {row}"), f, unit_in, name,
+                                f"value row {row}", cell("value"))
         weight_text = cell("weight")
         weight = _number(weight_text, name, f"weight row {row}") if weight_text else 1.0
         if weight < 0:
             raise KingenError("weight must be >= 0", file=name, field=f"weight row {row}",
                               value=weight_text)
         sd_text = cell("sd")
-        sd = abs(_converted(_number(sd_text, name, f"sd row {row}"), f, unit_in, name,
-                            f"sd row {row}", sd_text)) if sd_text else None
+        sd = abs(converted_value(_number(sd_text, name, f"sd row {row}"), f, unit_in, name,
+                                 f"sd row {row}", sd_text)) if sd_text else None
         if key in features:
             raise KingenError("feature given twice", file=name, field=f"feature row {row}",
                               value=key)
@@ -156,25 +156,25 @@ def _number(text: str, file: str, where: str) -> float:
     return value
 
 
-def _table_column(table: _Table, j: int, kind: str | None) -> np.ndarray:
+def _table_column(table: CsvTable, j: int, kind: str | None) -> np.ndarray:
     column = table.header[j]
     if kind is None:
         f = 1.0
     else:
-        _, unit, _ = _split_name(column, table.name)
+        _, unit, _ = split_column_name(column, table.name)
         if unit is None:
             raise KingenError(f"unit missing from the column name (write e.g. "
                               f"{column}_{units.internal_unit(kind)})", file=table.name,
                               field="header", value=column)
         f = units.factor(kind, unit, file=table.name, field=f"header {column!r} unit")
-    values = _parse_column(table, j, allow_trailing_blank=False, factor=f,
-                           unit=units.internal_unit(kind) if kind else "")
+    values = parse_csv_column(table, j, allow_trailing_blank=False, factor=f,
+                              unit=units.internal_unit(kind) if kind else "")
     if values.size == 0:
         raise KingenError("no data rows", file=table.name, field=column)
     return values
 
 
-def _dose_table(table: _Table) -> Targets:
+def _dose_table(table: CsvTable) -> Targets:
     heads = [h.split("_", 1)[0].lower() for h in table.header]
     if "peak" not in heads:
         raise KingenError("missing column peak_<unit> (header: concentration_mM,peak_pA"
@@ -190,7 +190,7 @@ def _dose_table(table: _Table) -> Targets:
     return Targets(dose_response=DoseResponseTable(conc, peak, ss), sources=[table.name])
 
 
-def _recovery_table(table: _Table) -> Targets:
+def _recovery_table(table: CsvTable) -> Targets:
     heads = [h.lower() for h in table.header]
     if "ratio" not in heads:
         raise KingenError("missing column 'ratio' (header: interval_ms,ratio)",
