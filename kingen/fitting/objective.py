@@ -59,16 +59,22 @@ largest |value| of their column. The target error of a protocol is the weighted 
 its targets. Current-valued targets scale with A: without a recording, A is solved by
 weighted least squares over them (or fixed by the configuration).
 
-A protocol's error is e_trace + e_targets (whichever it has); a candidate's fitness is
-Σ_p weight_p · error_p. A candidate that fails in any sweep (``fail`` ≠ 0) gets fitness +inf
-and its failure code; the rest of the batch is unaffected.
+A protocol's error is e_trace + e_targets (whichever it has). A fit scores candidates on
+the likelihood (:meth:`Objective.set_noise`, with the noise model of
+:mod:`kingen.identify.noise`): protocol p's χ²_p is Σ w (A g − d)² / (σ_p² τ_p) plus its
+targets' Σ s_t w_t ((m_t − y_t) / scale_t)², and the fitness is Σ_p weight_p · χ²_p, which
+with the default weights of 1 is χ² = −2 log L + const, the quantity ``kingen profile``
+and the Fisher information use. Without a noise model (runs written before kingen fitted
+the likelihood, and objectives built alone) the fitness is Σ_p weight_p · error_p. A
+candidate that fails in any sweep (``fail`` ≠ 0) gets fitness +inf and its failure code;
+the rest of the batch is unaffected.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numba
@@ -156,6 +162,27 @@ class ProtocolData:
     baseline: str = "none"
     source: str = "<config>"
     chain: Chain = field(default_factory=Chain)
+    noise: NoiseWeights | None = None
+
+
+@dataclass(frozen=True)
+class NoiseWeights:
+    """What one protocol's residuals weigh in χ² = −2 log L + const
+    (:mod:`kingen.identify.likelihood` sets them from the noise model).
+
+    Attributes
+    ----------
+    trace
+        1 / (σ² τ) of the recording, 1/pA² (σ its noise, τ samples per independent one);
+        0 without a recording.
+    targets
+        Per compiled summary target: the factor on its weighted squared residual
+        w ((model − value) / scale)²: 1 for a target with an sd, else the scale its
+        protocol's targets without one share.
+    """
+
+    trace: float = 0.0
+    targets: tuple[float, ...] = ()
 
 
 @dataclass
@@ -176,6 +203,9 @@ class Evaluation:
     sweep_amplitudes, offsets
         (N, n_sweeps) amplitude and offset (pA) of every sweep, when a protocol's chain
         fits them (None otherwise: one amplitude per protocol, no offset).
+    chi2
+        (N,) χ² = −2 log L + const, when the objective has a noise model
+        (:meth:`Objective.set_noise`); None otherwise.
     """
 
     fitness: np.ndarray
@@ -184,6 +214,7 @@ class Evaluation:
     amplitudes: np.ndarray
     sweep_amplitudes: np.ndarray | None = None
     offsets: np.ndarray | None = None
+    chi2: np.ndarray | None = None
 
 
 @dataclass
@@ -815,6 +846,9 @@ class Objective:
                                                      f"the largest recorded current, {peak:.3g} "
                                                      "pA, is that of fully open")
         self.proto_weight = np.array([it.weight for it in self.items], dtype=float)
+        self.noise: list[NoiseWeights] | None = None
+        if all(it.noise is not None for it in self.items):
+            self.set_noise([it.noise for it in self.items])
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         sum_g = any(not self._plain(p) and item.chain.offset != "none"
                     for p, item in enumerate(self.items))
@@ -825,6 +859,47 @@ class Objective:
                                    filters=filters)
         if not np.array_equal(self.simulator.schedule.sample_start, self.sample_start):
             raise RuntimeError("sample grids of the objective and the schedule differ")
+
+    # ------------------------------------------------------------------ the likelihood
+    def set_noise(self, weights: list[NoiseWeights]) -> None:
+        """Score candidates on the likelihood from now on: the fitness becomes
+        Σ_p weight_p · χ²_p (see the module docstring) and :attr:`Evaluation.chi2` the χ².
+
+        The weights are kept in :attr:`items` too, so that an objective built from them
+        (a worker's) scores the same.
+
+        Parameters
+        ----------
+        weights
+            One :class:`NoiseWeights` per protocol (from
+            :func:`kingen.identify.likelihood.noise_weights`).
+
+        Examples
+        --------
+        >>> import kingen
+        >>> cfg = kingen.load_config(kingen.demo_config())
+        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+        >>> objective.fitness_kind
+        'relative'
+        >>> objective.set_noise([NoiseWeights(trace=1.0)] * objective.n_protocols)
+        >>> objective.fitness_kind
+        'chi2'
+        """
+        if len(weights) != self.n_protocols:
+            raise ValueError("one NoiseWeights per protocol")
+        for p, (w, plan) in enumerate(zip(weights, self.plans, strict=True)):
+            if len(w.targets) != len(plan.targets):
+                raise ValueError(f"protocol {self.names[p]}: one factor per target")
+            self.items[p] = replace(self.items[p], noise=w)
+        self.noise = list(weights)
+        self._trace_coef = np.array([w.trace for w in weights], dtype=float)
+        self._target_factor = [np.array(w.targets, dtype=float) for w in weights]
+
+    @property
+    def fitness_kind(self) -> str:
+        """``"chi2"`` when candidates are scored on the likelihood, else ``"relative"``
+        (the weighted relative errors of runs written before)."""
+        return "relative" if self.noise is None else "chi2"
 
     # ------------------------------------------------------------------ the chain
     def _chain_filter(self, item: ProtocolData) -> Any:
@@ -1101,6 +1176,7 @@ class Objective:
         _recording_errors(np.asarray(sgg, dtype=np.float64), np.asarray(sgd, dtype=np.float64),
                           np.array(self.spans, dtype=np.int64), self.dd, recorded & plain,
                           fixed, errors, amps)
+        trace_sse = errors * self.dd[None, :] if self.noise is not None else None
         sweep_amps = offsets = None
         if (recorded & ~plain).any():
             sweep_amps = np.zeros(sgg.shape)
@@ -1114,27 +1190,37 @@ class Objective:
                     sse, amp, off = self._scales(p, sgg[:, a:b], sgd[:, a:b],
                                                  None if sg is None else sg[:, a:b])
                     errors[:, p] += sse / self.dd[p]
+                    if trace_sse is not None:
+                        trace_sse[:, p] = sse
                     amps[:, p] = self._protocol_amplitude(p, amp)
                     sweep_amps[:, a:b], offsets[:, a:b] = amp, off
+        chi2_p = None if trace_sse is None else np.where(
+            recorded[None, :], trace_sse * self._trace_coef[None, :], 0.0)
         with np.errstate(all="ignore"):
             for p, (item, plan) in enumerate(zip(self.items, self.plans, strict=True)):
                 if plan.targets:
                     amp = amps[:, p] if item.recording is not None else None
-                    err, amp = self._target_error(plan, windows, amp)
-                    errors[:, p] += err
+                    r, tw, amp = self._target_rows(plan, windows, amp)
+                    errors[:, p] += (tw * r * r).sum(axis=1) / tw.sum()
+                    if chi2_p is not None:
+                        chi2_p[:, p] += (self._target_factor[p] * tw * r * r).sum(axis=1)
                     if amp is not None:
                         amps[:, p] = amp
-            # Σ_p weight_p · error_p term by term, not by BLAS (see Scheme.complete)
+            # Σ_p weight_p · term_p term by term, not by BLAS (see Scheme.complete)
+            terms = errors if chi2_p is None else chi2_p
             fitness = np.zeros(n)
             for p, w in enumerate(self.proto_weight):
-                fitness += w * errors[:, p]
+                fitness += w * terms[:, p]
+            chi2 = None if chi2_p is None else chi2_p.sum(axis=1)
         fcode = _first_failure(fail)
         bad = ~np.isfinite(fitness) & (fcode == 0)
         fcode[bad] = FAIL_NONFINITE
         failed = fcode != 0
         fitness[failed] = np.inf
         errors[failed] = np.inf
-        return Evaluation(fitness, errors, fcode, amps, sweep_amps, offsets)
+        if chi2 is not None:
+            chi2[failed | ~np.isfinite(chi2)] = np.inf
+        return Evaluation(fitness, errors, fcode, amps, sweep_amps, offsets, chi2)
 
     def _amplitude(self, item: ProtocolData, s_gd: np.ndarray, s_gg: np.ndarray) -> np.ndarray:
         if item.amplitude is not None:
@@ -1157,6 +1243,13 @@ class Objective:
 
     def _target_error(self, plan: _ProtocolPlan, windows: np.ndarray,
                       amp: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        r, tw, amp = self._target_rows(plan, windows, amp)
+        return (tw * r * r).sum(axis=1) / tw.sum(), amp
+
+    def _target_rows(self, plan: _ProtocolPlan, windows: np.ndarray, amp: np.ndarray | None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(model − value) / scale of a protocol's targets (N, T), their weights (T,), and
+        the amplitude the current-valued ones take."""
         values, current = plan.model_values(windows)
         tv = np.array([t.value for t in plan.targets])
         sc = np.array([t.scale for t in plan.targets])
@@ -1172,8 +1265,7 @@ class Objective:
         model = values.copy()
         if amp is not None:
             model[:, current] *= amp[:, None]
-        r = (model - tv) / sc
-        return (tw * r * r).sum(axis=1) / tw.sum(), amp
+        return (model - tv) / sc, tw, amp
 
     # ------------------------------------------------------------------ traces and residuals
     def residuals(self, params: np.ndarray) -> np.ndarray:
