@@ -53,6 +53,8 @@ PUBLIC_MODULES = {
     "kingen.identify.noise": True,
     "kingen.identify.fisher": True,
     "kingen.identify.table": True,
+    "kingen.identify.likelihood": True,
+    "kingen.identify.refine": True,
     "kingen.runs.profile": False,
     "kingen.outputs.plot": True,
     "kingen.outputs.report": False,
