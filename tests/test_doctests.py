@@ -26,6 +26,7 @@ PUBLIC_MODULES = {
     "kingen.experiment.recordings.targets": True,
     "kingen.runs.simulate": True,
     "kingen.fitting.objective": True,
+    "kingen.fitting.scales": True,
     "kingen.fitting.config": True,
     "kingen.experiment.chain": True,
     "kingen.store.runstore": True,
