@@ -39,7 +39,6 @@ import numpy as np
 from kingen.identify.fisher import (
     covariance,
     fd_step,
-    local_uncertainty,
     normal_equations,
     perturbations,
 )
@@ -56,10 +55,6 @@ MIN_WIDTH = 1e-3       # decades: the narrowest first grid
 RECENTRE_GAIN = 0.05   # χ² a profile point must gain over the optimum to move the optimum
 MAX_RECENTRE = 2       # times the optimum is moved (and the grids laid again)
 HOF_STARTS = 4         # hall-of-fame members tried as warm starts
-PAIR_CORRELATION = 0.95  # along a profile: |r| of another gene against the profiled one
-PAIR_SLOPE = 0.5       # ... and |slope| (decades per decade)
-PAIR_RANGE = 0.1       # ... and its range (decades) to call the pair "moving together"
-MAX_PAIRS = 3          # the strongest pairs reported per parameter
 
 WAIT, ACTIVE, DONE = 0, 1, 2
 
@@ -516,7 +511,7 @@ class ProfileEngine:
             self.passes += 1
             jobs = []
             for j in self.genes:
-                idx = self._profile_index(j)
+                idx = self.profile_index(j)
                 for pos, b in enumerate(idx):
                     if b == 0:
                         continue
@@ -531,7 +526,7 @@ class ProfileEngine:
         cmin = self.chi2_min
         centre = self.x[0]
         for j in self.genes:
-            idx = self._profile_index(j)
+            idx = self.profile_index(j)
             vals = np.array([centre[j] if b == 0 else self.value[b] for b in idx])
             d = self.chi2[idx] - cmin
             for s, side in ((0, -1), (1, 1)):
@@ -575,7 +570,7 @@ class ProfileEngine:
             prev = float(vals[i])
         return False
 
-    def _profile_index(self, j: int) -> list[int]:
+    def profile_index(self, j: int) -> list[int]:
         """Sub-problems of gene j's profile, the optimum included, by value."""
         idx = np.flatnonzero(self.param == j)
         order = idx[np.argsort(self.value[idx])]
@@ -586,77 +581,8 @@ class ProfileEngine:
 
     # ------------------------------------------------------------------ results
     def results(self, names: list[str]) -> dict[str, Any]:
-        """Intervals, identifiability and moving pairs (genes, decades), per parameter.
+        """Intervals, identifiability and moving pairs: see
+        :func:`kingen.identify.intervals.profile_results`."""
+        from kingen.identify.intervals import profile_results
 
-        Returns
-        -------
-        dict
-            ``chi2_min``, ``threshold``, ``level``, ``fisher`` (see
-            :func:`~kingen.identify.fisher.local_uncertainty`), and ``profiles``: per name,
-            ``best``, ``grid``, ``delta_chi2``, ``others`` (the other genes along the
-            profile), ``lower``, ``upper`` (None: open), ``lower_bounded``, ``upper_bounded``
-            (the side reached the parameter's bound), ``flat``, ``identifiable``,
-            ``pairs`` (names that move with it, and their slopes).
-        """
-        cmin = self.chi2_min
-        centre = self.x[0]
-        local = local_uncertainty(self.fisher, names)
-        out: dict[str, Any] = {"chi2_min": cmin, "chi2_optimum": float(self.chi2[0]),
-                               "threshold": self.thr, "level": self.level,
-                               "fisher": local, "profiles": {}}
-        for j in self.genes:
-            idx = self._profile_index(j)
-            vals = np.array([centre[j] if b == 0 else self.value[b] for b in idx])
-            d = self.chi2[idx] - cmin
-            xs = self.x[idx]
-            lower, upper = self._crossing(vals, d, centre[j], -1), self._crossing(
-                vals, d, centre[j], 1)
-            finite = np.isfinite(d)
-            flat = bool(finite.any() and d[finite].max() < self.thr)
-            pairs = self._pairs(j, vals, d, xs, names)
-            out["profiles"][names[j]] = {
-                "gene": j, "best": float(centre[j]), "grid": vals.tolist(),
-                "delta_chi2": [float(v) if math.isfinite(v) else None for v in d],
-                "others": xs.tolist(),
-                "lower": lower, "upper": upper,
-                "lower_bounded": bool(abs(vals.min() - self.lower[j]) < 1e-9),
-                "upper_bounded": bool(abs(vals.max() - self.upper[j]) < 1e-9),
-                "flat": flat, "identifiable": lower is not None and upper is not None,
-                "pairs": pairs}
-        return out
-
-    def _crossing(self, vals: np.ndarray, d: np.ndarray, centre: float, side: int
-                  ) -> float | None:
-        """Where Δχ² first reaches the threshold walking from the optimum (linear
-        interpolation), or None."""
-        order = np.argsort((vals - centre) * side)
-        prev_v, prev_d = centre, 0.0
-        for i in order:
-            if (vals[i] - centre) * side <= 0 or not math.isfinite(d[i]):
-                continue
-            if d[i] >= self.thr:
-                t = (self.thr - prev_d) / (d[i] - prev_d) if d[i] > prev_d else 1.0
-                return float(prev_v + min(max(t, 0.0), 1.0) * (vals[i] - prev_v))
-            prev_v, prev_d = float(vals[i]), float(max(d[i], prev_d))
-        return None
-
-    def _pairs(self, j: int, vals: np.ndarray, d: np.ndarray, xs: np.ndarray,
-               names: list[str]) -> list[dict[str, Any]]:
-        near = np.isfinite(d) & (d <= 2.0 * self.thr)
-        if near.sum() < 3 or np.ptp(vals[near]) <= 0:
-            return []
-        v = vals[near] - vals[near].mean()
-        out = []
-        for k in range(self.n):
-            if k == j:
-                continue
-            y = xs[near, k]
-            if np.ptp(y) < PAIR_RANGE:
-                continue
-            yc = y - y.mean()
-            slope = float(v @ yc / (v @ v))
-            r = float(v @ yc / math.sqrt((v @ v) * (yc @ yc)))
-            if abs(r) >= PAIR_CORRELATION and abs(slope) >= PAIR_SLOPE:
-                out.append({"name": names[k], "slope": slope, "r": r})
-        out.sort(key=lambda p: -abs(p["r"]))
-        return out[:MAX_PAIRS]
+        return profile_results(self, names)
