@@ -381,11 +381,11 @@ def test_aic_bic_and_the_ranking():
     assert all(math.isnan(v) for v in aic_bic(math.inf, n, k))
     rows = [
         {"id": "c/a/seed1", "cell": "c", "scheme": "a", "seed": 1, "status": "ok",
-         "aic": 10.0, "bic": 20.0, "fitness": 0.1},
+         "converged": True, "aic": 10.0, "bic": 20.0, "fitness": 0.1},
         {"id": "c/a/seed2", "cell": "c", "scheme": "a", "seed": 2, "status": "ok",
-         "aic": 8.0, "bic": 18.0, "fitness": 0.09},
+         "converged": True, "aic": 8.0, "bic": 18.0, "fitness": 0.09},
         {"id": "c/b/seed1", "cell": "c", "scheme": "b", "seed": 1, "status": "ok",
-         "aic": 12.0, "bic": 15.0, "fitness": 0.2},
+         "converged": True, "aic": 12.0, "bic": 15.0, "fitness": 0.2},
         {"id": "d/b/seed1", "cell": "d", "scheme": "b", "seed": 1, "status": "failed",
          "reason": "x.csv: file not found"},
     ]

@@ -49,9 +49,10 @@ def test_one_batched_solver_call_per_generation(tmp_path, solver_calls):
     assert len(objective_calls) == 1 + 3 + 1
     assert objective_calls[0] == 8 and all(n <= 12 for n in objective_calls[1:4])
     assert sum(objective_calls[1:4]) > 12  # whole offspring batches, not single candidates
-    # traces of the best, then the local uncertainty: the noise model at the best, and the
-    # best with its 2 forward-difference perturbations (the Jacobian) in one call
-    assert [n for m, n in solver_calls if m == "traces"] == [1, 1, 3]
+    # the noise model at the search's start and at its best, the hall of fame (10) scored
+    # on it, the traces of the best, then the local uncertainty on the same noise model:
+    # the best with its 2 forward-difference perturbations (the Jacobian) in one call
+    assert [n for m, n in solver_calls if m == "traces"] == [1, 1, 10, 1, 3]
     assert result.generations == 3 and np.isfinite(result.fitness)
     assert len(result.timings["solver_s"]) == 4
 
@@ -144,8 +145,9 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
     # numbers, solve (on the CPU the work starts just before the solve, on the GPU once its
     # kernels are launched); the last generation's write is the run's final flush (what
     # follows, the best candidate's polish and traces, starts no background work)
-    expected = (["prepare", "draws", "solve"] + ["prepare", "write", "draws", "solve"] * 3
-                + ["write"])
+    # (the first solve, before the search, is the noise model at its start)
+    expected = (["prepare", "solve"] + ["prepare", "draws", "solve"]
+                + ["prepare", "write", "draws", "solve"] * 3 + ["write"])
     assert events[:len(expected)] == expected
     assert set(events[len(expected):]) <= {"prepare", "solve"}
 
@@ -352,9 +354,10 @@ def test_a_fit_that_can_break_reversibility_says_so_first(tmp_path):
 def test_polish_reports_before_and_after(tmp_path):
     r = fit(write_problem(tmp_path, extra="polish = true\npolish_evaluations = 5"),
             progress=False)
-    assert r.polish is not None
-    assert r.polish["fitness_after"] <= r.polish["fitness_before"] or not r.polish["accepted"]
-    assert "polish: fitness" in r.summary()
+    assert r.polish is not None and r.polish["objective"] == "chi2"
+    assert r.polish["chi2_after"] <= r.polish["chi2_before"]
+    assert r.polish["chi2_after"] == r.fitness and r.polish["starts"] == 4
+    assert "refinement: χ²" in r.summary()
 
 
 def test_bundled_demo_matches_the_example_data():

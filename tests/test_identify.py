@@ -366,9 +366,9 @@ def test_one_batched_solver_call_per_step(jonas_run, tmp_path, monkeypatch):
 
     monkeypatch.setattr(batch.Simulator, "run", counting)
     result = profile_run(run, points=9, progress=False, restart=True)
-    # the noise model at the best, then one call per step, each holding every sub-problem
-    # still at work (the Jacobian columns of all grid points together)
-    assert len(calls) == 1 + result.steps == 1 + result.solver_calls
+    # the noise model is the one the fit stored with its best: one call per step, each
+    # holding every sub-problem still at work (the Jacobian columns of all grid points)
+    assert len(calls) == result.steps == result.solver_calls
     assert {mode for mode, _ in calls} == {"traces"}
-    assert sum(n for _, n in calls[1:]) == result.candidates
+    assert sum(n for _, n in calls) == result.candidates
     assert max(n for _, n in calls) >= 2 * 8 * 2  # 2 parameters x 8 points x (1 + 1 column)

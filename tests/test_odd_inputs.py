@@ -137,12 +137,12 @@ def test_a_fit_to_a_recording_that_starts_late_is_refused_before_any_output(tmp_
 
 def test_a_run_made_before_late_starts_were_refused_still_resumes_and_profiles(
         tmp_path, monkeypatch, capsys):
-    import kingen.fitting.objective
+    import kingen.fitting.placement
 
     cfg, _ = _late_problem(tmp_path)
     run = tmp_path / "run.h5"
     with monkeypatch.context() as m:  # the kingen that made it did not look
-        m.setattr(kingen.fitting.objective, "_late_start", lambda *args: None)
+        m.setattr(kingen.fitting.placement, "late_start", lambda *args: None)
         assert main(["fit", str(cfg), "-q", "--generations", "1"]) == 0
     assert main(["resume", str(run), "-q", "--generations", "2"]) == 0
     assert "2 generations" in capsys.readouterr().out

@@ -55,8 +55,9 @@ backend = "auto"            # auto | cpu | cuda
 precision = "float64"       # float64 | float32
 # step = 0.001              # fixed RK4 step, ms (default: automatic, per segment)
 courant = 2.5               # h·ρ of the automatic step choice, in (0, 2.785)
-polish = true               # refine the best by least squares in log space at the end
-polish_evaluations = 40     # at most this many least-squares iterations
+polish = true               # refine the best by Levenberg-Marquardt on the likelihood at the end
+polish_evaluations = 40     # at most this many Levenberg-Marquardt iterations per start
+polish_starts = 4           # from the best this many members of the hall of fame, together
 force = false               # lift the size limits of kingen.model.limits (as --force does)
 
 [[protocols]]
@@ -177,6 +178,7 @@ class FitConfig:
     output: str = "fit.h5"
     polish: bool = True
     polish_evaluations: int = 40
+    polish_starts: int = 4
     settings: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -196,7 +198,7 @@ class FitConfig:
             "model": self.model_path, "seed": self.seed, "backend": self.backend,
             "precision": self.precision, "step": self.step, "courant": self.courant,
             "output": self.output, "polish": self.polish,
-            "polish_evaluations": self.polish_evaluations,
+            "polish_evaluations": self.polish_evaluations, "polish_starts": self.polish_starts,
             "ga": asdict(self.ga), "stop": asdict(self.stop),
             "ties": {k: list(v) for k, v in self.ties.items()},
             "free": self.pmap.gene_names,
@@ -213,7 +215,7 @@ class FitConfig:
 # ---------------------------------------------------------------------- reading
 
 _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "polish",
-        "polish_evaluations", "protocols", "parameters", "ga", "stop", "force",
+        "polish_evaluations", "polish_starts", "protocols", "parameters", "ga", "stop", "force",
         "cluster"}  # [cluster]: where `kingen fit --cluster CONFIG` runs (kingen.scaleout)
 _PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
              "amplitude", "mask", "baseline", "subtract_baseline", "filter", "offset"}
@@ -344,6 +346,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
                       courant)
     polish = c.boolean(doc, "polish", "", True)
     polish_evaluations = c.integer(doc, "polish_evaluations", "", 40, ge=1)
+    polish_starts = c.integer(doc, "polish_starts", "", 4, ge=1)
     output = c.string(doc, "output", "", None)
     if output is None:
         stem = Path(path).stem if path[:1] != "<" else "fit"
@@ -395,7 +398,8 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     cfg = FitConfig(path=path, text=text, model_path=str(model_path), scheme=scheme,
                     pmap=pmap, ties=ties, protocols=items, ga=ga, stop=stop, seed=seed,
                     backend=backend, precision=precision, step=step, courant=courant,
-                    output=str(out_path), polish=polish, polish_evaluations=polish_evaluations)
+                    output=str(out_path), polish=polish, polish_evaluations=polish_evaluations,
+                    polish_starts=polish_starts)
     cfg.settings = cfg.to_dict()
     return cfg
 

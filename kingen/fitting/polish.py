@@ -1,6 +1,8 @@
-"""Local polish of the search's best candidate by least squares.
+"""Local polish of one candidate by least squares on the objective's relative residuals.
 
-After the genetic algorithm, one candidate is refined by ``scipy.optimize.least_squares``
+A fit no longer ends with it: it ends with the Levenberg–Marquardt refinement on the
+likelihood (:mod:`kingen.identify.refine`). One candidate is refined by
+``scipy.optimize.least_squares``
 (trust region reflective) in gene space, within the bounds; the Jacobian is by forward
 differences, all perturbed candidates in ONE solver call. The refined candidate is kept
 only if its fitness is lower.

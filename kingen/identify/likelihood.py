@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from kingen.fitting.objective import host_windows
+from kingen.fitting.objective import NoiseWeights, host_windows
 from kingen.identify.noise import NoiseModel, has_sd
 
 FAILED = np.inf  # χ² of a candidate that cannot be simulated
@@ -186,3 +186,31 @@ class Likelihood:
         r[bad] = 0.0
         chi2[bad] = FAILED
         return r, chi2
+
+
+def noise_weights(lik: Likelihood) -> list[NoiseWeights]:
+    """Per protocol, what its residuals weigh in ``lik``'s χ², for
+    :meth:`~kingen.fitting.objective.Objective.set_noise`: the objective's fitness is then
+    this likelihood's χ² (with the protocols' weights of 1).
+
+    Examples
+    --------
+    >>> import kingen
+    >>> from kingen.identify.noise import estimate_noise
+    >>> cfg = kingen.load_config(kingen.demo_config())
+    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    >>> genes = cfg.pmap.start_genes()
+    >>> noise = estimate_noise(objective, cfg.pmap.to_params(genes[None, :]))
+    >>> lik = Likelihood(objective, cfg.pmap, noise, genes)
+    >>> objective.set_noise(noise_weights(lik))
+    >>> chi2 = objective.evaluate(cfg.pmap.to_params(genes[None, :]))[0].fitness[0]
+    >>> bool(abs(chi2 / lik.residuals(genes[None, :])[1][0] - 1) < 1e-9)
+    True
+    """
+    trace = {q: c for q, _, _, _, _, c in lik._rec}
+    out = []
+    for q, plan in enumerate(lik.objective.plans):
+        factors = (tuple(float(f) for f in np.where(lik._sd[q], 1.0, lik._scale[q]))
+                   if plan.targets else ())
+        out.append(NoiseWeights(trace=float(trace.get(q, 0.0)), targets=factors))
+    return out

@@ -10,14 +10,14 @@ import numpy as np
 
 from kingen.identify.fisher import fd_step, local_uncertainty, normal_equations, perturbations
 from kingen.identify.likelihood import Likelihood
-from kingen.identify.noise import estimate_noise
+from kingen.identify.noise import NoiseModel, estimate_noise
 from kingen.identify.table import local_rows
 
 LEVEL = 0.95  # the confidence level of the intervals a fit reports
 
 
-def local_at_best(objective, pmap, best_genes: np.ndarray, level: float = LEVEL
-                  ) -> dict[str, Any]:
+def local_at_best(objective, pmap, best_genes: np.ndarray, level: float = LEVEL,
+                  noise: NoiseModel | None = None) -> dict[str, Any]:
     """Standard errors (decades) and correlations of the genes at ``best_genes``.
 
     Returns
@@ -27,9 +27,11 @@ def local_at_best(objective, pmap, best_genes: np.ndarray, level: float = LEVEL
         ``chi2`` (−2 log L + const at the best), ``noise``
         (:meth:`~kingen.identify.noise.NoiseModel.to_dict`), ``log`` (which genes are
         log10), ``level`` and ``table`` (:func:`~kingen.identify.table.local_rows`).
+        ``noise``: the fit's noise model (default: estimated at the best).
     """
     x = np.asarray(best_genes, dtype=float)
-    noise = estimate_noise(objective, pmap.to_params(x[None, :]))
+    if noise is None:
+        noise = estimate_noise(objective, pmap.to_params(x[None, :]))
     lik = Likelihood(objective, pmap, noise, x)
     free = np.ones(pmap.n_genes, dtype=bool)
     pert, steps = perturbations(x, pmap.upper, fd_step(objective.simulator.precision), free)

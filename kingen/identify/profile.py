@@ -39,7 +39,6 @@ import numpy as np
 from kingen.identify.fisher import (
     covariance,
     fd_step,
-    local_uncertainty,
     normal_equations,
     perturbations,
 )
@@ -56,10 +55,6 @@ MIN_WIDTH = 1e-3       # decades: the narrowest first grid
 RECENTRE_GAIN = 0.05   # χ² a profile point must gain over the optimum to move the optimum
 MAX_RECENTRE = 2       # times the optimum is moved (and the grids laid again)
 HOF_STARTS = 4         # hall-of-fame members tried as warm starts
-PAIR_CORRELATION = 0.95  # along a profile: |r| of another gene against the profiled one
-PAIR_SLOPE = 0.5       # ... and |slope| (decades per decade)
-PAIR_RANGE = 0.1       # ... and its range (decades) to call the pair "moving together"
-MAX_PAIRS = 3          # the strongest pairs reported per parameter
 
 WAIT, ACTIVE, DONE = 0, 1, 2
 
@@ -126,6 +121,11 @@ class ProfileEngine:
         # the neighbour candidates of a pass, waiting for the next step's call (not stored:
         # an interrupted pass is taken again)
         self._neighbour_jobs: list[tuple[int, list[np.ndarray]]] | None = None
+        # χ² decrease below which a sub-problem has converged, the optimum's iterations, and
+        # why each finished sub-problem stopped (see :meth:`descend`; not stored)
+        self.tol = TOL
+        self.max_iter = MAX_ITER
+        self.why: dict[int, str] = {}
         self._reset_memory()
         if state is not None:
             self._load(state)
@@ -284,7 +284,7 @@ class ProfileEngine:
             free[self.param[b]] = False
         y = self.y[b] if self.have[b] else self.x[b]
         a, g = normal_equations(r0, r_cols, steps, free)
-        converged = False
+        converged, why = False, ""
         if not self.have[b]:
             accept = math.isfinite(c0)
         else:
@@ -293,7 +293,8 @@ class ProfileEngine:
                 # Nielsen's update: λ shrinks as far as the step matched the linear model
                 actual = self.chi2[b] - c0
                 rho = actual / self.pred[b] if self.pred[b] > 0 else 1.0
-                converged = actual < TOL
+                converged = actual < self.tol
+                why = "χ² tolerance"
                 self.lam[b] = max(self.lam[b] * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3),
                                   1e-9)
                 self.nu[b] = 2.0
@@ -301,6 +302,7 @@ class ProfileEngine:
                 self.lam[b] *= self.nu[b]
                 self.nu[b] *= 2.0
                 converged = self.lam[b] > 1e7
+                why = "step tolerance (no smaller step lowers χ²)"
         if accept:
             self.x[b] = y
             self.chi2[b] = c0
@@ -310,23 +312,26 @@ class ProfileEngine:
                 self.fisher = a
         self.iters[b] += 1
         if not self.have[b]:
-            self.status[b] = DONE  # no finite start: nothing to improve on
+            self._done(b, "no finite start")  # nothing to improve on
             return
-        limit = MAX_ITER if self.param[b] < 0 else MAX_ITER_POINT
-        if converged or self.iters[b] >= limit:
-            self.status[b] = DONE
+        limit = self.max_iter if self.param[b] < 0 else MAX_ITER_POINT
+        if converged:
+            self._done(b, why)
+            return
+        if self.iters[b] >= limit:
+            self._done(b, f"iteration limit ({limit})")
             return
         a, g = self.a[b], self.g[b]
         cols = np.flatnonzero(free)
         if cols.size == 0:
-            self.status[b] = DONE
+            self._done(b, "nothing free")
             return
         if accept and self.iters[b] > 1:
             # what a full Gauss-Newton step could still gain, gᵀA⁺g (χ² = Σr², g = Jᵀr)
             gc = g[cols]
             gain = float(gc @ np.linalg.lstsq(a[np.ix_(cols, cols)], gc, rcond=1e-12)[0])
-            if gain < TOL:
-                self.status[b] = DONE
+            if gain < self.tol:
+                self._done(b, "gradient tolerance")
                 return
         delta = self._solve(a, g, cols, self.lam[b])
         # genes at a bound that the step pushes outward are held there (active set)
@@ -337,7 +342,7 @@ class ProfileEngine:
             cols = cols[~held]
             delta = self._solve(a, g, cols, self.lam[b])
         elif held.all():
-            self.status[b] = DONE
+            self._done(b, "gradient tolerance (every gene held at a bound)")
             return
         big = np.abs(delta).max() if delta.size else 0.0
         if big > MAX_STEP:
@@ -346,10 +351,62 @@ class ProfileEngine:
         y_new[cols] = np.clip(y_new[cols] + delta, self.lower[cols], self.upper[cols])
         step = y_new - self.x[b]
         if np.abs(step).max() < 1e-9:
-            self.status[b] = DONE
+            self._done(b, "step tolerance")
             return
         self.y[b] = y_new
         self.pred[b] = -(2.0 * step @ g + step @ a @ step)
+
+    def _done(self, b: int, why: str) -> None:
+        self.status[b] = DONE
+        self.why[b] = why
+
+    # ------------------------------------------------------------------ descent alone
+    @classmethod
+    def from_starts(cls, lik, starts: np.ndarray, *, max_iter: int = MAX_ITER,
+                    tol: float = TOL) -> ProfileEngine:
+        """An engine whose sub-problems are minimisations of χ² over every gene, one from
+        each row of ``starts``, advanced by :meth:`descend` (no profile is laid).
+
+        Examples
+        --------
+        See :func:`kingen.identify.refine.finish`.
+        """
+        x = np.atleast_2d(np.asarray(starts, dtype=float))
+        eng = cls(lik, [], MAX_ITER_POINT, 0.95, x[0], np.zeros((0, x.shape[1])))
+        k = x.shape[0]
+        eng.param = np.full(k, -1, dtype=np.int64)
+        eng.value = np.full(k, math.nan)
+        eng.x = np.clip(x, eng.lower, eng.upper)
+        eng.chi2 = np.full(k, math.inf)
+        eng.lam = np.full(k, 1e-3)
+        eng.iters = np.zeros(k, dtype=np.int64)
+        eng.status = np.full(k, ACTIVE, dtype=np.int64)
+        eng.max_iter, eng.tol = int(max_iter), float(tol)
+        eng._reset_memory()
+        return eng
+
+    def descend(self) -> bool:
+        """One Levenberg–Marquardt step of every sub-problem at work (as :meth:`step`
+        takes them), in ONE batched solver call; False when none is at work."""
+        active = np.flatnonzero(self.status == ACTIVE)
+        if not active.size:
+            return False
+        rows: list[np.ndarray] = []
+        jobs = []
+        free = np.ones(self.n, dtype=bool)
+        for b in active:
+            y = self.y[b] if self.have[b] else self.x[b]
+            pert, steps = perturbations(y, self.upper, self.h, free)
+            jobs.append((int(b), len(rows), len(rows) + 1 + len(pert), steps))
+            rows.append(y)
+            rows.extend(pert)
+        r, chi2 = self.lik.residuals(np.array(rows))
+        self.calls += 1
+        self.candidates += len(rows)
+        for b, lo, hi, steps in jobs:
+            self._lm_update(b, r[lo], chi2[lo], r[lo + 1: hi], steps)
+        self.steps += 1
+        return True
 
     @staticmethod
     def _solve(a: np.ndarray, g: np.ndarray, cols: np.ndarray, lam: float) -> np.ndarray:
@@ -454,7 +511,7 @@ class ProfileEngine:
             self.passes += 1
             jobs = []
             for j in self.genes:
-                idx = self._profile_index(j)
+                idx = self.profile_index(j)
                 for pos, b in enumerate(idx):
                     if b == 0:
                         continue
@@ -469,7 +526,7 @@ class ProfileEngine:
         cmin = self.chi2_min
         centre = self.x[0]
         for j in self.genes:
-            idx = self._profile_index(j)
+            idx = self.profile_index(j)
             vals = np.array([centre[j] if b == 0 else self.value[b] for b in idx])
             d = self.chi2[idx] - cmin
             for s, side in ((0, -1), (1, 1)):
@@ -513,7 +570,7 @@ class ProfileEngine:
             prev = float(vals[i])
         return False
 
-    def _profile_index(self, j: int) -> list[int]:
+    def profile_index(self, j: int) -> list[int]:
         """Sub-problems of gene j's profile, the optimum included, by value."""
         idx = np.flatnonzero(self.param == j)
         order = idx[np.argsort(self.value[idx])]
@@ -524,77 +581,8 @@ class ProfileEngine:
 
     # ------------------------------------------------------------------ results
     def results(self, names: list[str]) -> dict[str, Any]:
-        """Intervals, identifiability and moving pairs (genes, decades), per parameter.
+        """Intervals, identifiability and moving pairs: see
+        :func:`kingen.identify.intervals.profile_results`."""
+        from kingen.identify.intervals import profile_results
 
-        Returns
-        -------
-        dict
-            ``chi2_min``, ``threshold``, ``level``, ``fisher`` (see
-            :func:`~kingen.identify.fisher.local_uncertainty`), and ``profiles``: per name,
-            ``best``, ``grid``, ``delta_chi2``, ``others`` (the other genes along the
-            profile), ``lower``, ``upper`` (None: open), ``lower_bounded``, ``upper_bounded``
-            (the side reached the parameter's bound), ``flat``, ``identifiable``,
-            ``pairs`` (names that move with it, and their slopes).
-        """
-        cmin = self.chi2_min
-        centre = self.x[0]
-        local = local_uncertainty(self.fisher, names)
-        out: dict[str, Any] = {"chi2_min": cmin, "chi2_optimum": float(self.chi2[0]),
-                               "threshold": self.thr, "level": self.level,
-                               "fisher": local, "profiles": {}}
-        for j in self.genes:
-            idx = self._profile_index(j)
-            vals = np.array([centre[j] if b == 0 else self.value[b] for b in idx])
-            d = self.chi2[idx] - cmin
-            xs = self.x[idx]
-            lower, upper = self._crossing(vals, d, centre[j], -1), self._crossing(
-                vals, d, centre[j], 1)
-            finite = np.isfinite(d)
-            flat = bool(finite.any() and d[finite].max() < self.thr)
-            pairs = self._pairs(j, vals, d, xs, names)
-            out["profiles"][names[j]] = {
-                "gene": j, "best": float(centre[j]), "grid": vals.tolist(),
-                "delta_chi2": [float(v) if math.isfinite(v) else None for v in d],
-                "others": xs.tolist(),
-                "lower": lower, "upper": upper,
-                "lower_bounded": bool(abs(vals.min() - self.lower[j]) < 1e-9),
-                "upper_bounded": bool(abs(vals.max() - self.upper[j]) < 1e-9),
-                "flat": flat, "identifiable": lower is not None and upper is not None,
-                "pairs": pairs}
-        return out
-
-    def _crossing(self, vals: np.ndarray, d: np.ndarray, centre: float, side: int
-                  ) -> float | None:
-        """Where Δχ² first reaches the threshold walking from the optimum (linear
-        interpolation), or None."""
-        order = np.argsort((vals - centre) * side)
-        prev_v, prev_d = centre, 0.0
-        for i in order:
-            if (vals[i] - centre) * side <= 0 or not math.isfinite(d[i]):
-                continue
-            if d[i] >= self.thr:
-                t = (self.thr - prev_d) / (d[i] - prev_d) if d[i] > prev_d else 1.0
-                return float(prev_v + min(max(t, 0.0), 1.0) * (vals[i] - prev_v))
-            prev_v, prev_d = float(vals[i]), float(max(d[i], prev_d))
-        return None
-
-    def _pairs(self, j: int, vals: np.ndarray, d: np.ndarray, xs: np.ndarray,
-               names: list[str]) -> list[dict[str, Any]]:
-        near = np.isfinite(d) & (d <= 2.0 * self.thr)
-        if near.sum() < 3 or np.ptp(vals[near]) <= 0:
-            return []
-        v = vals[near] - vals[near].mean()
-        out = []
-        for k in range(self.n):
-            if k == j:
-                continue
-            y = xs[near, k]
-            if np.ptp(y) < PAIR_RANGE:
-                continue
-            yc = y - y.mean()
-            slope = float(v @ yc / (v @ v))
-            r = float(v @ yc / math.sqrt((v @ v) * (yc @ yc)))
-            if abs(r) >= PAIR_CORRELATION and abs(slope) >= PAIR_SLOPE:
-                out.append({"name": names[k], "slope": slope, "r": r})
-        out.sort(key=lambda p: -abs(p["r"]))
-        return out[:MAX_PAIRS]
+        return profile_results(self, names)

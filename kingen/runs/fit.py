@@ -32,11 +32,12 @@ from kingen.fitting.config import (
 from kingen.fitting.engine import Engine, Evaluate, verdict
 from kingen.fitting.objective import Objective
 from kingen.fitting.params import to_file_units
-from kingen.fitting.polish import polish
 from kingen.fitting.progress import Progress
 from kingen.fitting.state import checked_state, state_fields
+from kingen.identify.refine import Finish, finish
 from kingen.runs.result import FitResult
 from kingen.store import RunStore, RunView, WriterLock
+from kingen.store.best import write_best
 
 Evaluator = Callable[[Objective], Evaluate]
 """Makes the engine's evaluator from the run's objective (see
@@ -297,8 +298,13 @@ def _inputs(cfg: FitConfig) -> dict[str, str]:
 
 
 def _objective(cfg: FitConfig) -> Objective:
-    return Objective(cfg.scheme, cfg.protocols, backend=cfg.backend, precision=cfg.precision,
-                     step=cfg.step, courant=cfg.courant)
+    """The fit's objective, scoring the likelihood (:func:`kingen.identify.refine.start_noise`)."""
+    from kingen.identify.refine import start_noise
+
+    objective = Objective(cfg.scheme, cfg.protocols, backend=cfg.backend,
+                          precision=cfg.precision, step=cfg.step, courant=cfg.courant)
+    start_noise(objective, cfg.pmap, cfg.pmap.start_genes())
+    return objective
 
 
 def _search(cfg: FitConfig, objective: Objective, store: Any,
@@ -317,26 +323,20 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
         store.mark_finished(f"{reason}; every candidate failed")
         raise KingenError("every candidate failed to simulate (see the failure codes in the "
                           "run file); check the bounds and the step", file=cfg.output)
-    store.write_hall_of_fame(cfg.pmap.to_params(hof_g), hof_f)
-    best_genes, best_fit = hof_g[0], float(hof_f[0])
-    report = None
     if cfg.polish:
-        progress.message(f"polishing the best (fitness {best_fit:.6g}) by least squares ...")
-        best_genes, report = polish(objective, cfg, best_genes, best_fit,
-                                    cfg.polish_evaluations)
-        if report["accepted"]:
-            best_fit = report["fitness_after"]
-    params = cfg.pmap.to_params(best_genes[None, :])[0]
-    ev, _ = objective.evaluate(params[None, :])
-    errors = {n: float(e) for n, e in zip(objective.names, ev.errors[0], strict=True)}
-    traces, amps = objective.traces(params)
-    features = _features(objective, traces)
-    store.write_best(params=params, fitness=float(ev.fitness[0]), errors=errors,
-                     amplitudes=amps, traces=traces, features=features, polish=report)
+        progress.message(f"refining the best {min(cfg.polish_starts, hof_f.size)} of the hall "
+                         "of fame by Levenberg-Marquardt on the likelihood ...")
+    done = finish(objective, cfg.pmap, hof_g, starts=cfg.polish_starts,
+                  max_iter=cfg.polish_evaluations, refine=cfg.polish)
+    store.write_hall_of_fame(cfg.pmap.to_params(done.hof_genes), done.hof_chi2)
+    best_genes = done.genes
+    write_best(store, objective, cfg.pmap, best_genes, done.chi2, done.report)
     converged, line = verdict(reason, store.history(population=False)["best"], cfg.stop)
+    if cfg.polish:
+        converged, line = done.converged, _refined_line(done, line)
     store.mark_finished(f"{reason}; {line}")
-    _warn(objective.amplitude_warnings(amps), stream)
-    _local_uncertainty(objective, cfg, best_genes, store, stream)
+    _warn(objective.amplitude_warnings(store.best()["amplitudes"]), stream)
+    _local_uncertainty(objective, cfg, best_genes, store, stream, done.noise)
     # the initial population has no variation, selection or Dask call: NaN in those lists
     keys = dict.fromkeys(k for t in engine.timings for k in t)
     timings: dict[str, Any] = {k: [t.get(k, np.nan) for t in engine.timings] for k in keys}
@@ -347,15 +347,26 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
                    converged=converged, convergence=line)
 
 
+def _refined_line(done: Finish, search: str) -> str:
+    """The converged line of a refined fit: the refinement's verdict, then the search's."""
+    rep = done.report
+    word = "converged" if done.converged else "not converged"
+    return (f"{word}: the Levenberg-Marquardt refinement from {rep['starts']} of the hall of "
+            f"fame stopped on its {rep['stopped']} after {rep['iterations']} iterations, "
+            f"χ² {rep['chi2_before']:.10g} -> {rep['chi2_after']:.10g} (the search: "
+            f"{search})")
+
+
 def _local_uncertainty(objective: Objective, cfg: FitConfig, genes: np.ndarray, store: Any,
-                       stream: TextIO | None) -> None:
+                       stream: TextIO | None, noise: Any = None) -> None:
     """Standard errors and correlations at the best (two small solver calls), into the
     run file (``/profiles/local``). The fit is finished and marked so by then: a failure
     here, whatever it is, is said in one line and leaves the run file as it is."""
     from kingen.identify.local import local_at_best
 
     try:
-        local = local_at_best(objective, cfg.pmap, np.asarray(genes, dtype=float))
+        local = local_at_best(objective, cfg.pmap, np.asarray(genes, dtype=float),
+                              noise=noise)
     except Exception as exc:  # noqa: BLE001 - the fit is done and recorded: say it, go on
         _warn([f"note: the local uncertainty was not computed ({type(exc).__name__}: "
                f"{exc}); kingen profile RUN.h5 computes it"], stream)
@@ -381,26 +392,6 @@ def _result(run: RunView, cfg: FitConfig, **engine: Any) -> FitResult:
         polish=best["polish"], features=best["features"], free=cfg.pmap.gene_names,
         bounds={n: (lo[n], hi[n]) for n in lo}, status=run.roles(cfg.ties),
         uncertainty=run.local_uncertainty, **engine)
-
-
-def _features(objective: Objective, traces: dict[str, dict]) -> dict[str, dict]:
-    from kingen.experiment.features import protocol_features
-
-    out: dict[str, dict] = {}
-    for item in objective.items:
-        name = item.protocol.name
-        tr = traces[name]
-        entry: dict[str, dict] = {}
-        try:
-            entry["fit"] = protocol_features(item.protocol, tr["time_ms"], tr["fit_pA"])
-            if tr["data_pA"] is not None:
-                entry["data"] = protocol_features(item.protocol, tr["time_ms"], tr["data_pA"])
-            elif item.targets is not None:
-                entry["data"] = item.targets.values()
-        except KingenError:
-            pass
-        out[name] = entry
-    return out
 
 
 def _environment(objective: Objective, precision: str) -> dict[str, str]:

@@ -18,14 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from kingen.errors import KingenError
 from kingen.identify.likelihood import Likelihood
 from kingen.identify.noise import NoiseModel, estimate_noise
 from kingen.identify.problem import rebuild
 from kingen.identify.profile import ProfileEngine
+from kingen.identify.refine import stored_noise
 from kingen.identify.table import disagreements, local_rows, rows_from_results, table
 
 MIN_POINTS, MAX_POINTS = 5, 1000
+UPDATE_GAIN = 1e-9  # χ² gain (relative) over the run's best that makes a profile point the best
 PROGRESS_EVERY_S = 10.0  # a progress line this often when not on a terminal
 
 
@@ -101,6 +105,45 @@ def _chosen(pmap, parameters: list[str] | None, path: str) -> list[int]:
     return out
 
 
+def run_noise(problem: Any, best: dict[str, Any] | None) -> NoiseModel:
+    """The noise model of a run's likelihood: the one its fit stored with the best, else
+    (a run written before the fit minimised the likelihood) estimated at its best."""
+    stored = stored_noise(best)
+    if stored is not None:
+        return stored
+    return estimate_noise(problem.objective,
+                          problem.pmap.to_params(problem.best_genes[None, :]))
+
+
+def run_likelihood(store: Any, backend: str | None = None) -> tuple[Likelihood, Any]:
+    """The likelihood ``kingen profile`` computes for a run file open for reading (a
+    :class:`~kingen.store.RunStore`), and the run's problem
+    (:func:`~kingen.identify.problem.rebuild`)."""
+    problem = rebuild(store, backend)
+    noise = run_noise(problem, store.best())
+    return Likelihood(problem.objective, problem.pmap, noise, problem.best_genes), problem
+
+
+def _update_best(f: Any, path: Path, problem: Any, best: dict[str, Any] | None,
+                 engine: ProfileEngine) -> dict[str, Any] | None:
+    """Make the lowest point the profile found the run's best, when it is better than the
+    best a fit on the likelihood stored (a run fitted on the old objective keeps its best:
+    its fitness is not a χ²). Returns the note written, or None."""
+    from kingen.store import RunStore
+    from kingen.store.best import update_best
+
+    if stored_noise(best) is None:
+        return None
+    chi2 = np.where(np.isfinite(engine.chi2), engine.chi2, np.inf)
+    k = int(np.argmin(chi2))
+    old = float(best["fitness"])
+    if not chi2[k] < old - UPDATE_GAIN * max(abs(old), 1.0):
+        return None
+    writer = RunStore(f, path, "w")
+    return update_best(writer, problem.objective, problem.pmap, engine.x[k], float(chi2[k]),
+                       "kingen profile: a lower χ² on a profile")
+
+
 def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = None,
                 points: int = 25, level: float = 0.95, backend: str | None = None,
                 restart: bool = False, progress: bool = True, stream: TextIO | None = None,
@@ -152,6 +195,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
     try:
         with RunStore.open(path, "r") as store:
             problem = rebuild(store, backend)
+            best = store.best()
             genes = _chosen(problem.pmap, parameters, name)
             previous = store.profiles()
             scheme = store.scheme()
@@ -164,7 +208,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
         names = pmap.gene_names
         try:
             noise = (NoiseModel.from_dict(state["noise"]) if state is not None else
-                     estimate_noise(objective, pmap.to_params(problem.best_genes[None, :])))
+                     run_noise(problem, best))
             lik = Likelihood(objective, pmap, noise, problem.best_genes)
             engine = ProfileEngine(lik, genes, points, float(level), problem.best_genes,
                                    problem.hof_genes,
@@ -214,6 +258,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
                 out.flush()
             finished = engine.done
             results = engine.results(names)
+            note = None
             if finished:
                 rows = rows_from_results(results, scheme, pmap)
                 commit_state(f, {**base, "engine": engine.to_state(), "results": results,
@@ -224,6 +269,7 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
                              log=[bool(v) for v in pmap.log], level=float(level))
                 local["table"] = local_rows(local, scheme, pmap, float(level))
                 write_local(f, local)
+                note = _update_best(f, path, problem, best, engine)
         finally:
             f.close()
     finally:
@@ -232,7 +278,12 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
     if finished:
         warnings += disagreements(results)
         gain = results["chi2_optimum"] - results["chi2_min"]
-        if gain > 0.1:
+        if note is not None:
+            warnings.append(f"the profile found a better point than the run's best: χ² "
+                            f"{note['old_fitness']:.10g} -> {note['new_fitness']:.10g}; the "
+                            "run's best is now that point (noted in the run file); report, "
+                            "plots and exports use it")
+        elif gain > 0.1:
             warnings.append(f"a profile found parameters {gain:.3g} lower in χ² than the "
                             "fit's best: the fit had not converged; intervals are relative "
                             "to the lowest point found")

@@ -93,8 +93,12 @@ class FitResult:
                  f"best fitness {self.fitness:.6g}  (run file {self.path})"]
         if self.convergence:
             lines.insert(1, self.convergence)
-        if self.polish:
-            p = self.polish
+        p = self.polish or {}
+        if "chi2_after" in p and p.get("starts"):
+            lines.append(f"refinement: χ² {p['chi2_before']:.6g} -> {p['chi2_after']:.6g} "
+                         f"({p['starts']} starts, {p['evaluations']} evaluations; stopped on "
+                         f"its {p['stopped']})")
+        elif "fitness_before" in p:  # a run written before the fit minimised the likelihood
             lines.append(f"polish: fitness {p['fitness_before']:.6g} -> {p['fitness_after']:.6g}"
                          f" ({p['evaluations']} evaluations, "
                          f"{'accepted' if p['accepted'] else 'not better, kept GA best'})")

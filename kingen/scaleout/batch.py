@@ -39,6 +39,7 @@ from kingen.scaleout.summary import (
     CSV_NAME,
     HTML_NAME,
     aic_bic,
+    aic_bic_chi2,
     ranking_lines,
     write_summary,
 )
@@ -172,6 +173,7 @@ def result_row(store: Any) -> dict[str, Any]:
     """A summary row's values from a finished run file: error per protocol, parameters in
     file units, AIC/BIC (see :mod:`kingen.scaleout.summary`)."""
     from kingen.fitting.config import loads_config
+    from kingen.fitting.engine import convergence_of
     from kingen.fitting.objective import Objective
     from kingen.fitting.params import to_file_units
 
@@ -191,8 +193,14 @@ def result_row(store: Any) -> dict[str, Any]:
     k = cfg.pmap.n_genes + sum(p.chain.scale_parameters(p.protocol.n_sweeps,
                                                         p.amplitude is not None)
                                for p in cfg.protocols if p.recording is not None)
-    aic, bic = aic_bic(best["fitness"], n, k)
+    # a fit on the likelihood, its noise from the baselines: the fitness is χ² itself
+    record = best.get("polish") or {}
+    noise = record.get("noise") if record.get("objective") == "chi2" else None
+    known = isinstance(noise, dict) and all(s in ("baseline", "") for s in noise["source"])
+    aic, bic = (aic_bic_chi2 if known else aic_bic)(best["fitness"], n, k)
+    converged, line = convergence_of(store.finished)
     row: dict[str, Any] = {"fitness": best["fitness"], "n_free": k, "n_samples": n,
+                           "converged": converged is True, "convergence": line,
                            "aic": aic, "bic": bic,
                            # the GA's generations; generation 0 is the initial population
                            "generations": max(store.n_generations - 1, 0),

@@ -181,7 +181,8 @@ ENTRIES: tuple[Entry, ...] = (
     Entry('`/generations/errors`',
           '(G, N, R) error of every candidate under each protocol; attribute `columns`'),
     Entry('`/generations/fitness`',
-          '(G, N) total weighted error, lower is better'),
+          "(G, N) fitness, lower is better: Σ weight × χ² over the protocols (runs whose "
+          "`/best/polish` has no `objective`: the total weighted relative error)"),
     Entry('`/generations/fail`',
           '(G, N) failure code (0 = simulated fine; −1 = padding)'),
     Entry('`/generations/size`',
@@ -204,8 +205,10 @@ ENTRIES: tuple[Entry, ...] = (
           'the best candidate, valid when `valid` = 1: `params` (P,), `fitness`, `errors` '
           'and `amplitudes` (R,: the number of channels fitted per recording; the fitted '
           'current is amplitude × the one-channel current), `generation`; `features` (JSON: '
-          'per protocol, features of the fit and of the data), `polish` (JSON: local polish '
-          'before/after, or null)'),
+          'per protocol, features of the fit and of the data), `polish` (JSON: how the best '
+          'was found: `objective` "chi2" with its `noise` model, the refinement\'s χ² '
+          'before/after and why it stopped, `updates` by kingen profile; without '
+          '`objective`, a run of the weighted relative error)'),
     Entry('`/best/traces/<p>/`',
           "the best candidate's currents: `time_ms`, `fit_pA`, `data_pA` (sweeps × samples, "
           'NaN padded), `n_samples`, and `model_pA` (the fit without the filter) where the '
