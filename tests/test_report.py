@@ -51,3 +51,26 @@ def test_report_of_a_run_that_has_just_started(tmp_path: Path) -> None:
     assert "| Generations completed | 0 |" in md
     assert "still running" in md and "no candidate yet" in md
     assert "convergence not drawn: no completed generation yet" in md
+
+
+def test_a_likelihood_fit_reports_its_refinement_noise_and_updates() -> None:
+    from kingen.outputs.report import _refinement_tables
+
+    record = {"objective": "chi2", "starts": 4, "chi2_before": 46211.66,
+              "chi2_after": 42688.03, "iterations": 8, "evaluations": 912,
+              "stopped": "gradient below tolerance", "converged": True,
+              "noise": {"names": ["deactivation", "recovery"], "sigma_pA": [1.5, None],
+                        "source": ["baseline", "residuals"], "n_eff": [310.0, 120.5]},
+              "updates": [{"what": "kingen profile found a better point",
+                           "when": "2026-11-28T07:00:00+00:00",
+                           "old_fitness": 42688.03, "new_fitness": 42687.5}]}
+    tables = {t.title: t for t in _refinement_tables(record)}
+    assert list(tables) == ["Refinement", "Noise model", "Updates of the best"]
+    values = dict((r[0], r[1]) for r in tables["Refinement"].rows)
+    assert values["χ² after the refinement"] == "42688.03"
+    assert values["why the descent stopped"] == "gradient below tolerance"
+    assert tables["Noise model"].rows == [["deactivation", "1.5", "baseline", "310"],
+                                          ["recovery", "—", "residuals", "120.5"]]
+    (line,) = (r[1] for r in tables["Updates of the best"].rows)
+    assert line.startswith("2026-11-28T07:00:00+00:00: kingen profile found a better point")
+    assert "42688.03 → 42687.5" in line

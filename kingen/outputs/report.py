@@ -172,7 +172,9 @@ def _collect(run: RunView, out_dir: Path) -> _Content:
                                    ["protocol", "feature", "data", "fit", "fit / data",
                                     "unit"], rows))
         polish = best.get("polish")
-        if polish:
+        if polish and polish.get("objective") == "chi2":
+            c.tables.extend(_refinement_tables(polish))
+        elif polish:  # a run written before fits minimised the likelihood
             rows = [[str(k), _g(v, 6) if not isinstance(v, (dict, list, str)) else
                      (v if isinstance(v, str) else json.dumps(v))] for k, v in polish.items()]
             c.tables.append(_Table("Local polish", ["", "value"], rows,
@@ -194,6 +196,54 @@ def _collect(run: RunView, out_dir: Path) -> _Content:
     c.config_text = store.config_text
     c.settings = json.dumps(store.config, indent=2, default=str)
     return c
+
+
+REFINEMENT_ROWS = (("starts", "hall-of-fame members refined"),
+                   ("chi2_before", "χ² of the search's best"),
+                   ("chi2_after", "χ² after the refinement"),
+                   ("iterations", "iterations of the best's descent"),
+                   ("evaluations", "candidates evaluated"),
+                   ("stopped", "why the descent stopped"),
+                   ("converged", "converged"))
+
+
+def _refinement_tables(record: dict) -> list[_Table]:
+    """The final Levenberg–Marquardt refinement, the noise model the χ² was scored with, and
+    the later updates of the best (by ``kingen profile``), from the best's ``polish`` record."""
+    rows = [[label, _g(record[key], 8) if isinstance(record.get(key), float)
+             else str(record.get(key, "—"))] for key, label in REFINEMENT_ROWS]
+    tables = [_Table("Refinement", ["", "value"], rows,
+                     "The fit's last step: Levenberg–Marquardt on χ² (−2 log L) from the "
+                     "best hall-of-fame members.")]
+    noise = record.get("noise") or {}
+    names = noise.get("names") or []
+    if names:
+        def col(key: str) -> list:
+            values = noise.get(key) or []
+            return list(values) + [None] * (len(names) - len(values))
+
+        rows = [[name, _g(sigma, 4) if sigma is not None else "—", source,
+                 _g(n_eff, 4) if n_eff is not None else "—"]
+                for name, sigma, source, n_eff in zip(
+                    names, col("sigma_pA"), col("source"), col("n_eff"))]
+        tables.append(_Table("Noise model", ["protocol", "σ (pA)", "from", "n_eff"], rows,
+                             "Each protocol's noise, which weights its residuals in χ²."))
+    updates = record.get("updates") or []
+    if updates:
+        rows = [[str(i + 1), _update_line(note)] for i, note in enumerate(updates)]
+        tables.append(_Table("Updates of the best", ["", "note"], rows,
+                             "Better points found after the fit, by kingen profile."))
+    return tables
+
+
+def _update_line(note: object) -> str:
+    """One later update of the best, as a line: when, by what, χ² before and after."""
+    if not isinstance(note, dict):
+        return str(note)
+    old, new = note.get("old_fitness"), note.get("new_fitness")
+    change = (f"; χ² {_g(old, 10)} → {_g(new, 10)}"
+              if isinstance(old, float) and isinstance(new, float) else "")
+    return f"{note.get('when', '?')}: {note.get('what', 'updated')}{change}"
 
 
 def _uncertainty_tables(run: RunView) -> list[_Table]:
