@@ -28,6 +28,7 @@ from kingen.experiment.protocol import (
 from kingen.experiment.recordings import Recording, Targets, load_recording, load_targets
 from kingen.fitting.objective import BASELINES, ProtocolData
 from kingen.fitting.params import ParameterMap, apply_overrides, apply_ties
+from kingen.fitting.temperature import check_temperatures, with_temperature
 from kingen.model import limits
 from kingen.model.fields import Fields, join, loads_toml
 from kingen.model.scheme import Scheme, check_rate_range
@@ -77,6 +78,8 @@ baseline = "none"           # none | pre-pulse | per-sweep: what to subtract fro
                             #   (bessel | butterworth, 2-8 poles), or { response = "step.csv" }
 offset = "none"             # none | per-sweep | per-protocol: a DC offset fitted with the
                             #   amplitude
+# temperature = 22          # °C of the recording (default: the recording's own, else the
+                            #   scheme's reference temperature)
 
 [parameters]
 # free = ["k01", "k10"]     # search only these (all others fixed); default: all free ones
@@ -216,7 +219,8 @@ _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "p
         "polish_evaluations", "protocols", "parameters", "ga", "stop", "force",
         "cluster"}  # [cluster]: where `kingen fit --cluster CONFIG` runs (kingen.scaleout)
 _PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
-             "amplitude", "mask", "baseline", "subtract_baseline", "filter", "offset"}
+             "amplitude", "mask", "baseline", "subtract_baseline", "filter", "offset",
+             "temperature"}
 _PARAM_KEYS = {"bounds", "value", "scale", "fixed"}
 
 
@@ -377,6 +381,8 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
             raise c.error("two protocols with the same name (give one a distinct name = ...)",
                           f"protocols[{i}].name", item.protocol.name)
         seen.add(item.protocol.name)
+
+    check_temperatures(scheme, [item.protocol for item in items], path)
 
     # ---- the work and memory a generation needs, before anything is allocated
     sweeps = [s for item in items for s in item.protocol.sweeps]
@@ -652,6 +658,7 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> 
     if name is not None:
         protocol = replace(protocol, name=name)
     recording = _merge_recordings(recs) if recs else None
+    protocol = with_temperature(protocol, t, w, c.file, recording)
     if recording is not None and recording.protocol is not None:
         ok = {protocol.name, protocol.kind, Path(protocol.source).stem, spec}
         if recording.protocol not in ok:

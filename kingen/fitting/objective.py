@@ -85,8 +85,9 @@ from kingen.experiment.features import (
 )
 from kingen.experiment.protocol import Protocol, Sweep
 from kingen.experiment.recordings import Recording, Targets
+from kingen.fitting.temperature import simulator_for
 from kingen.model.scheme import Scheme
-from kingen.solve.batch import BatchResult, ObjectiveInputs, Simulator
+from kingen.solve.batch import BatchResult, ObjectiveInputs
 from kingen.solve.schedule import DEFAULT_COURANT, protocol_sweeps
 
 OP_NONE, OP_PEAK, OP_SUM = -1, 0, 1
@@ -818,11 +819,13 @@ class Objective:
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         sum_g = any(not self._plain(p) and item.chain.offset != "none"
                     for p, item in enumerate(self.items))
-        self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,
-                                   precision=precision, step=step, courant=courant,
-                                   objective=ObjectiveInputs(self.data, self.weight,
-                                                             self.windows, sum_g),
-                                   filters=filters)
+        # one solver per temperature when protocols are recorded at several
+        self.simulator = simulator_for(solver_scheme(scheme), self.protocols, rates_of=scheme,
+                                       backend=backend, precision=precision, step=step,
+                                       courant=courant,
+                                       objective=ObjectiveInputs(self.data, self.weight,
+                                                                 self.windows, sum_g),
+                                       filters=filters)
         if not np.array_equal(self.simulator.schedule.sample_start, self.sample_start):
             raise RuntimeError("sample grids of the objective and the schedule differ")
 

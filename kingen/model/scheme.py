@@ -27,6 +27,7 @@ from kingen.errors import KingenError
 from kingen.model import limits, units
 from kingen.model.fields import Fields, loads_toml
 from kingen.model.shipped import shipped_scheme
+from kingen.model.temperature import Temperature, parse_temperature
 
 DEFAULT_REVERSIBILITY_TOLERANCE = 0.02
 DEFAULT_BOUND_FACTOR = 10.0
@@ -64,6 +65,9 @@ class Parameter:
         Held at ``value`` by a fit.
     derived
         Computed from other rates to keep its cycle microscopically reversible.
+    kind
+        ``"rate"``; ``"q10"`` or ``"ea"`` for the Q10 or activation energy (kJ/mol) of a
+        group of rates (order 0, see :mod:`kingen.model.temperature`).
     """
 
     name: str
@@ -75,10 +79,13 @@ class Parameter:
     scale: str = "log"
     fixed: bool = False
     derived: bool = False
+    kind: str = "rate"
 
     @property
     def internal_unit(self) -> str:
-        """``ms^-1`` or ``mM^-1 ms^-1``."""
+        """``ms^-1`` or ``mM^-1 ms^-1`` (a Q10: ``1``; an activation energy: ``kJ/mol``)."""
+        if self.order == 0:
+            return self.unit
         return "ms^-1" if self.order == 1 else "mM^-1 ms^-1"
 
     @property
@@ -143,6 +150,7 @@ class Scheme:
     file_units: dict[str, str] = field(default_factory=dict)
     reversibility_tolerance: float = DEFAULT_REVERSIBILITY_TOLERANCE
     check_reversibility: bool = True  # False: cycles are out of equilibrium on purpose
+    temperature: Temperature | None = None  # Q10s and activation energies, if any
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -464,7 +472,8 @@ class _Parser:
 
     def build(self) -> Scheme:
         f = self.f
-        f.keys(self.doc, ("model", "units", "states", "parameters", "transitions"), "")
+        f.keys(self.doc, ("model", "units", "states", "parameters", "transitions",
+                         "temperature"), "")
         model = f.table(self.doc, "model", required=True)
         f.keys(model, ("name", "source", "agonist", "channels", "reversibility_tolerance",
                        "check_reversibility", "description"), "model")
@@ -494,6 +503,9 @@ class _Parser:
         params_raw = self.parameters_raw()
         transitions, usage = self.transitions(states, params_raw, agonist)
         parameters = self.parameters(params_raw, usage, tf, cf)
+        added, temperature = parse_temperature(f, self.doc.get("temperature"), parameters,
+                                               Parameter)
+        parameters += added
         self.check_reachable(states, transitions, initial)
         if not np.any(conductance > 0):
             raise self.error("no conducting state: give at least one state a conductance > 0",
@@ -506,6 +518,7 @@ class _Parser:
             parameters=parameters, transitions=transitions, cycles=cycles,
             derived_rules=rules, channels=channels, initial=initial, file_units=file_units,
             reversibility_tolerance=tolerance, check_reversibility=check_rev,
+            temperature=temperature,
         )
         if check_rev:
             self.check_reversibility(scheme)
