@@ -275,3 +275,42 @@ def arrhenius_factor(ea_kj_mol: float, celsius: float, reference_c: float) -> fl
     """
     return math.exp(-ea_kj_mol / GAS_CONSTANT * (1.0 / (celsius + KELVIN)
                                                  - 1.0 / (reference_c + KELVIN)))
+
+
+def scheme_at_temperature(scheme: Any, celsius: float, *, field: str = "temperature") -> Any:
+    """A copy of ``scheme`` whose rates (values and bounds) are those at ``celsius``, with
+    no temperature dependence left: what a simulation at that temperature runs.
+
+    Raises
+    ------
+    KingenError
+        A temperature outside :data:`TEMPERATURE_RANGE_C`, or a scheme whose rates do not
+        depend on temperature (no ``[temperature]`` table).
+
+    Examples
+    --------
+    >>> from kingen.model.scheme import Scheme
+    >>> s = Scheme.load("models/jonas_1993.toml")
+    >>> try:
+    ...     scheme_at_temperature(s, 34)
+    ... except KingenError as err:
+    ...     print(str(err).split(": ", 2)[1])
+    temperature = 34
+    """
+    from dataclasses import replace
+
+    given = celsius
+    celsius = check_celsius(celsius, file=None, field=field)
+    if scheme.temperature is None:
+        raise KingenError("the scheme has no [temperature] table: its rates do not depend "
+                          "on temperature", file=scheme.path, field=field, value=given)
+    values = scheme.values
+    factor = rate_factors(scheme, values, celsius)
+    lo = rate_factors(scheme, np.array([p.lower for p in scheme.parameters]), celsius)
+    hi = rate_factors(scheme, np.array([p.upper for p in scheme.parameters]), celsius)
+    params = [p if p.order == 0 else replace(
+        p, value=float(values[k] * factor[k]),
+        lower=float(p.lower * min(lo[k], hi[k], factor[k])),
+        upper=float(p.upper * max(lo[k], hi[k], factor[k])))
+        for k, p in enumerate(scheme.parameters)]
+    return replace(scheme, parameters=params, temperature=None)
