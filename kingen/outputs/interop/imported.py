@@ -67,6 +67,17 @@ class ImportedRate:
 
 
 @dataclass
+class ImportedGroup:
+    """Rates (parameter names) that scale with one Q10 (``kind == "q10"``) or activation
+    energy (``"ea"``, kJ/mol)."""
+
+    name: str
+    kind: str
+    value: float
+    members: list[str]
+
+
+@dataclass
 class ImportedScheme:
     """A scheme read from another format, in internal units."""
 
@@ -80,6 +91,9 @@ class ImportedScheme:
     agonist: str = "glu"
     channels: float = 1.0
     notes: list[str] = field(default_factory=list)
+    reference_c: float | None = None  # the temperature the rates hold at, if they vary
+    groups: list[ImportedGroup] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # pieces of the file not imported
 
 
 def _number(x: float) -> str:
@@ -145,7 +159,24 @@ def _render(imp: ImportedScheme, derived: dict[int, float], notes: list[str]) ->
             out.append(f'{key} = {{ rate = "{rate}", derived = true }}')
         else:
             out.append(f'{key} = "{rate}"')
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _temperature(imp, set(derived_params))) + "\n"
+
+
+def _temperature(imp: ImportedScheme, derived: set[str]) -> list[str]:
+    """The ``[temperature]`` table of the imported groups (a derived rate takes its factor
+    from its cycle, so it is in none)."""
+    if imp.reference_c is None or not imp.groups:
+        return []
+    out = ["", "[temperature]", f"reference_c = {_number(imp.reference_c)}"]
+    for g in imp.groups:
+        members = [m for m in g.members if m not in derived]
+        if not members:
+            continue
+        key = "q10" if g.kind == "q10" else "ea_kj_mol"
+        names = ", ".join(_toml_string(m) for m in members)
+        out += ["", f"[temperature.{g.name}]", f"rates = [{names}]",
+                f"{key} = {_number(g.value)}"]
+    return out
 
 
 def _wrap(text: str, width: int = 88) -> list[str]:

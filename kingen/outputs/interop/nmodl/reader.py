@@ -25,6 +25,20 @@ from kingen.outputs.interop.imported import (
     ImportedScheme,
     ImportProblems,
 )
+from kingen.outputs.interop.nmodl.constants import (
+    FUNCTIONS,
+    NotConstant,
+    TemperatureFactor,
+    evaluate,
+    temperature_factor,
+    temperature_groups,
+)
+from kingen.outputs.interop.nmodl.leftout import (
+    current_factors,
+    left_out,
+    voltage_factor,
+    without_calls,
+)
 from kingen.outputs.interop.nmodl.parser import (
     Assign,
     Bin,
@@ -118,7 +132,8 @@ def _concentration_unit(text: str | None) -> float | None:
     return None
 
 
-def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedScheme:
+def read_nmodl(path: str | Path, *, agonist: str | None = None,
+               celsius: float | None = None) -> ImportedScheme:
     """The kinetic scheme of an NMODL file, in kingen's internal units.
 
     Parameters
@@ -127,6 +142,9 @@ def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedSchem
         The ``.mod`` file.
     agonist
         The transmitter concentration variable, when the rates multiply more than one.
+    celsius
+        The temperature (°C) at which a rate's dependence on ``celsius`` other than a Q10
+        or Arrhenius factor is evaluated (such a rate is refused without it).
 
     Raises
     ------
@@ -140,16 +158,43 @@ def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedSchem
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KingenError(f"cannot read: {exc}", file=name) from None
-    return _Reader(parse(text, name), agonist).scheme()
+    return _Reader(parse(text, name), agonist, celsius, text).scheme()
 
 
 class _Reader:
-    def __init__(self, mod: ModFile, agonist: str | None) -> None:
+    def __init__(self, mod: ModFile, agonist: str | None, celsius: float | None = None,
+                 text: str = "") -> None:
         self.mod = mod
         self.path = mod.path
         self.agonist = agonist
+        self.celsius = celsius
+        self.text = text
         self.problems: list[tuple[int | None, str]] = []
         self.notes: list[str] = []
+        # what INITIAL computes (Q10 factors, unit factors), read as constants
+        self.constants: dict = {}
+        self.factors: list[TemperatureFactor] = []
+        self.blocks_left_out: list[str] = []  # what multiplies the conductance
+
+    def lookup(self, env: dict):
+        """Names as kingen's evaluator sees them: the KINETIC block's assignments, then
+        INITIAL's, then the PARAMETERs' values; ``celsius`` only when given."""
+        def inner(name: str):
+            if name == "celsius":
+                return self.celsius
+            if name in env:
+                return env[name]
+            if name in self.constants:
+                return self.constants[name]
+            decl = self.mod.parameters.get(name)
+            return None if decl is None else decl.value
+        return inner
+
+    def factor_token(self, tf: TemperatureFactor) -> str:
+        """The name a temperature factor takes in a rate's product ('@' is no NMODL name)."""
+        if tf not in self.factors:
+            self.factors.append(tf)
+        return f"@tf{self.factors.index(tf)}"
 
     def fail(self, message: str, line: int | None) -> KingenError:
         return KingenError(message, file=self.path, field=f"line {line or 1}")
@@ -229,9 +274,17 @@ class _Reader:
             n = expr.name
             if n in env:
                 return self.expand(env[n], env, line, depth + 1)
+            if n in self.constants and n not in self.mod.states:
+                return self.expand(self.constants[n], env, line, depth + 1)
+            if n == "celsius" and self.celsius is not None:
+                return [(self.celsius, Counter())]
             return [(1.0, Counter({n: 1}))]
         if isinstance(expr, Neg):
             return [(-c, n) for c, n in self.expand(expr.a, env, line, depth)]
+        if isinstance(expr, (Call, Bin)) and (isinstance(expr, Call) or expr.op == "^"):
+            number = self.constant(expr, env, line)
+            if number is not None:
+                return number
         if isinstance(expr, Call):
             special = sorted(n for n in _names(expr, env) if n in _SPECIAL)
             if special:
@@ -267,6 +320,33 @@ class _Reader:
             raise _Unsupported(f"uses the operator '{expr.op}'", line)
         raise _Unsupported("an expression kingen cannot read", line)
 
+    def used(self, roots: list) -> set[str]:
+        """The PROCEDUREs and FUNCTIONs that ``roots`` call, directly or not."""
+        callable_ = {b.name: b for b in self.mod.blocks if b.kind in ("PROCEDURE", "FUNCTION")}
+        graph = {name: [c for c in _calls(b) if c in callable_] for name, b in callable_.items()}
+        return _reachable([c for b in roots for c in _calls(b) if c in callable_], graph)
+
+    def constant(self, expr, env: dict, line: int) -> Terms | None:
+        """A power or a function call as a temperature factor or a number; None when it is
+        neither (a power of a parameter, a call of the file's own FUNCTION)."""
+        lookup = self.lookup(env)
+        tf = temperature_factor(expr, lookup)
+        if tf is not None:
+            return [(1.0, Counter({self.factor_token(tf): 1}))]
+        if isinstance(expr, Call) and expr.name not in FUNCTIONS:
+            return None
+        if isinstance(expr, Bin) and isinstance(expr.b, Num) and float(
+                expr.b.value).is_integer():
+            return None  # a whole power of a rate stays a product (refused as one)
+        try:
+            return [(evaluate(expr, lookup), Counter())]
+        except NotConstant as exc:
+            if exc.what == "celsius":
+                raise _Unsupported("depends on the temperature celsius other than through a "
+                                   "Q10 or Arrhenius factor: give --celsius T to evaluate it "
+                                   "at T", line) from None
+            return None
+
     def where_assigned(self, name: str) -> str:
         for b in self.mod.blocks:
             for s in b.statements:
@@ -283,6 +363,15 @@ class _Reader:
         if not states:
             raise self.fail("no STATE block: the states of the scheme are not declared",
                             block.line)
+        # what INITIAL sets is a constant, unless it is a state, a concentration, or
+        # changes as the simulation runs (set again by events or in BREAKPOINT)
+        varying = {s.target for b in mod.blocks if b.kind in ("NET_RECEIVE", "BREAKPOINT")
+                   for s in b.statements if isinstance(s, Assign)}
+        for b in mod.find("INITIAL"):
+            for s in self.statements(b):
+                if isinstance(s, Assign) and s.target not in set(mod.states) | varying \
+                        and self.is_concentration(s.target) is None:
+                    self.constants[s.target] = s.expr
         env: dict = {}
         reactions: list[Reaction] = []
         conserve = None
@@ -341,9 +430,13 @@ class _Reader:
                 raw.append((src, dst, terms[0][0], terms[0][1], r.line))
         agonist, agonist_factor = self.pick_agonist(raw)
         rates, params = self.rates(raw, agonist, agonist_factor)
+        reference, groups = temperature_groups(self.factors, self.rate_factor, params)
         conductance, channels = self.conductance(states)
         if self.problems:
             raise ImportProblems(self.path, self.problems)
+        dropped = self.blocks_left_out + left_out(
+            mod, agonist, self.text, self.used([block] + mod.find("INITIAL")),
+            self.blocks_left_out)
         self.notes.insert(0, f"Mechanism {mod.kind or '?'} {mod.mechanism or '?'}"
                              + (f" ('{mod.title}')" if mod.title else "") + ".")
         if agonist:
@@ -353,10 +446,16 @@ class _Reader:
         if mod.find("INITIAL"):
             self.notes.append("The .mod file's INITIAL block is not carried over: kingen "
                               "starts from the equilibrium without agonist.")
+        for g in groups:
+            what = "Q10" if g.kind == "q10" else "activation energy"
+            self.notes.append(f"Temperature: {', '.join(g.members)} scale with the {what} "
+                              f"{g.value:g} of the .mod file (group {g.name}, reference "
+                              f"{reference:g} degC).")
         return ImportedScheme(self.path, "NEURON NMODL", mod.title or mod.mechanism or
                               Path(self.path).stem, states, conductance, params, rates,
                               agonist="glu" if agonist is None else _agonist_name(agonist),
-                              channels=channels, notes=self.notes)
+                              channels=channels, notes=self.notes + dropped,
+                              reference_c=reference, groups=groups, left_out=dropped)
 
     def is_concentration(self, name: str) -> float | None:
         """Factor to mM of a transmitter concentration variable, None if not one."""
@@ -396,8 +495,16 @@ class _Reader:
         mod = self.mod
         params: dict[str, ImportedParameter] = {}
         rates: list[ImportedRate] = []
+        self.rate_factor: dict[str, int | None] = {}
         for src, dst, coef, names, line in raw:
             uses = names.pop(agonist, 0) if agonist else 0
+            tokens = {n: names.pop(n) for n in [n for n in names if n.startswith("@tf")]}
+            if len(tokens) > 1 or any(p != 1 for p in tokens.values()):
+                self.problems.append((line, f"rate {src} -> {dst} scales with more than one "
+                                            "temperature factor, or a power of one: a "
+                                            "kingen rate takes one Q10 or activation energy"))
+                continue
+            scaled_by = int(next(iter(tokens))[3:]) if tokens else None
             if uses not in (0, 1):
                 self.problems.append((line, f"rate {src} -> {dst} has the agonist {agonist} "
                                             f"to the power {uses}"))
@@ -447,6 +554,10 @@ class _Reader:
                                                 f"{want}"))
                     continue
                 value = decl.value * factor
+                if coef != 1 and abs(coef / factor - 1.0) < 1e-9:
+                    # the file's own unit conversion, e.g. Ru * (1e-3) of a rate in /s:
+                    # NEURON computes with the numbers, so the factor is the unit's
+                    coef = 1.0
             else:
                 pname = f"k_{src}_{dst}"
                 value = coef * (1.0 if order == 1 else 1.0 / c_factor)
@@ -455,6 +566,11 @@ class _Reader:
             if old is not None and old.order != order:
                 self.problems.append((line, f"{pname} is used both with and without the "
                                             f"transmitter; kingen needs two parameters"))
+                continue
+            if self.rate_factor.setdefault(pname, scaled_by) != scaled_by:
+                self.problems.append((line, f"{pname} scales with temperature in one rate and "
+                                            "not (or by another factor) in another: kingen "
+                                            "needs two parameters"))
                 continue
             params.setdefault(pname, ImportedParameter(pname, value, order, line))
             rates.append(ImportedRate(src, dst, coef, pname, bool(uses), line))
@@ -470,8 +586,9 @@ class _Reader:
                     env[s.target] = s.expr
                     candidates.append(s)
         for s in candidates:
+            expr, calls = without_calls(s.expr, mod)
             try:
-                terms = self.expand(s.expr, {}, s.line)
+                terms = self.expand(expr, {}, s.line)
             except _Unsupported:
                 continue
             if "v" in {n for _, ns in terms for n in ns}:
@@ -485,6 +602,11 @@ class _Reader:
                     and list(exps)[0] in _CONDUCTANCE):
                 continue
             to_ps = _CONDUCTANCE[list(exps)[0]]
+            self.blocks_left_out += calls
+            for b in mod.find("BREAKPOINT"):
+                for c in b.statements:
+                    if isinstance(c, Assign) and c.target in mod.currents:
+                        self.blocks_left_out += current_factors(mod, c.expr, s.target)
             return self.state_conductances(s, terms, states, to_ps)
         self.problems.append((candidates[-1].line if candidates else None,
                               "no conductance found: kingen needs a BREAKPOINT assignment "
@@ -495,6 +617,15 @@ class _Reader:
     def state_conductances(self, s: Assign, terms: Terms, states: list[str], to_ps: float):
         mod = self.mod
         common = set.intersection(*[set(ns) for _, ns in terms]) if terms else set()
+        for n in sorted(common):
+            decl = mod.parameters.get(n)
+            line = None if n in states or (decl and decl.value is not None) else \
+                voltage_factor(mod, n)
+            if line is not None and all(ns[n] == 1 for _, ns in terms):
+                self.blocks_left_out.append(line)
+                terms = [(c, Counter({k: p for k, p in ns.items() if k != n}))
+                         for c, ns in terms]
+                common.discard(n)
         channels, chan_name = 1.0, None
         for n in sorted(common):
             decl = mod.parameters.get(n)
