@@ -181,3 +181,41 @@ def test_kingen_import_prints_one_line_per_left_out_piece(tmp_path, capsys):
                                     "mgblock, line 65)")
     assert captured.out.strip() == str(out)
     assert "# Mg block B(v) multiplies the conductance" in out.read_text()
+
+
+def test_myokit_export_carries_the_temperature_and_imports_back(tmp_path):
+    """The .mmt export holds a temperature variable: set to 35, Myokit's own Markov
+    simulation equals kingen's at --temperature 35; imported back, the same groups."""
+    myokit = pytest.importorskip("myokit")
+    import myokit.lib.markov as markov
+    import numpy as np
+
+    from kingen.experiment.protocol import standard_protocol
+    from kingen.runs.simulate import simulate
+
+    scheme = Scheme.loads(WARM, path="warm.toml")
+    text = export_text(scheme, "myokit")
+    model = myokit.parse_model(text)
+    model.check_units(myokit.UNIT_STRICT)
+    model.get("kingen_warm.celsius").set_rhs(35)
+    linear = markov.LinearModel.from_component(model.get("kingen_warm"),
+                                               vm="kingen_warm.glu", current="kingen_warm.i")
+    protocol = standard_protocol("desensitization", dt=0.1)
+    ours = simulate(scheme, protocol, temperature=35)
+    sweep, ref = protocol.sweeps[0], ours.currents[0]
+    pacing = myokit.Protocol()
+    for seg in sweep.segments():
+        if seg.concentration:
+            pacing.schedule(seg.concentration, seg.start, seg.end - seg.start)
+    log = markov.AnalyticalSimulation(linear, pacing).run(sweep.duration + sweep.dt,
+                                                          log_times=ours.times[0])
+    got = np.asarray(log["kingen_warm.i"]) * scheme.channels
+    assert np.max(np.abs(got - ref)) <= 1e-6 * np.max(np.abs(ref))
+    mmt = tmp_path / "warm.mmt"
+    mmt.write_text(text)
+    back = Scheme.loads(import_text(mmt))
+    got_groups = _groups(back)
+    assert got_groups["binding"][1] == pytest.approx(2.4, rel=1e-12)
+    assert got_groups["gating"][1] == pytest.approx(3.0, rel=1e-12)
+    assert got_groups["d"][0] == "ea" and got_groups["d"][1] == pytest.approx(60, rel=1e-9)
+    assert back.temperature.reference_c == pytest.approx(21, abs=1e-9)

@@ -314,3 +314,41 @@ def scheme_at_temperature(scheme: Any, celsius: float, *, field: str = "temperat
         upper=float(p.upper * max(lo[k], hi[k], factor[k])))
         for k, p in enumerate(scheme.parameters)]
     return replace(scheme, parameters=params, temperature=None)
+
+
+def temperature_field(scheme: Any, param: int) -> tuple[str, str]:
+    """The ``[temperature]`` group and key (``q10`` or ``ea_kj_mol``) that parameter
+    ``param`` (a Q10 or an activation energy) comes from."""
+    for g in scheme.temperature.groups:
+        if g.param == param:
+            return g.name, "q10" if g.kind == "q10" else "ea_kj_mol"
+    raise KeyError(scheme.param_names[param])
+
+
+def identify_factor(factor: Any) -> tuple[str, float, float] | None:
+    """``("q10", Q10, T_ref)`` or ``("ea", Ea, T_ref)`` when ``factor(celsius)`` is a Q10 or
+    an Arrhenius factor (1 at T_ref), else None; told from its values at three
+    temperatures.
+
+    >>> identify_factor(lambda t: 3.0 ** ((t - 22.0) / 10.0))
+    ('q10', 3.0, 22.0)
+    >>> kind, ea, ref = identify_factor(lambda t: arrhenius_factor(60.0, t, 20.0))
+    >>> kind, round(ea, 9), round(ref, 9)
+    ('ea', 60.0, 20.0)
+    """
+    probes = (5.0, 22.0, 37.0)
+    try:
+        logs = [math.log(float(factor(t))) for t in probes]
+    except (ValueError, OverflowError, ZeroDivisionError, TypeError):
+        return None
+    for kind, x in (("q10", probes), ("ea", [1.0 / (t + KELVIN) for t in probes])):
+        slope = (logs[1] - logs[0]) / (x[1] - x[0])
+        if slope == 0 or abs(logs[0] + slope * (x[2] - x[0]) - logs[2]) > 1e-9 * max(
+                1.0, abs(logs[2])):
+            continue
+        x_ref = x[0] - logs[0] / slope
+        if kind == "q10":
+            return "q10", round(math.exp(10.0 * slope), 12), round(x_ref, 9)
+        if slope < 0:
+            return "ea", round(-slope * GAS_CONSTANT, 9), round(1.0 / x_ref - KELVIN, 9)
+    return None

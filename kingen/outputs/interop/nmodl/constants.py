@@ -23,7 +23,6 @@ TemperatureFactor(kind='q10', value=3.0, reference_c=22.0, name='q')
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -196,41 +195,3 @@ def _parameter_in(expr: Any, lookup: Lookup) -> str | None:
             stack += list(e.args)[::-1]
     return None
 
-
-def temperature_groups(factors: list[TemperatureFactor], rate_factor: dict[str, int | None],
-                       params: dict) -> tuple[float | None, list]:
-    """The reference temperature and the groups of rates (one per temperature factor) of an
-    imported scheme; rates whose factor has another reference temperature get their value
-    at the first factor's (``params``, name -> ImportedParameter, is updated).
-    """
-    from kingen.model.temperature import arrhenius_factor
-    from kingen.outputs.interop.imported import ImportedGroup
-
-    used = sorted({k for k in rate_factor.values() if k is not None})
-    if not used:
-        return None, []
-    reference = factors[used[0]].reference_c
-    groups = []
-    for k in used:
-        tf = factors[k]
-        members = [p for p, f in rate_factor.items() if f == k and p in params]
-        if tf.reference_c != reference:
-            scale = (tf.value ** ((reference - tf.reference_c) / 10.0) if tf.kind == "q10"
-                     else arrhenius_factor(tf.value, reference, tf.reference_c))
-            for p in members:
-                params[p].value *= scale
-        groups.append(ImportedGroup(_group_name(tf, k, [g.name for g in groups]), tf.kind,
-                                    tf.value, members))
-    return reference, groups
-
-
-def _group_name(tf: TemperatureFactor, k: int, taken: list[str]) -> str:
-    """``binding`` for a factor of ``Q10_binding`` (or ``q10binding``, ``Ea_binding``), else
-    ``rates``; a number is added where a name is taken."""
-    base = re.sub(r"^(q10|ea)_?", "", tf.name, flags=re.IGNORECASE) if tf.name else ""
-    base = base or ("rates" if tf.kind == "q10" else "activation")
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name

@@ -24,6 +24,7 @@ from kingen.outputs.interop.imported import (
     ImportedRate,
     ImportedScheme,
     ImportProblems,
+    temperature_groups,
 )
 from kingen.outputs.interop.nmodl.constants import (
     FUNCTIONS,
@@ -31,7 +32,6 @@ from kingen.outputs.interop.nmodl.constants import (
     TemperatureFactor,
     evaluate,
     temperature_factor,
-    temperature_groups,
 )
 from kingen.outputs.interop.nmodl.leftout import (
     current_factors,
