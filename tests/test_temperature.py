@@ -254,3 +254,59 @@ def test_a_fit_override_of_an_unknown_q10_is_one_line(tmp_path, capsys):
     config.write_text(config.read_text() + '[parameters]\nq10_nope = { fixed = true }\n')
     with pytest.raises(KingenError, match=r"parameters\.q10_nope.*unknown parameter"):
         load_config(config)
+
+
+def test_kingen_simulate_at_a_temperature_equals_rates_scaled_by_hand(tmp_path, capsys):
+    model = tmp_path / "three.toml"
+    model.write_text(THREE_STATE + TEMPERATURE.format(q_bind=2.4, q_gate=3.0))
+    (tmp_path / "steps.toml").write_text(PROTOCOL)
+    out = tmp_path / "warm.csv"
+    assert main(["simulate", str(model), "--protocol", str(tmp_path / "steps.toml"),
+                 "--temperature", "34", "--csv", str(out)]) == 0
+    lines = [line for line in out.read_text().splitlines() if not line.startswith("#")]
+    header = lines[0].split(",")
+    table = np.array([[float(x) for x in line.split(",")] for line in lines[1:]])
+    protocol = load_protocol(tmp_path / "steps.toml")
+    hand = simulate_exact(Scheme.loads(THREE_STATE), protocol, _by_hand(34.0))
+    for sweep, want in zip(protocol.sweeps, hand.currents, strict=True):
+        got = table[:, header.index(f"current_pA_{sweep.label}")]
+        assert np.max(np.abs(got - want)) <= 1e-6 * np.max(np.abs(want))  # CSV digits
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "95"], "--temperature = 95.0: a temperature in °C must lie in 0–50"),
+    (["--temperature", "-3"], "--temperature = -3.0: a temperature in °C must lie in 0–50"),
+])
+def test_kingen_simulate_refuses_a_temperature_outside_0_to_50(tmp_path, capsys, args,
+                                                               message):
+    model = tmp_path / "three.toml"
+    model.write_text(THREE_STATE + TEMPERATURE.format(q_bind=2.4, q_gate=3.0))
+    out = tmp_path / "x.csv"
+    assert main(["simulate", str(model), "--protocol", "deactivation", "--csv", str(out),
+                 *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err, err
+    assert not out.exists()
+
+
+def test_kingen_simulate_at_a_temperature_needs_a_temperature_table(tmp_path, capsys):
+    model = tmp_path / "plain.toml"
+    model.write_text(THREE_STATE)
+    assert main(["simulate", str(model), "--protocol", "deactivation",
+                 "--temperature", "30"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--temperature = 30.0: the scheme has no [temperature] table: its "
+                        "rates do not depend on temperature"), err
+
+
+@pytest.mark.parametrize("override, message", [
+    ("q10_binding = { value = 0 }", "parameters.q10_binding.value = 0"),
+    ("q10_binding = { bounds = [-1, 4] }", "parameters.q10_binding.bounds[0] = -1"),
+])
+def test_a_q10_at_or_below_0_in_the_fit_configuration_is_one_line(tmp_path, override,
+                                                                  message):
+    config = _write_problem(tmp_path)
+    config.write_text(config.read_text() + f"[parameters]\n{override}\n")
+    with pytest.raises(KingenError) as err:
+        load_config(config)
+    assert message in str(err.value) and "must be > 0" in str(err.value), str(err.value)
