@@ -45,6 +45,7 @@ PUBLIC_MODULES = {
     "kingen.outputs.interop.nmodl.lexer": True,
     "kingen.outputs.interop.nmodl.parser": True,
     "kingen.outputs.interop.nmodl.reader": True,
+    "kingen.outputs.interop.nmodl.declared": True,
     "kingen.outputs.interop.nmodl.writer": True,
     "kingen.outputs.interop.myokit.writer": True,
     "kingen.fitting.operators": True,
