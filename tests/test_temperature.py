@@ -12,7 +12,7 @@ import pytest
 from kingen.cli import main
 from kingen.errors import KingenError
 from kingen.experiment.protocol import load_protocol
-from kingen.experiment.recordings import Recording, write_csv
+from kingen.experiment.recordings import Recording, load_recording, write_csv
 from kingen.fitting.config import load_config
 from kingen.fitting.objective import Objective
 from kingen.fitting.temperature import TemperatureSimulator
@@ -310,3 +310,25 @@ def test_a_q10_at_or_below_0_in_the_fit_configuration_is_one_line(tmp_path, over
     with pytest.raises(KingenError) as err:
         load_config(config)
     assert message in str(err.value) and "must be > 0" in str(err.value), str(err.value)
+
+
+def test_an_nwb_recording_carries_its_temperature_into_the_fit(tmp_path):
+    """A recording whose file holds its temperature (kingen's NWB notes: temperature_c)
+    sets its protocol's temperature without a configuration entry; an entry overrides it."""
+    pytest.importorskip("pynwb")
+    from kingen.experiment.recordings import read_nwb, write_nwb
+    from kingen.fitting.temperature import protocol_temperature
+
+    config = _write_problem(tmp_path)
+    rec = load_recording(tmp_path / "steps_34.csv")
+    rec.meta["temperature_c"] = 34.0
+    write_nwb(rec, tmp_path / "steps_34.nwb")
+    assert read_nwb(tmp_path / "steps_34.nwb").meta["temperature_c"] == 34.0
+    text = config.read_text().replace('recording = "steps_34.csv"\ntemperature = 34\n',
+                                      'recording = "steps_34.nwb"\n')
+    config.write_text(text)
+    cfg = load_config(config)
+    assert [protocol_temperature(p.protocol) for p in cfg.protocols] == [22.0, 34.0]
+    config.write_text(text.replace('recording = "steps_34.nwb"\n',
+                                   'recording = "steps_34.nwb"\ntemperature = 30\n'))
+    assert protocol_temperature(load_config(config).protocols[1].protocol) == 30.0
