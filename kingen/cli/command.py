@@ -332,6 +332,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             flag = "derived" if p.derived else ("fixed" if p.fixed else p.scale)
             print(f"  {p.name:10s} {s.values[s.param_names.index(p.name)]:<12.6g} "
                   f"{p.internal_unit:12s} [{p.lower:.4g}, {p.upper:.4g}] {flag}")
+        from kingen.model.temperature import describe
+
+        for line in describe(s):
+            print(f"temperature: {line}")
         return 0
     import numba
     import numpy as np

@@ -55,6 +55,7 @@ Examples
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,7 @@ KELVIN = 273.15
 DEFAULT_Q10_SPREAD = 2.5
 DEFAULT_EA_SPREAD = 3.0
 KINDS = {"q10": ("q10", "1"), "ea_kj_mol": ("ea", "kJ/mol")}
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _GROUP_KEYS = ("rates", "q10", "ea_kj_mol", "bounds", "fixed", "scale", "description")
 
 
@@ -131,6 +133,9 @@ def parse_temperature(f: Fields, table: Any, parameters: list, parameter_type: t
         if gname == "reference_c":
             continue
         where = f"temperature.{gname}"
+        if not _NAME.match(gname):
+            raise f.error("a group's name is letters, digits and _ (it names the group's "
+                          "parameter, q10_<name>)", where)
         if not isinstance(spec, dict):
             raise f.error("must be a group table such as { rates = [\"k_on\"], q10 = 2.4 }",
                           where, spec)

@@ -108,7 +108,7 @@ def write_myokit(model: ExportModel) -> str:
     def rate(r) -> str:
         parts = ([] if r.factor == 1 else [number(r.factor)]) + [rename[r.param]]
         for g, x in model.parameters[r.param].powers.items():
-            parts.append(f"tadj_{g}" if x == 1 else f"tadj_{g} ^ {number(x)}")
+            parts.append(f"tadj_{g}" if x == 1 else f"tadj_{g} ^ ({number(x)})")
         if r.agonist:
             parts.append(glu)
         return " * ".join(parts)

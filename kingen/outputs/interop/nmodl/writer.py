@@ -60,7 +60,7 @@ def _factor_lines(model: ExportModel, rename: dict[str, str]) -> list[str]:
 def _scaled(parts: list[str], powers: dict[str, float]) -> list[str]:
     """A rate's factors times its temperature groups' factors (to their powers)."""
     for g, x in powers.items():
-        parts.append(factor_name(g) if x == 1 else f"{factor_name(g)}^{number(x)}")
+        parts.append(factor_name(g) if x == 1 else f"{factor_name(g)}^({number(x)})")
     return parts
 
 
