@@ -4,9 +4,9 @@ Run as ``python tests/neuron_sim.py SPEC.json OUT.json`` in its own process: NEU
 compiled mechanism library once per process, so the tests keep it out of pytest's.
 
 SPEC: ``{"lib": libnrnmech.so, "atol": float, "runs": [{"mech", "agonist", "tvec",
-"cvec", "times"}]}``; OUT: ``{"g": [[conductance (pS) at each time] per run]}``. The
-concentration is played with ``Vector.play(..., 1)`` (linear between the points; a step is
-two points at the same time) and NEURON's CVODE integrates the scheme.
+"cvec", "times", "celsius" (optional)}]}``; OUT: ``{"g": [[conductance (pS) at each time]
+per run]}``. The concentration is played with ``Vector.play(..., 1)`` (linear between the
+points; a step is two points at the same time) and NEURON's CVODE integrates the scheme.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def main(spec_path: str, out_path: str) -> int:
         times = h.Vector(run["times"])
         g = h.Vector()
         g.record(syn._ref_g, times)
+        if "celsius" in run:
+            h.celsius = run["celsius"]
         h.finitialize(-65.0)
         h.continuerun(run["times"][-1] + 1.0)  # the recording stops before tstop
         out.append(list(g))

@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = {
     "kingen": True,
     "kingen.model.scheme": True,
+    "kingen.model.temperature": True,
+    "kingen.fitting.temperature": True,
+    "kingen.outputs.interop.nmodl.constants": True,
     "kingen.base.files": True,
     "kingen.experiment.protocol": True,
     "kingen.experiment.recordings.registry": True,
@@ -45,6 +48,7 @@ PUBLIC_MODULES = {
     "kingen.outputs.interop.nmodl.lexer": True,
     "kingen.outputs.interop.nmodl.parser": True,
     "kingen.outputs.interop.nmodl.reader": True,
+    "kingen.outputs.interop.nmodl.declared": True,
     "kingen.outputs.interop.nmodl.writer": True,
     "kingen.outputs.interop.myokit.writer": True,
     "kingen.fitting.operators": True,

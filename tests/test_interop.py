@@ -89,18 +89,19 @@ def test_jonas_mod_reproduces_shipped_rates() -> None:
     assert got.channels == 100 and got.conductance[got.state_index("O")] == 10
 
 
-def test_raman_trussell_q10_is_reported_line_by_line() -> None:
-    """The cnmodel-style file scales every rate by a Q10 factor of NEURON's celsius: a
-    scheme has no temperature, so each of the 10 rates is named with its line, nothing is
-    guessed (the shipped TOML is the file at 22 degC, where the factor is 1)."""
-    with pytest.raises(ImportProblems) as info:
-        import_text(DATA / "raman_trussell_1992.mod")
-    lines = str(info.value).splitlines()
-    assert len(lines) == 11
-    assert all("depends on qfac" in line and "assigned INITIAL at line 52" in line
-               for line in lines[1:])
-    assert [line.split(":")[1] for line in lines[1:]] == [
-        str(n) for n in (63, 63, 64, 64, 65, 65, 66, 66, 67, 67)]
+def test_raman_trussell_q10_becomes_the_schemes_temperature_group() -> None:
+    """The cnmodel-style file scales every rate by qfac = Q10^((celsius - 22)/10), which
+    INITIAL computes: the scheme gets one temperature group of all 10 rates with Q10 1.5 at
+    22 degC, and the rates at 22 degC are the shipped TOML's."""
+    got = Scheme.loads(import_text(DATA / "raman_trussell_1992.mod"))
+    assert got.temperature.reference_c == 22
+    (group,) = got.temperature.groups
+    assert group.kind == "q10" and got.values[group.param] == 1.5
+    assert [got.param_names[m] for m in group.members] == [
+        "Rb", "Ru1", "Ru2", "Rd", "Rr", "Ro1", "Rc1", "Ro2", "Rc2"]
+    shipped = Scheme.load(ROOT / "models/raman_trussell_1992.toml")
+    rates = {k: v for k, v in by_name(got).items() if k != "q10_rates"}
+    assert rates == pytest.approx(by_name(shipped), rel=1e-12)
 
 
 def test_geiger_mmt_rates_and_the_broken_cycle() -> None:

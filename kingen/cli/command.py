@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="pass the current through a recording filter, as a rig's "
                           "amplifier does: bessel:8:5 (kind bessel or butterworth, 2-8 "
                           "poles, cutoff in kHz), or a measured response CSV file")
+    sim.add_argument("--temperature", type=float, default=None, metavar="C",
+                     help="simulate at this temperature, °C, by the scheme's Q10s "
+                          "(default: its reference temperature)")
     sim.add_argument("--csv", type=Path, help="write time_ms and current_pA columns here")
     sim.add_argument("--plot", type=Path, help="write a figure (PNG or PDF) here")
     sim.add_argument("--json", action="store_true", help="print the features as JSON")
@@ -185,6 +188,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kingen.runs.simulate import simulate
 
     scheme = Scheme.load(args.model, force=args.force)
+    if args.temperature is not None:  # before any file is written
+        from kingen.model.temperature import scheme_at_temperature
+
+        scheme_at_temperature(scheme, args.temperature, field="--temperature")
     protocol = _load_protocol(args)
     if args.step is not None and args.solver != "rk4":
         raise KingenError("--step applies to --solver rk4", field="--step", value=args.step)
@@ -199,7 +206,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     plot_path = output_path(args.plot, "--plot", IMAGE_SUFFIXES)
     _check_simulate_outputs(args, csv_path, plot_path)
     sim = simulate(scheme, protocol, solver=args.solver, backend=args.backend,
-                   precision=args.precision, step=args.step, force=args.force, filter=flt)
+                   precision=args.precision, step=args.step, force=args.force, filter=flt,
+                   temperature=args.temperature)
     try:
         if csv_path:
             sim.to_csv(csv_path)
@@ -324,6 +332,10 @@ def cmd_info(args: argparse.Namespace) -> int:
             flag = "derived" if p.derived else ("fixed" if p.fixed else p.scale)
             print(f"  {p.name:10s} {s.values[s.param_names.index(p.name)]:<12.6g} "
                   f"{p.internal_unit:12s} [{p.lower:.4g}, {p.upper:.4g}] {flag}")
+        from kingen.model.temperature import describe
+
+        for line in describe(s):
+            print(f"temperature: {line}")
         return 0
     import numba
     import numpy as np

@@ -137,7 +137,12 @@ def run_import(args: argparse.Namespace) -> int:
     from kingen.outputs.interop import import_scheme
 
     out = output_path(args.out, "-o")
-    _say([import_scheme(args.file, out, agonist=args.agonist)])
+    left_out: list[str] = []
+    path = import_scheme(args.file, out, agonist=args.agonist, celsius=args.celsius,
+                         left_out=left_out)
+    for line in left_out:  # on stderr: -o /dev/stdout keeps the scheme's text alone
+        print(f"{args.file}: left out: {line}", file=sys.stderr)
+    _say([path])
     return 0
 
 
@@ -155,6 +160,10 @@ def add_import_parser(subparsers: Any) -> None:
     i.add_argument("--agonist", metavar="NAME",
                    help="the agonist concentration variable, when the file's rates multiply "
                         "more than one")
+    i.add_argument("--celsius", type=float, metavar="C",
+                   help="evaluate a .mod file's dependence on celsius at this temperature, "
+                        "°C, where it is not a Q10 or Arrhenius factor (those become the "
+                        "scheme's [temperature] table)")
     i.set_defaults(handler=run_import)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +17,18 @@ import numpy as np
 
 from kingen.base.files import read_text
 from kingen.errors import KingenError
-from kingen.experiment.chain import check_filter, read_chain
 from kingen.experiment.protocol import (
-    STANDARD_PROTOCOLS,
     Sweep,
-    check_size,
-    load_protocol,
-    standard_protocol,
 )
-from kingen.experiment.recordings import Recording, Targets, load_recording, load_targets
-from kingen.fitting.objective import BASELINES, ProtocolData
-from kingen.fitting.params import ParameterMap, apply_overrides, apply_ties
+from kingen.experiment.recordings import Recording, Targets
+from kingen.fitting.config_parameters import read_parameters
+from kingen.fitting.config_protocols import ConfigFields, read_protocol
+from kingen.fitting.objective import ProtocolData
+from kingen.fitting.params import ParameterMap
+from kingen.fitting.temperature import check_temperatures
 from kingen.model import limits
-from kingen.model.fields import Fields, join, loads_toml
-from kingen.model.scheme import Scheme, check_rate_range
+from kingen.model.fields import loads_toml
+from kingen.model.scheme import Scheme
 from kingen.model.shipped import shipped_models, shipped_scheme
 from kingen.solve.schedule import (
     DEFAULT_COURANT,
@@ -78,6 +76,8 @@ baseline = "none"           # none | pre-pulse | per-sweep: what to subtract fro
                             #   (bessel | butterworth, 2-8 poles), or { response = "step.csv" }
 offset = "none"             # none | per-sweep | per-protocol: a DC offset fitted with the
                             #   amplitude
+# temperature = 22          # °C of the recording (default: the recording's own, else the
+                            #   scheme's reference temperature)
 
 [parameters]
 # free = ["k01", "k10"]     # search only these (all others fixed); default: all free ones
@@ -217,30 +217,6 @@ class FitConfig:
 _TOP = {"model", "output", "seed", "backend", "precision", "step", "courant", "polish",
         "polish_evaluations", "polish_starts", "protocols", "parameters", "ga", "stop", "force",
         "cluster"}  # [cluster]: where `kingen fit --cluster CONFIG` runs (kingen.scaleout)
-_PROTOCOL = {"protocol", "name", "exchange", "dt", "recording", "targets", "weight",
-             "amplitude", "mask", "baseline", "subtract_baseline", "filter", "offset"}
-_PARAM_KEYS = {"bounds", "value", "scale", "fixed"}
-
-
-class _Checker(Fields):
-    """:class:`~kingen.model.fields.Fields` with the configuration's own file-list field."""
-
-    def paths(self, t: dict, key: str, where: str, base: Path) -> list[Path]:
-        value = t.get(key)
-        if value is None:
-            return []
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list) or not items or not all(
-                isinstance(v, str) and v.strip() for v in items):
-            raise self.error("must be a file name or a non-empty list of file names",
-                             join(where, key), value)
-        out = []
-        for v in items:
-            p = (base / v) if not Path(v).is_absolute() else Path(v)
-            if not p.is_file():
-                raise self.error("file not found", join(where, key), v)
-            out.append(p)
-        return out
 
 
 def demo_config() -> Path:
@@ -311,7 +287,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
     """
     doc = loads_toml(text, path)
     base = Path(base)
-    c = _Checker(path)
+    c = ConfigFields(path)
     c.keys(doc, _TOP, "")
     ov = dict(overrides or {})
     _check_overrides(ov)
@@ -358,7 +334,7 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
             "output") is not None else base / output
 
     # ---- parameters
-    scheme, ties = _parameters(c, c.table(doc, "parameters"), scheme)
+    scheme, ties = read_parameters(c, c.table(doc, "parameters"), scheme)
     pmap = ParameterMap(scheme, ties)
     if pmap.n_genes == 0:
         raise c.error("no free parameter to fit", "parameters")
@@ -373,13 +349,15 @@ def loads_config(text: str, *, path: str = "<config>", base: str | Path = ".",
         raise c.error("missing: give at least one [[protocols]] table", "protocols")
     if not isinstance(raw, list) or not raw or not all(isinstance(t, dict) for t in raw):
         raise c.error("must be a non-empty array of tables ([[protocols]])", "protocols")
-    items = [_protocol(c, t, i, base, force) for i, t in enumerate(raw)]
+    items = [read_protocol(c, t, i, base, force) for i, t in enumerate(raw)]
     seen: set[str] = set()
     for i, item in enumerate(items):
         if item.protocol.name in seen:
             raise c.error("two protocols with the same name (give one a distinct name = ...)",
                           f"protocols[{i}].name", item.protocol.name)
         seen.add(item.protocol.name)
+
+    check_temperatures(scheme, [item.protocol for item in items], path)
 
     # ---- the work and memory a generation needs, before anything is allocated
     sweeps = [s for item in items for s in item.protocol.sweeps]
@@ -449,96 +427,7 @@ def generation_bytes(candidates: int, n_params: int, n_states: int, n_sweeps: in
     return 8.0 * float(candidates) * per_candidate
 
 
-def _parameters(c: _Checker, t: dict, scheme: Scheme
-                ) -> tuple[Scheme, dict[str, tuple[str, float]]]:
-    names = scheme.param_names
-    reserved = {"free", "fixed", "tied"}
-
-    def known(name: Any, where: str) -> str:
-        if not isinstance(name, str) or name not in names:
-            raise c.error(f"unknown parameter (parameters are {', '.join(names)})", where, name)
-        return name
-
-    def name_list(key: str) -> list[str] | None:
-        if key not in t:
-            return None
-        v = t[key]
-        if not isinstance(v, list):
-            raise c.error("must be a list of parameter names", f"parameters.{key}", v)
-        return [known(x, f"parameters.{key}") for x in v]
-
-    overrides: dict[str, dict] = {}
-    for key, spec in t.items():
-        if key in reserved:
-            continue
-        where = f"parameters.{key}"
-        known(key, where)
-        if not isinstance(spec, dict):
-            raise c.error("must be a table such as { bounds = [1, 100] }", where, spec)
-        c.keys(spec, _PARAM_KEYS, where)
-        o: dict[str, Any] = {}
-        if "bounds" in spec:
-            o["bounds"] = c.numbers(spec, "bounds", where, length=2, gt=0.0)
-        if "value" in spec:
-            o["value"] = c.number(spec, "value", where, gt=0.0)
-        if "scale" in spec:
-            o["scale"] = c.choice(spec, "scale", ("log", "linear"), where)
-        if "fixed" in spec:
-            o["fixed"] = c.boolean(spec, "fixed", where)
-        overrides[key] = o
-    free = name_list("free")
-    fixed = name_list("fixed") or []
-    derived = {p.name for p in scheme.parameters if p.derived}
-    for n in fixed + (free or []):
-        if n in derived:
-            raise c.error("is derived (computed for microscopic reversibility); it cannot be "
-                          "listed as free or fixed", "parameters", n)
-    if free is not None:
-        for p in scheme.parameters:
-            if not p.derived:
-                overrides.setdefault(p.name, {})["fixed"] = p.name not in free
-    for n in fixed:
-        if free is not None and n in free:
-            raise c.error("listed both as free and as fixed", "parameters.fixed", n)
-        overrides.setdefault(n, {})["fixed"] = True
-    scheme = apply_overrides(scheme, overrides, file=c.file)
-
-    ties: dict[str, tuple[str, float]] = {}
-    raw = c.table(t, "tied", "parameters")
-    for target, spec in raw.items():
-        where = f"parameters.tied.{target}"
-        known(target, where)
-        if isinstance(spec, str):
-            source, factor = spec, 1.0
-        elif isinstance(spec, dict):
-            c.keys(spec, {"to", "factor"}, where)
-            source = spec.get("to")
-            factor = c.number(spec, "factor", where, 1.0, gt=0.0)
-        else:
-            raise c.error("must be a parameter name or { to = \"k_a\", factor = 2 }", where,
-                          spec)
-        known(source, f"{where}.to")
-        ps = {p.name: p for p in scheme.parameters}
-        if source == target:
-            raise c.error("a parameter cannot be tied to itself", where, source)
-        if ps[target].derived or ps[source].derived:
-            raise c.error("derived parameters cannot be tied", where, source)
-        if source in raw:
-            raise c.error("tied to a parameter that is itself tied", where, source)
-        if ps[target].order != ps[source].order:
-            raise c.error("tied to a parameter of another order (a binding rate and a "
-                          "first-order rate)", where, source)
-        for bound in (ps[source].lower * factor, ps[source].upper * factor):
-            check_rate_range(bound, ps[target].internal_unit, file=c.file,
-                             field=f"{where}.factor", value=factor,
-                             what="with the bounds of the rate it is tied to")
-        ties[target] = (source, factor)
-    if ties:
-        scheme = apply_ties(scheme, ties)
-    return scheme, ties
-
-
-def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
+def _ga(c: ConfigFields, t: dict, ov: dict) -> GASettings:
     w = "ga"
     c.keys(t, set(GASettings.__dataclass_fields__), w)
     if ov.get("generations") is not None:
@@ -573,7 +462,7 @@ def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
     return ga
 
 
-class _StoredSettings(_Checker):
+class _StoredSettings(ConfigFields):
     """Reads of a run file's stored settings (``/config/settings``), which a fit wrote
     valid: a problem there is damage, said so."""
 
@@ -611,7 +500,7 @@ def stored_settings(settings: dict[str, Any], file: str
             c.choice(settings, "precision", ("float64", "float32")))
 
 
-def _stop(c: _Checker, t: dict) -> StopSettings:
+def _stop(c: ConfigFields, t: dict) -> StopSettings:
     w = "stop"
     c.keys(t, set(StopSettings.__dataclass_fields__), w)
     return StopSettings(
@@ -620,111 +509,3 @@ def _stop(c: _Checker, t: dict) -> StopSettings:
         target_error=c.number(t, "target_error", w, 0.0, ge=0.0),
         wall_time=c.number(t, "wall_time", w, 0.0, ge=0.0),
     )
-
-
-def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> ProtocolData:
-    w = f"protocols[{i}]"
-    c.keys(t, _PROTOCOL, w)
-    spec = c.string(t, "protocol", w, None)
-    if spec is None:
-        raise c.error("missing: a standard protocol name or a protocol file", f"{w}.protocol")
-    recordings = c.paths(t, "recording", w, base)
-    target_files = c.paths(t, "targets", w, base)
-    recs = [load_recording(p) for p in recordings]
-    for p, r in zip(recordings, recs, strict=True):
-        if r.n_sweeps == 0 or all(np.asarray(r.sweep_current(k)).size == 0
-                                  for k in range(r.n_sweeps)):
-            raise c.error("empty recording: no sweeps", f"{w}.recording", str(p))
-    standard = spec in STANDARD_PROTOCOLS
-    if standard:
-        dt_default = _recording_dt(recs) or 0.02
-        exchange = c.number(t, "exchange", w, 0.0, ge=0.0)
-        dt = c.number(t, "dt", w, dt_default, gt=0.0)
-        protocol = standard_protocol(spec, exchange=exchange, dt=dt, force=True)
-        check_size(protocol, file=c.file, field=f"{w}.dt", value=dt, force=force)
-    else:
-        p = base / spec if not Path(spec).is_absolute() else Path(spec)
-        if not p.is_file():
-            raise c.error(f"not a standard protocol ({', '.join(STANDARD_PROTOCOLS)}) and no "
-                          "such protocol file", f"{w}.protocol", spec)
-        for key in ("exchange", "dt"):
-            if key in t:
-                raise c.error("only for standard protocols (set it in the protocol file)",
-                              f"{w}.{key}", t[key])
-        protocol = load_protocol(p, force=force)
-    name = c.string(t, "name", w, None)
-    if name is not None:
-        protocol = replace(protocol, name=name)
-    recording = _merge_recordings(recs) if recs else None
-    if recording is not None and recording.protocol is not None:
-        ok = {protocol.name, protocol.kind, Path(protocol.source).stem, spec}
-        if recording.protocol not in ok:
-            raise c.error(f"the recording is of protocol '{recording.protocol}', which is not "
-                          f"the protocol it is given for ('{protocol.name}')",
-                          f"{w}.recording", recording.source)
-    targets = load_targets(target_files) if target_files else None
-    if targets is not None and not (targets.features or targets.recovery is not None
-                                    or targets.dose_response is not None):
-        raise c.error("empty targets: no feature or table", f"{w}.targets",
-                      target_files[0].name)
-    if recording is None and targets is None:
-        raise c.error("no data: give recording = ... and/or targets = ...", f"{w}.recording")
-    amplitude = None
-    if "amplitude" in t and not isinstance(t["amplitude"], str):
-        amplitude = c.number(t, "amplitude", w, gt=0.0)
-    chain = read_chain(c, t, w, base)
-    if chain.filter is not None:
-        check_filter(chain.filter, [s.dt for s in protocol.sweeps], file=c.file,
-                     field=f"{w}.filter")
-    if recording is None and not (chain.offset == "none" and chain.amplitude == "per-protocol"):
-        key = "offset" if chain.offset != "none" else "amplitude"
-        raise c.error("is fitted to a recording: this protocol has none", f"{w}.{key}",
-                      t[key])
-    mask = []
-    for k, m in enumerate(c.array(t, "mask", w)):
-        where = f"{w}.mask[{k}]"
-        if not isinstance(m, list) or len(m) != 2:
-            raise c.error("must be a [t0, t1] range (ms)", where, m)
-        t0, t1 = (c.number(m, j, where) for j in range(2))
-        if t0 >= t1:
-            raise c.error("must be a [t0, t1] range with t0 < t1 (ms)", where, m)
-        mask.append((t0, t1))
-    return ProtocolData(
-        protocol=protocol, recording=recording, targets=targets,
-        weight=c.number(t, "weight", w, 1.0, gt=0.0), amplitude=amplitude, mask=mask,
-        baseline=_baseline(c, t, w), source=c.file, chain=chain)
-
-
-def _baseline(c: _Checker, t: dict, w: str) -> str:
-    """``baseline``, or the ``subtract_baseline`` flag of earlier configurations (true was
-    each sweep's own pre-pulse mean, the default then)."""
-    if "subtract_baseline" in t:
-        if "baseline" in t:
-            raise c.error("give baseline or subtract_baseline (its older form), not both",
-                          f"{w}.subtract_baseline", t["subtract_baseline"])
-        return "per-sweep" if c.boolean(t, "subtract_baseline", w, True) else "none"
-    return c.choice(t, "baseline", BASELINES, w, "none")
-
-
-def _recording_dt(recs: list[Recording]) -> float | None:
-    for r in recs:
-        t = np.asarray(r.sweep_time(0), dtype=float)
-        if t.size > 1:
-            return float(np.median(np.diff(t)))
-    return None
-
-
-def _merge_recordings(recs: list[Recording]) -> Recording:
-    if len(recs) == 1:
-        return recs[0]
-    times, currents, labels = [], [], []
-    for r in recs:
-        for label, t, y, _ in r.sweeps():
-            times.append(t)
-            currents.append(y)
-            labels.append(label)
-    return Recording(recs[0].protocol, times, currents, labels,
-                     source=", ".join(r.source for r in recs),
-                     meta={"files": [r.source for r in recs]},
-                     labelled=any(r.labelled for r in recs))
-

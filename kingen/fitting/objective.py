@@ -12,12 +12,9 @@ error of the protocol is the *relative squared error*
 
     e_trace = Σ w (A g − d)² / Σ w d² = (Σw·d² − 2A Σw·g·d + A² Σw·g²) / Σw·d²,
 
-0 for a perfect fit and 1 for a fit no better than zero current, whatever the number of
-samples or the size of the current, so that protocols of different size are comparable.
-
-How a recording is placed on the protocol's sample grid (pairing, baseline, mask) is
-:mod:`kingen.fitting.placement`; amplitudes and offsets of a recording chain,
-:mod:`kingen.fitting.scales`; summary targets, :mod:`kingen.fitting.targets`.
+0 for a perfect fit and 1 for a fit no better than zero current, whatever the size of the
+current. Placement on the sample grid: :mod:`kingen.fitting.placement`; the chain's
+amplitudes and offsets: :mod:`kingen.fitting.scales`; targets: :mod:`kingen.fitting.targets`.
 
 A protocol's error is e_trace + e_targets (whichever it has). A fit scores candidates on
 the likelihood (:meth:`Objective.set_noise`, with the noise model of
@@ -55,9 +52,10 @@ from kingen.fitting.targets import (
     sweep_windows,
     switched_off,
 )
+from kingen.fitting.temperature import simulator_for
 from kingen.fitting.traces import TraceScoring
 from kingen.model.scheme import Scheme
-from kingen.solve.batch import BatchResult, ObjectiveInputs, Simulator
+from kingen.solve.batch import BatchResult, ObjectiveInputs
 from kingen.solve.schedule import DEFAULT_COURANT, protocol_sweeps
 
 __all__ = ["BASELINES", "PLAUSIBLE_CHANNELS", "TARGET_KEYS", "Evaluation", "NoiseWeights",
@@ -272,11 +270,13 @@ class Objective(TraceScoring):
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         sum_g = any(not self._plain(p) and item.chain.offset != "none"
                     for p, item in enumerate(self.items))
-        self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,
-                                   precision=precision, step=step, courant=courant,
-                                   objective=ObjectiveInputs(self.data, self.weight,
-                                                             self.windows, sum_g),
-                                   filters=filters)
+        # one solver per temperature when protocols are recorded at several
+        self.simulator = simulator_for(solver_scheme(scheme), self.protocols, rates_of=scheme,
+                                       backend=backend, precision=precision, step=step,
+                                       courant=courant,
+                                       objective=ObjectiveInputs(self.data, self.weight,
+                                                                 self.windows, sum_g),
+                                       filters=filters)
         if not np.array_equal(self.simulator.schedule.sample_start, self.sample_start):
             raise RuntimeError("sample grids of the objective and the schedule differ")
 

@@ -227,16 +227,18 @@ def apply_overrides(scheme: Scheme, overrides: dict[str, dict], *, file: str = "
                 raise KingenError("lower bound must be below the upper bound", file=file,
                                   field=f"{where}.bounds", value=spec["bounds"])
             lower, upper = lo * factor, hi * factor
-            for k, bound in enumerate((lower, upper)):
+            for k, bound in enumerate((lower, upper) if p.order else ()):
                 check_rate_range(bound, p.internal_unit, file=file,
                                  field=f"{where}.bounds[{k}]", value=spec["bounds"][k])
         if "value" in spec:
             if spec["value"] <= 0:
-                raise KingenError("rate constants must be > 0", file=file,
+                what = "rate constants" if p.order else "Q10s and activation energies"
+                raise KingenError(f"{what} must be > 0", file=file,
                                   field=f"{where}.value", value=spec["value"])
             value = spec["value"] * factor
-            check_rate_range(value, p.internal_unit, file=file, field=f"{where}.value",
-                             value=spec["value"])
+            if p.order:
+                check_rate_range(value, p.internal_unit, file=file, field=f"{where}.value",
+                                 value=spec["value"])
         if not p.derived and not (lower * (1 - 1e-12) <= value <= upper * (1 + 1e-12)):
             if "value" in spec or "bounds" not in spec:
                 raise KingenError(f"value outside its bounds [{lower / factor:g}, "
@@ -264,7 +266,10 @@ def apply_ties(scheme: Scheme, ties: dict[str, tuple[str, float]]) -> Scheme:
 
 
 def file_unit_factor(p) -> float:
-    """Multiplier from the parameter's file unit to internal units."""
+    """Multiplier from the parameter's file unit to internal units (1 for a Q10 or an
+    activation energy, which are kept in the file's units)."""
+    if p.order == 0:
+        return 1.0
     factor, _ = parse_rate_unit(p.unit)
     return factor
 

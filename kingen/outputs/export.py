@@ -27,6 +27,7 @@ from kingen.experiment.recordings import Recording, write_csv, write_nwb
 from kingen.model.fields import loads_toml
 from kingen.model.scheme import Scheme
 from kingen.model.shipped import shipped_scheme
+from kingen.model.temperature import temperature_field
 from kingen.outputs.plot import safe_names
 from kingen.store import RunStore, RunView, as_store
 
@@ -139,6 +140,12 @@ def fitted_scheme_text(run: str | os.PathLike[str] | RunStore, *,
         lower, upper = (view.in_file_units(b) for b in view.bounds)
         table = doc.setdefault("parameters", {})
         for k, p in enumerate(scheme.parameters):
+            if p.order == 0:  # a Q10 or activation energy: its [temperature] group's
+                group, key = temperature_field(scheme, k)
+                spec = doc["temperature"][group]
+                spec[key] = float(values[k])
+                spec["bounds"] = [float(lower[k]), float(upper[k])]
+                continue
             spec = table.get(p.name)
             spec = {} if not isinstance(spec, dict) else dict(spec)
             spec["value"] = float(values[k])

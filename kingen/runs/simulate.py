@@ -22,6 +22,7 @@ from kingen.experiment.chain import Filter, check_filter, parse_filter
 from kingen.experiment.protocol import Protocol, load_protocol
 from kingen.model import limits
 from kingen.model.scheme import Scheme
+from kingen.model.temperature import scheme_at_temperature
 
 SOLVERS = ("exact", "rk4")
 
@@ -91,7 +92,8 @@ class Simulation:
 def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str | os.PathLike[str],
              *, solver: str = "exact", backend: str = "auto", precision: str = "float64",
              step: float | None = None, force: bool = False,
-             filter: Filter | str | None = None) -> Simulation:
+             filter: Filter | str | None = None, temperature: float | None = None
+             ) -> Simulation:
     """Simulate every sweep of a protocol with the scheme's own parameter values.
 
     Parameters
@@ -116,6 +118,10 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
         (``"bessel:8:5"``: kind, poles, cutoff in kHz; or a response CSV file, see
         :func:`kingen.experiment.chain.parse_filter`). The filter starts at rest on each
         sweep's first sample, as in a fit.
+    temperature
+        °C: the rates at this temperature, by the scheme's Q10s or activation energies
+        (its ``[temperature]`` table, :mod:`kingen.model.temperature`); default: the
+        parameters' own values (the reference temperature).
 
     Returns
     -------
@@ -148,6 +154,8 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
         scheme = Scheme.load(scheme, force=force)
     if not isinstance(protocol, Protocol):
         protocol = load_protocol(protocol, force=force)
+    if temperature is not None:
+        scheme = scheme_at_temperature(scheme, temperature)
     if solver not in SOLVERS:
         raise KingenError(f"unknown solver (use {' or '.join(SOLVERS)})", field="solver",
                           value=solver)

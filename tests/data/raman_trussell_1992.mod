@@ -5,8 +5,8 @@ Test fixture for kingen's NMODL import, written for kingen in the style of cnmod
 mechanisms. Scheme and rate constants (at 22 degC): Raman IM, Trussell LO (1992) The
 kinetics of the response to glutamate and kainate in neurons of the avian cochlear
 nucleus, Neuron 9:173-186 (as in cnmodel ampa_trussell.mod: Q10 = 1.5, Erev = +7 mV).
-Every rate is scaled by qfac = Q10^((celsius - 22)/10): a temperature factor that a kingen
-scheme cannot hold, so kingen's import lists each rate using it.
+Every rate is scaled by qfac = Q10^((celsius - 22)/10): a temperature factor that kingen
+imports as the scheme's Q10 (one group of all the rates, reference 22 degC).
 ENDCOMMENT
 
 NEURON {

@@ -28,6 +28,7 @@ import numpy as np
 from kingen.base.files import atomic_write, check_replaceable
 from kingen.errors import KingenError
 from kingen.model.scheme import Scheme
+from kingen.model.temperature import check_celsius
 from kingen.outputs.interop.exported import ExportModel, export_model
 from kingen.outputs.interop.imported import ImportedScheme, ImportProblems, scheme_text
 
@@ -59,9 +60,11 @@ IMPORTERS: dict[str, Format] = {f.suffix: f for f in FORMATS.values()}
 EXPORTERS: dict[str, Format] = dict(FORMATS)
 
 
-def read_foreign(path: str | os.PathLike[str], *, agonist: str | None = None
-                 ) -> ImportedScheme:
-    """What the reader of ``path``'s format finds in it (chosen by suffix)."""
+def read_foreign(path: str | os.PathLike[str], *, agonist: str | None = None,
+                 celsius: float | None = None) -> ImportedScheme:
+    """What the reader of ``path``'s format finds in it (chosen by suffix); ``celsius`` is
+    the temperature at which a ``.mod`` file's dependence on it other than a Q10 or an
+    Arrhenius factor is evaluated."""
     suffix = Path(path).suffix.lower()
     fmt = IMPORTERS.get(suffix)
     if fmt is None:
@@ -69,14 +72,19 @@ def read_foreign(path: str | os.PathLike[str], *, agonist: str | None = None
                           file=str(path), field="suffix", value=suffix or "(none)")
     if not Path(path).is_file():
         raise KingenError("file not found", file=str(path))
+    options = {} if celsius is None else {"celsius": check_celsius(celsius, file=None,
+                                                                   field="--celsius")}
+    if options and fmt.name != "neuron":
+        raise KingenError("applies to NEURON .mod files", field="--celsius", value=celsius)
     try:
-        return fmt.load("reader")(path, agonist=agonist)
+        return fmt.load("reader")(path, agonist=agonist, **options)
     except RecursionError:  # the parsers recurse once per level of parentheses
         raise KingenError("expressions nest too deeply to read (hundreds of parentheses)",
                           file=str(path)) from None
 
 
-def import_text(path: str | os.PathLike[str], *, agonist: str | None = None) -> str:
+def import_text(path: str | os.PathLike[str], *, agonist: str | None = None,
+                celsius: float | None = None, left_out: list[str] | None = None) -> str:
     """Scheme-file text (TOML) of the scheme in a ``.mod`` or ``.mmt`` file.
 
     Raises
@@ -84,13 +92,22 @@ def import_text(path: str | os.PathLike[str], *, agonist: str | None = None) -> 
     KingenError
         On bad input, naming the file and line; :class:`ImportProblems` lists every
         construct the scheme format cannot hold, one line each.
+
+    ``left_out``, when given, receives one line per piece of the file that does not feed
+    the scheme and was left out (a ``NET_RECEIVE`` block, a magnesium block, ...).
     """
-    return scheme_text(read_foreign(path, agonist=agonist))
+    imported = read_foreign(path, agonist=agonist, celsius=celsius)
+    text = scheme_text(imported)
+    if left_out is not None:
+        left_out += imported.left_out
+    return text
 
 
 def import_scheme(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                  agonist: str | None = None) -> Path:
-    """Write the scheme of a ``.mod`` or ``.mmt`` file as a kingen scheme file ``out``.
+                  agonist: str | None = None, celsius: float | None = None,
+                  left_out: list[str] | None = None) -> Path:
+    """Write the scheme of a ``.mod`` or ``.mmt`` file as a kingen scheme file ``out``;
+    ``celsius`` and ``left_out`` as :func:`import_text`.
 
     Examples
     --------
@@ -105,7 +122,7 @@ def import_scheme(path: str | os.PathLike[str], out: str | os.PathLike[str], *,
     out = Path(out)
     check_replaceable(out, "-o", kind="imported scheme",
                       inputs={path: "the file being imported"})  # before any work
-    text = import_text(path, agonist=agonist)
+    text = import_text(path, agonist=agonist, celsius=celsius, left_out=left_out)
     _write(out, text)
     return out
 

@@ -26,6 +26,9 @@ class ExportedParameter:
     derived: bool = False
     interval: tuple[float, float] | None = None  # profile interval, internal units
     description: str = ""
+    # temperature groups that scale this rate, with their powers: {group: 1} for a rate of a
+    # group; a derived rate takes the powers its cycle's rule gives
+    powers: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -35,6 +38,17 @@ class ExportedRate:
     factor: float
     param: str
     agonist: bool
+
+
+@dataclass
+class ExportedGroup:
+    """Rates that scale with one Q10 (``kind == "q10"``) or activation energy (``"ea"``,
+    kJ/mol), named by their parameters."""
+
+    name: str
+    kind: str
+    param: str
+    members: list[str]
 
 
 @dataclass
@@ -53,6 +67,17 @@ class ExportModel:
     initial_given: bool = False  # the scheme file gives its initial occupancies
     provenance: list[str] = field(default_factory=list)
     source: str = ""
+    reference_c: float | None = None  # the temperature the rates hold at, if they vary
+    groups: list[ExportedGroup] = field(default_factory=list)
+
+    def group_of(self, param: str) -> ExportedGroup | None:
+        """The temperature group that scales rate ``param``, if any."""
+        return next((g for g in self.groups if param in g.members), None)
+
+    @property
+    def rate_parameters(self) -> dict[str, ExportedParameter]:
+        """The rate constants (not the Q10s and activation energies)."""
+        return {k: p for k, p in self.parameters.items() if p.order}
 
 
 def export_model(scheme: Scheme, params: np.ndarray | None = None, *,
@@ -78,6 +103,20 @@ def export_model(scheme: Scheme, params: np.ndarray | None = None, *,
                           scheme.parameters[t.param].name, bool(t.agonist))
              for t in scheme.transitions]
     stem = re.sub(r"\W", "_", scheme.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]) or "scheme"
+    temp = scheme.temperature
+    names = scheme.param_names
+    groups = [] if temp is None else [
+        ExportedGroup(g.name, g.kind, names[g.param], [names[m] for m in g.members])
+        for g in temp.groups]
+    for g in groups:
+        for m in g.members:
+            pars[m].powers[g.name] = 1.0
+    for rule in scheme.derived_rules:
+        powers: dict[str, float] = {}
+        for j in np.flatnonzero(rule.exponents):
+            for g, x in pars[names[j]].powers.items():
+                powers[g] = powers.get(g, 0.0) + float(rule.exponents[j]) * x
+        pars[names[rule.param]].powers = {g: x for g, x in powers.items() if x}
     return ExportModel(
         name=scheme.name, stem=stem, agonist=scheme.agonist, states=list(scheme.states),
         conductance={s: float(g) for s, g in zip(scheme.states, scheme.conductance)},
@@ -85,7 +124,8 @@ def export_model(scheme: Scheme, params: np.ndarray | None = None, *,
         parameters=pars, rates=rates,
         initial={s: float(x) for s, x in zip(scheme.states, rest)},
         initial_given=scheme.initial is not None,
-        provenance=list(provenance or []), source=scheme.source)
+        provenance=list(provenance or []), source=scheme.source,
+        reference_c=None if temp is None else temp.reference_c, groups=groups)
 
 
 def _descriptions(scheme: Scheme) -> dict[str, str]:

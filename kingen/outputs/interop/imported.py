@@ -15,6 +15,7 @@ hold) are collected and raised together as :class:`ImportProblems`, one line eac
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from kingen.errors import KingenError
 from kingen.model.scheme import DEFAULT_BOUND_FACTOR, Scheme, exp_text
+from kingen.model.temperature import arrhenius_factor
 
 
 class ImportProblems(KingenError):
@@ -67,6 +69,17 @@ class ImportedRate:
 
 
 @dataclass
+class ImportedGroup:
+    """Rates (parameter names) that scale with one Q10 (``kind == "q10"``) or activation
+    energy (``"ea"``, kJ/mol)."""
+
+    name: str
+    kind: str
+    value: float
+    members: list[str]
+
+
+@dataclass
 class ImportedScheme:
     """A scheme read from another format, in internal units."""
 
@@ -80,6 +93,9 @@ class ImportedScheme:
     agonist: str = "glu"
     channels: float = 1.0
     notes: list[str] = field(default_factory=list)
+    reference_c: float | None = None  # the temperature the rates hold at, if they vary
+    groups: list[ImportedGroup] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # pieces of the file not imported
 
 
 def _number(x: float) -> str:
@@ -145,7 +161,24 @@ def _render(imp: ImportedScheme, derived: dict[int, float], notes: list[str]) ->
             out.append(f'{key} = {{ rate = "{rate}", derived = true }}')
         else:
             out.append(f'{key} = "{rate}"')
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _temperature(imp, set(derived_params))) + "\n"
+
+
+def _temperature(imp: ImportedScheme, derived: set[str]) -> list[str]:
+    """The ``[temperature]`` table of the imported groups (a derived rate takes its factor
+    from its cycle, so it is in none)."""
+    if imp.reference_c is None or not imp.groups:
+        return []
+    out = ["", "[temperature]", f"reference_c = {_number(imp.reference_c)}"]
+    for g in imp.groups:
+        members = [m for m in g.members if m not in derived]
+        if not members:
+            continue
+        key = "q10" if g.kind == "q10" else "ea_kj_mol"
+        names = ", ".join(_toml_string(m) for m in members)
+        out += ["", f"[temperature.{g.name}]", f"rates = [{names}]",
+                f"{key} = {_number(g.value)}"]
+    return out
 
 
 def _wrap(text: str, width: int = 88) -> list[str]:
@@ -225,3 +258,42 @@ def _reversibility(imp: ImportedScheme) -> tuple[dict[int, float], list[str]]:
                 f"rate of it with a parameter of its own can close it; correct a rate in the "
                 f"file", file=imp.path)
     return derived, notes
+
+
+def temperature_groups(factors: list, rate_factor: dict[str, int | None], params: dict
+                       ) -> tuple[float | None, list[ImportedGroup]]:
+    """The reference temperature and the groups of rates of an imported scheme.
+
+    ``factors`` are the file's temperature factors (each with ``kind``, ``value``,
+    ``reference_c`` and ``name``), ``rate_factor`` the factor (index) of each rate
+    parameter, None for none. Rates whose factor has another reference temperature get
+    their value at the first factor's (``params``, name -> ImportedParameter, is updated).
+    """
+    used = sorted({k for k in rate_factor.values() if k is not None})
+    if not used:
+        return None, []
+    reference = factors[used[0]].reference_c
+    groups = []
+    for k in used:
+        tf = factors[k]
+        members = [p for p, f in rate_factor.items() if f == k and p in params]
+        if tf.reference_c != reference:
+            scale = (tf.value ** ((reference - tf.reference_c) / 10.0) if tf.kind == "q10"
+                     else arrhenius_factor(tf.value, reference, tf.reference_c))
+            for p in members:
+                params[p].value *= scale
+        groups.append(ImportedGroup(_group_name(tf, k, [g.name for g in groups]), tf.kind,
+                                    tf.value, members))
+    return reference, groups
+
+
+def _group_name(tf, k: int, taken: list[str]) -> str:
+    """``binding`` for a factor of ``Q10_binding`` (or ``q10binding``, ``Ea_binding``), else
+    ``rates``; a number is added where a name is taken."""
+    base = re.sub(r"^(q10|ea)_?", "", tf.name, flags=re.IGNORECASE) if tf.name else ""
+    base = base or ("rates" if tf.kind == "q10" else "activation")
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    return name

@@ -16,12 +16,18 @@ import re
 from pathlib import Path
 
 from kingen.errors import KingenError
+from kingen.model.temperature import identify_factor
 from kingen.outputs.interop.imported import (
     ImportedParameter,
     ImportedRate,
     ImportedScheme,
     ImportProblems,
+    temperature_groups,
 )
+from kingen.outputs.interop.nmodl.constants import TemperatureFactor
+
+# names a model's temperature variable (°C) goes by
+_TEMPERATURE_NAMES = ("celsius", "temperature", "T_celsius", "temp_c")
 
 _CHANNEL_NAMES = {"nchan", "n_chan", "nchannels", "n_channels", "channels", "N", "Nchan"}
 _LINEAR_ONLY = ("not a linear (Markov) model: only linear Markov models import, in the form "
@@ -113,6 +119,7 @@ class _Reader:
         retain = [v for v in model.variables(deep=True) if v.is_literal() or v.binding()]
         if agonist is not None and agonist not in retain:
             retain.append(agonist)
+        self.temperature_factors(retain)
         self.check_linear(states, retain)
         if agonist is not None:
             import myokit.lib.markov as markov
@@ -157,6 +164,7 @@ class _Reader:
                 self.rate(source, target, factor, rest, agonist, vm, line, seen, params,
                           rates)
         conductance, channels = self.conductance(comp, states, retain, vm)
+        reference, groups = temperature_groups(self.factors, self.rate_factor, params)
         if self.problems:
             raise ImportProblems(self.path, self.problems)
         title = model.name() or Path(self.path).stem
@@ -167,7 +175,45 @@ class _Reader:
                           "the equilibrium without agonist.")
         return ImportedScheme(self.path, "Myokit", title, names, conductance, params, rates,
                               agonist=agonist.name() if agonist is not None else "glu",
-                              channels=channels, notes=self.notes)
+                              channels=channels, notes=self.notes, reference_c=reference,
+                              groups=groups)
+
+    def temperature_factors(self, retain: list) -> None:
+        """Find the variables that are a Q10 or an Arrhenius factor of the temperature
+        variable (``celsius``), and keep them whole (``retain``) for the rates to name."""
+        import myokit
+
+        self.factors: list[TemperatureFactor] = []
+        self.factor_of: dict = {}
+        self.rate_factor: dict[str, int | None] = {}
+        temps = [v for v in self.model.variables(deep=True)
+                 if v.is_literal() and v.name() in _TEMPERATURE_NAMES]
+        if len(temps) != 1:
+            return
+        temp = temps[0]
+        literals = [v for v in self.model.variables(deep=True) if v.is_literal()]
+        for var in self.model.variables(deep=True):
+            if var.is_literal() or var.is_state() or var.rhs() is None:
+                continue
+            expr = var.rhs().clone(expand=True, retain=literals)
+            if temp not in {r.var() for r in expr.references()}:
+                continue
+
+            def at(t: float, expr=expr) -> float:
+                return float(expr.clone(subst={myokit.Name(temp): myokit.Number(t)},
+                                        expand=True).eval())
+
+            found = identify_factor(at)
+            if found is None:
+                continue
+            kind, value, reference = found
+            named = [r.var() for r in expr.references()
+                     if r.var() is not temp and r.var().is_literal()]
+            tf = TemperatureFactor(kind, value, reference, named[0].name() if named else None)
+            if tf not in self.factors:
+                self.factors.append(tf)
+            self.factor_of[var] = self.factors.index(tf)
+            retain.append(var)
 
     def check_numbers(self) -> None:
         """Refuse a number that is not finite: inf, nan, or one that overflows (1e400)."""
@@ -211,6 +257,12 @@ class _Reader:
         key = (source.name(), target.name())
         uses = sum(a is agonist for a in rest)
         rest = [a for a in rest if a is not agonist]
+        scaled = [self.factor_of[a] for a in rest if a in self.factor_of]
+        rest = [a for a in rest if a not in self.factor_of]
+        if len(scaled) > 1:
+            self.problems.append((line, f"rate {source.name()} -> {target.name()} scales "
+                                        "with more than one temperature factor"))
+            return
         desc = f"rate {source.name()} -> {target.name()}"
         volts = [a for a in rest if a is vm or _is_voltage(a)]
         if volts:
@@ -263,6 +315,11 @@ class _Reader:
             return
         if factor <= 0:
             self.problems.append((line, f"{desc} is not positive"))
+            return
+        scaled_by = scaled[0] if scaled else None
+        if self.rate_factor.setdefault(pname, scaled_by) != scaled_by:
+            self.problems.append((line, f"{pname} scales with temperature in one rate and not "
+                                        "(or by another factor) in another"))
             return
         params.setdefault(pname, ImportedParameter(pname, value, order, line))
         rates.append(ImportedRate(source.name(), target.name(), factor, pname, bool(uses),

@@ -7,14 +7,39 @@ One component, named after the scheme file, holds the agonist concentration (mM;
 (pA) at a fixed potential ``V`` and reversal ``E``. For
 ``myokit.lib.markov.AnalyticalSimulation``, pass the concentration as ``vm``:
 ``LinearModel.from_component(model.get(name), vm=name + ".glu")``.
+
+Rates that depend on temperature (the scheme's ``[temperature]`` groups) go through a
+temperature variable ``celsius`` (°C, at the reference temperature as written): each
+group's factor, e.g. ``tadj_binding = q10_binding ^ ((celsius - 22) / 10)``, multiplies its
+rates.
 """
 
 from __future__ import annotations
 
+from kingen.model.temperature import GAS_CONSTANT, KELVIN
 from kingen.outputs.interop.exported import ExportModel, number
 
 _TAKEN = {"time", "pace", "g", "i", "V", "E", "nchan", "dot", "exp", "log", "if", "and",
-          "or", "not", "sqrt", "floor", "ceil", "abs"}
+          "or", "not", "sqrt", "floor", "ceil", "abs", "celsius"}
+
+
+def _temperature_lines(model: ExportModel, rename: dict[str, str]) -> list[str]:
+    """The temperature variable and each group's factor."""
+    if not model.groups:
+        return []
+    ref = number(model.reference_c or 0.0)
+    out = [f"celsius = {ref} [1] in [1]",
+           f"    desc: temperature, degrees Celsius (the rates hold at {ref})"]
+    for g in model.groups:
+        x = rename[g.param]
+        if g.kind == "q10":
+            expr = f"{x} ^ ((celsius - {ref}) / 10)"
+        else:
+            expr = (f"exp(-{x} / {number(GAS_CONSTANT)} * (1 / (celsius + {number(KELVIN)}) "
+                    f"- 1 / ({ref} + {number(KELVIN)})))")
+        out += [f"tadj_{g.name} = {expr}", "    in [1]",
+                f"    desc: temperature factor of {', '.join(g.members)}"]
+    return out
 
 
 def component_name(model: ExportModel) -> str:
@@ -61,7 +86,7 @@ def write_myokit(model: ExportModel) -> str:
         out += [f"{gname[s]} = {number(model.conductance[s])} [pS] in [pS]",
                 f"    desc: conductance of {s}"]
     for p in model.parameters.values():
-        unit = "1/ms" if p.order == 1 else "1/mM/ms"
+        unit = {0: "1", 1: "1/ms"}.get(p.order, "1/mM/ms")
         out.append(f"{rename[p.name]} = {number(p.value)} [{unit}] in [{unit}]")
         notes = []
         if p.derived:
@@ -71,11 +96,19 @@ def write_myokit(model: ExportModel) -> str:
                          f"{unit}")
         if p.description:
             notes.append(p.description)
+        group = next((g for g in model.groups if g.param == p.name), None)
+        if group is not None:
+            notes.append(("Q10" if group.kind == "q10" else "activation energy, kJ/mol")
+                         + f" of {', '.join(group.members)}")
         if notes:
             out.append("    desc: " + "; ".join(n.replace("\n", " ") for n in notes))
 
+    out += _temperature_lines(model, rename)
+
     def rate(r) -> str:
         parts = ([] if r.factor == 1 else [number(r.factor)]) + [rename[r.param]]
+        for g, x in model.parameters[r.param].powers.items():
+            parts.append(f"tadj_{g}" if x == 1 else f"tadj_{g} ^ ({number(x)})")
         if r.agonist:
             parts.append(glu)
         return " * ".join(parts)

@@ -517,8 +517,9 @@ class _Parser:
         t = self.tok
         if t.kind == "number":
             self.next()
-            if self.at("(") and self.peek().kind == "name" and self.tok.line == t.line:
-                # a number with a unit, e.g. 1 (ms): the unit is declarative
+            if self.at("(") and self.tok.line == t.line:
+                # a number with a unit, e.g. 1 (ms) or 0.062 (/mV): the unit is declarative
+                # (no expression puts '(' right after a number)
                 save = self.i
                 try:
                     self.unit()

@@ -18,12 +18,29 @@ from collections import Counter
 from pathlib import Path
 
 from kingen.errors import KingenError
-from kingen.model import units
 from kingen.outputs.interop.imported import (
     ImportedParameter,
     ImportedRate,
     ImportedScheme,
     ImportProblems,
+    temperature_groups,
+)
+from kingen.outputs.interop.nmodl.calls import calls, cycles, names_used, reachable
+from kingen.outputs.interop.nmodl.conductance import ConductanceReading, Terms, Unsupported
+from kingen.outputs.interop.nmodl.constants import (
+    FUNCTIONS,
+    NotConstant,
+    TemperatureFactor,
+    evaluate,
+    temperature_factor,
+)
+from kingen.outputs.interop.nmodl.declared import (
+    concentration_unit,
+    rate_unit,
+    reversal_note,
+)
+from kingen.outputs.interop.nmodl.leftout import (
+    left_out,
 )
 from kingen.outputs.interop.nmodl.parser import (
     Assign,
@@ -44,81 +61,12 @@ _SPECIAL = {"v": "the membrane potential v (a voltage-dependent rate)",
             "celsius": "the temperature celsius (a temperature factor such as Q10)",
             "t": "the time t", "dt": "the time step dt", "area": "the segment area",
             "diam": "the diameter diam"}
-_CHANNEL_NAMES = {"nchan", "n_chan", "nchannels", "n_channels", "channels", "nch", "N",
-                  "Nchan", "numchan"}
-_CONDUCTANCE = {**units.CONDUCTANCE_PS, "mho": 1e12, "mmho": 1e9, "umho": 1e6,
-                "micromho": 1e6, "nanomho": 1e3, "nS": 1e3, "picosiemens": 1.0,
-                "nanosiemens": 1e3, "microsiemens": 1e6}
-_REVERSAL_NAMES = ("erev", "Erev", "e", "E", "e_rev", "Erev_ampa", "Ev", "E_rev", "erev_ampa")
 
 
-class _Unsupported(Exception):
-    """A rate or conductance outside what a scheme holds (message, line)."""
-
-    def __init__(self, message: str, line: int | None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
 
 
-Terms = list[tuple[float, Counter]]  # a sum of products: coefficient, names with powers
-
-
-def nmodl_unit(text: str | None) -> tuple[dict[str, int], bool]:
-    """Exponents of the unit names in an NMODL unit (``/mM /ms`` -> {mM: -1, ms: -1}).
-
-    Returns the exponents and whether the text could be read. NMODL writes a product with
-    spaces or ``-`` and a power as trailing digits (``cm2``); every ``/`` divides the unit
-    after it.
-
-    Examples
-    --------
-    >>> nmodl_unit("/mM /ms")[0]
-    {'mM': -1, 'ms': -1}
-    >>> nmodl_unit("1/s")[0], nmodl_unit("/uM-ms")[0]
-    ({'s': -1}, {'uM': -1, 'ms': -1})
-    """
-    if text is None:
-        return {}, True
-    out: dict[str, int] = {}
-    tokens = text.replace("/", " / ").replace("-", " ").split()
-    sign = 1
-    for tok in tokens:
-        if tok == "/":
-            sign = -1
-            continue
-        if tok == "1":
-            continue
-        name = tok.rstrip("0123456789")
-        power = int(tok[len(name):] or 1)
-        if not name.replace("µ", "u").isalpha():
-            return {}, False
-        out[name] = out.get(name, 0) + sign * power
-    return out, True
-
-
-def rate_unit(text: str | None) -> tuple[float, int] | None:
-    """(factor to ms⁻¹ or mM⁻¹ ms⁻¹, order) of an NMODL rate unit; None if not a rate."""
-    exps, ok = nmodl_unit(text)
-    if not ok:
-        return None
-    parts = [f"{u}^{p}" for u, p in exps.items()]
-    try:
-        return units.parse_rate_unit(" ".join(parts))
-    except KingenError:
-        return None
-
-
-def _concentration_unit(text: str | None) -> float | None:
-    exps, ok = nmodl_unit(text)
-    if ok and len(exps) == 1:
-        (u, p), = exps.items()
-        if p == 1 and u in units.CONCENTRATION_MM:
-            return units.CONCENTRATION_MM[u]
-    return None
-
-
-def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedScheme:
+def read_nmodl(path: str | Path, *, agonist: str | None = None,
+               celsius: float | None = None) -> ImportedScheme:
     """The kinetic scheme of an NMODL file, in kingen's internal units.
 
     Parameters
@@ -127,6 +75,9 @@ def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedSchem
         The ``.mod`` file.
     agonist
         The transmitter concentration variable, when the rates multiply more than one.
+    celsius
+        The temperature (°C) at which a rate's dependence on ``celsius`` other than a Q10
+        or Arrhenius factor is evaluated (such a rate is refused without it).
 
     Raises
     ------
@@ -134,22 +85,57 @@ def read_nmodl(path: str | Path, *, agonist: str | None = None) -> ImportedSchem
         A syntax error, no ``KINETIC`` block, an ambiguous agonist (one line each, naming
         the file and line); :class:`ImportProblems` for every rate or conductance a scheme
         cannot hold, one line each.
+
+    Examples
+    --------
+    >>> imported = read_nmodl("tests/data/raman_trussell_1992.mod")
+    >>> imported.states, imported.agonist, imported.reference_c
+    (['C0', 'C1', 'C2', 'D', 'O1', 'O2'], 'XMTR', 22.0)
+    >>> [(g.name, g.kind, g.value) for g in imported.groups]
+    [('rates', 'q10', 1.5)]
     """
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KingenError(f"cannot read: {exc}", file=name) from None
-    return _Reader(parse(text, name), agonist).scheme()
+    return _Reader(parse(text, name), agonist, celsius, text).scheme()
 
 
-class _Reader:
-    def __init__(self, mod: ModFile, agonist: str | None) -> None:
+class _Reader(ConductanceReading):
+    def __init__(self, mod: ModFile, agonist: str | None, celsius: float | None = None,
+                 text: str = "") -> None:
         self.mod = mod
         self.path = mod.path
         self.agonist = agonist
+        self.celsius = celsius
+        self.text = text
         self.problems: list[tuple[int | None, str]] = []
         self.notes: list[str] = []
+        # what INITIAL computes (Q10 factors, unit factors), read as constants
+        self.constants: dict = {}
+        self.factors: list[TemperatureFactor] = []
+        self.blocks_left_out: list[str] = []  # what multiplies the conductance
+
+    def lookup(self, env: dict):
+        """Names as kingen's evaluator sees them: the KINETIC block's assignments, then
+        INITIAL's, then the PARAMETERs' values; ``celsius`` only when given."""
+        def inner(name: str):
+            if name == "celsius":
+                return self.celsius
+            if name in env:
+                return env[name]
+            if name in self.constants:
+                return self.constants[name]
+            decl = self.mod.parameters.get(name)
+            return None if decl is None else decl.value
+        return inner
+
+    def factor_token(self, tf: TemperatureFactor) -> str:
+        """The name a temperature factor takes in a rate's product ('@' is no NMODL name)."""
+        if tf not in self.factors:
+            self.factors.append(tf)
+        return f"@tf{self.factors.index(tf)}"
 
     def fail(self, message: str, line: int | None) -> KingenError:
         return KingenError(message, file=self.path, field=f"line {line or 1}")
@@ -204,9 +190,9 @@ class _Reader:
         """Refuse PROCEDUREs or FUNCTIONs that call themselves or each other in a cycle when
         a block the scheme is read from (``roots``) calls them; note and skip the others."""
         callable_ = {b.name: b for b in self.mod.blocks if b.kind in ("PROCEDURE", "FUNCTION")}
-        graph = {name: [c for c in _calls(b) if c in callable_] for name, b in callable_.items()}
-        used = _reachable([c for b in roots for c in _calls(b) if c in callable_], graph)
-        for cycle in _cycles(graph):
+        graph = {name: [c for c in calls(b) if c in callable_] for name, b in callable_.items()}
+        used = reachable([c for b in roots for c in calls(b) if c in callable_], graph)
+        for cycle in cycles(graph):
             first = callable_[cycle[0]]
             how = ("calls itself" if len(cycle) == 1 else
                    f"calls itself through {', '.join(cycle[1:])}")
@@ -220,24 +206,32 @@ class _Reader:
 
     # -- expressions
     def expand(self, expr, env: dict, line: int, depth: int = 0) -> Terms:
-        """``expr`` as a sum of (coefficient, names) products; raises _Unsupported."""
+        """``expr`` as a sum of (coefficient, names) products; raises Unsupported."""
         if depth > 50:
-            raise _Unsupported("assignments refer to each other in a loop", line)
+            raise Unsupported("assignments refer to each other in a loop", line)
         if isinstance(expr, Num):
             return [(expr.value, Counter())]
         if isinstance(expr, Name):
             n = expr.name
             if n in env:
                 return self.expand(env[n], env, line, depth + 1)
+            if n in self.constants and n not in self.mod.states:
+                return self.expand(self.constants[n], env, line, depth + 1)
+            if n == "celsius" and self.celsius is not None:
+                return [(self.celsius, Counter())]
             return [(1.0, Counter({n: 1}))]
         if isinstance(expr, Neg):
             return [(-c, n) for c, n in self.expand(expr.a, env, line, depth)]
+        if isinstance(expr, (Call, Bin)) and (isinstance(expr, Call) or expr.op == "^"):
+            number = self.constant(expr, env, line)
+            if number is not None:
+                return number
         if isinstance(expr, Call):
-            special = sorted(n for n in _names(expr, env) if n in _SPECIAL)
+            special = sorted(n for n in names_used(expr, env) if n in _SPECIAL)
             if special:
-                raise _Unsupported(f"depends on {_SPECIAL[special[0]]} through "
+                raise Unsupported(f"depends on {_SPECIAL[special[0]]} through "
                                    f"{expr.name}()", line)
-            raise _Unsupported(f"calls {expr.name}(): a rate is a number times a parameter "
+            raise Unsupported(f"calls {expr.name}(): a rate is a number times a parameter "
                                f"[times the transmitter]", line)
         if isinstance(expr, Bin):
             a = self.expand(expr.a, env, line, depth)
@@ -250,10 +244,10 @@ class _Reader:
                 return [(ca * cb, _add(na, nb)) for ca, na in a for cb, nb in b]
             if expr.op == "/":
                 if len(b) != 1:
-                    raise _Unsupported("divides by a sum", line)
+                    raise Unsupported("divides by a sum", line)
                 cb, nb = b[0]
                 if cb == 0:
-                    raise _Unsupported("divides by zero", line)
+                    raise Unsupported("divides by zero", line)
                 inv = Counter({k: -p for k, p in nb.items()})
                 return [(ca / cb, _add(na, inv)) for ca, na in a]
             if expr.op == "^":
@@ -263,9 +257,36 @@ class _Reader:
                     for _ in range(int(b[0][0])):
                         out = [(ca * cb, _add(na, nb)) for ca, na in out for cb, nb in a]
                     return out
-                raise _Unsupported("raises to a power that is not a whole number", line)
-            raise _Unsupported(f"uses the operator '{expr.op}'", line)
-        raise _Unsupported("an expression kingen cannot read", line)
+                raise Unsupported("raises to a power that is not a whole number", line)
+            raise Unsupported(f"uses the operator '{expr.op}'", line)
+        raise Unsupported("an expression kingen cannot read", line)
+
+    def used(self, roots: list) -> set[str]:
+        """The PROCEDUREs and FUNCTIONs that ``roots`` call, directly or not."""
+        callable_ = {b.name: b for b in self.mod.blocks if b.kind in ("PROCEDURE", "FUNCTION")}
+        graph = {name: [c for c in calls(b) if c in callable_] for name, b in callable_.items()}
+        return reachable([c for b in roots for c in calls(b) if c in callable_], graph)
+
+    def constant(self, expr, env: dict, line: int) -> Terms | None:
+        """A power or a function call as a temperature factor or a number; None when it is
+        neither (a power of a parameter, a call of the file's own FUNCTION)."""
+        lookup = self.lookup(env)
+        tf = temperature_factor(expr, lookup)
+        if tf is not None:
+            return [(1.0, Counter({self.factor_token(tf): 1}))]
+        if isinstance(expr, Call) and expr.name not in FUNCTIONS:
+            return None
+        if isinstance(expr, Bin) and isinstance(expr.b, Num) and float(
+                expr.b.value).is_integer():
+            return None  # a whole power of a rate stays a product (refused as one)
+        try:
+            return [(evaluate(expr, lookup), Counter())]
+        except NotConstant as exc:
+            if exc.what == "celsius":
+                raise Unsupported("depends on the temperature celsius other than through a "
+                                   "Q10 or Arrhenius factor: give --celsius T to evaluate it "
+                                   "at T", line) from None
+            return None
 
     def where_assigned(self, name: str) -> str:
         for b in self.mod.blocks:
@@ -283,6 +304,15 @@ class _Reader:
         if not states:
             raise self.fail("no STATE block: the states of the scheme are not declared",
                             block.line)
+        # what INITIAL sets is a constant, unless it is a state, a concentration, or
+        # changes as the simulation runs (set again by events or in BREAKPOINT)
+        varying = {s.target for b in mod.blocks if b.kind in ("NET_RECEIVE", "BREAKPOINT")
+                   for s in b.statements if isinstance(s, Assign)}
+        for b in mod.find("INITIAL"):
+            for s in self.statements(b):
+                if isinstance(s, Assign) and s.target not in set(mod.states) | varying \
+                        and self.is_concentration(s.target) is None:
+                    self.constants[s.target] = s.expr
         env: dict = {}
         reactions: list[Reaction] = []
         conserve = None
@@ -321,7 +351,7 @@ class _Reader:
             for src, dst, expr in ((a, b, r.kf), (b, a, r.kb)):
                 try:
                     terms = self.expand(expr, env, r.line)
-                except _Unsupported as exc:
+                except Unsupported as exc:
                     self.problems.append((r.line, f"rate {src} -> {dst} {exc.message}"))
                     continue
                 terms = [(c, Counter({k: p for k, p in n.items() if p})) for c, n in terms
@@ -341,28 +371,40 @@ class _Reader:
                 raw.append((src, dst, terms[0][0], terms[0][1], r.line))
         agonist, agonist_factor = self.pick_agonist(raw)
         rates, params = self.rates(raw, agonist, agonist_factor)
+        reference, groups = temperature_groups(self.factors, self.rate_factor, params)
         conductance, channels = self.conductance(states)
         if self.problems:
             raise ImportProblems(self.path, self.problems)
+        dropped = self.blocks_left_out + left_out(
+            mod, agonist, self.text, self.used([block] + mod.find("INITIAL")),
+            self.blocks_left_out)
         self.notes.insert(0, f"Mechanism {mod.kind or '?'} {mod.mechanism or '?'}"
                              + (f" ('{mod.title}')" if mod.title else "") + ".")
         if agonist:
             self.notes.append(f"Agonist: the transmitter concentration '{agonist}' of the "
                               f".mod file.")
-        self.reversal_note()
+        note = reversal_note(self.mod)
+        if note:
+            self.notes.append(note)
         if mod.find("INITIAL"):
             self.notes.append("The .mod file's INITIAL block is not carried over: kingen "
                               "starts from the equilibrium without agonist.")
+        for g in groups:
+            what = "Q10" if g.kind == "q10" else "activation energy"
+            self.notes.append(f"Temperature: {', '.join(g.members)} scale with the {what} "
+                              f"{g.value:g} of the .mod file (group {g.name}, reference "
+                              f"{reference:g} degC).")
         return ImportedScheme(self.path, "NEURON NMODL", mod.title or mod.mechanism or
                               Path(self.path).stem, states, conductance, params, rates,
                               agonist="glu" if agonist is None else _agonist_name(agonist),
-                              channels=channels, notes=self.notes)
+                              channels=channels, notes=self.notes + dropped,
+                              reference_c=reference, groups=groups, left_out=dropped)
 
     def is_concentration(self, name: str) -> float | None:
         """Factor to mM of a transmitter concentration variable, None if not one."""
         decl = self.mod.parameters.get(name) or self.mod.assigned.get(name)
         unit = decl.unit if decl else None
-        factor = _concentration_unit(unit)
+        factor = concentration_unit(unit)
         if factor is not None:
             return factor
         if name in self.mod.pointer and unit is None:
@@ -396,8 +438,16 @@ class _Reader:
         mod = self.mod
         params: dict[str, ImportedParameter] = {}
         rates: list[ImportedRate] = []
+        self.rate_factor: dict[str, int | None] = {}
         for src, dst, coef, names, line in raw:
             uses = names.pop(agonist, 0) if agonist else 0
+            tokens = {n: names.pop(n) for n in [n for n in names if n.startswith("@tf")]}
+            if len(tokens) > 1 or any(p != 1 for p in tokens.values()):
+                self.problems.append((line, f"rate {src} -> {dst} scales with more than one "
+                                            "temperature factor, or a power of one: a "
+                                            "kingen rate takes one Q10 or activation energy"))
+                continue
+            scaled_by = int(next(iter(tokens))[3:]) if tokens else None
             if uses not in (0, 1):
                 self.problems.append((line, f"rate {src} -> {dst} has the agonist {agonist} "
                                             f"to the power {uses}"))
@@ -447,6 +497,10 @@ class _Reader:
                                                 f"{want}"))
                     continue
                 value = decl.value * factor
+                if coef != 1 and abs(coef / factor - 1.0) < 1e-9:
+                    # the file's own unit conversion, e.g. Ru * (1e-3) of a rate in /s:
+                    # NEURON computes with the numbers, so the factor is the unit's
+                    coef = 1.0
             else:
                 pname = f"k_{src}_{dst}"
                 value = coef * (1.0 if order == 1 else 1.0 / c_factor)
@@ -456,178 +510,14 @@ class _Reader:
                 self.problems.append((line, f"{pname} is used both with and without the "
                                             f"transmitter; kingen needs two parameters"))
                 continue
+            if self.rate_factor.setdefault(pname, scaled_by) != scaled_by:
+                self.problems.append((line, f"{pname} scales with temperature in one rate and "
+                                            "not (or by another factor) in another: kingen "
+                                            "needs two parameters"))
+                continue
             params.setdefault(pname, ImportedParameter(pname, value, order, line))
             rates.append(ImportedRate(src, dst, coef, pname, bool(uses), line))
         return rates, params
-
-    def conductance(self, states: list[str]) -> tuple[dict[str, float], float]:
-        mod = self.mod
-        env: dict = {}
-        candidates = []
-        for b in mod.find("BREAKPOINT"):
-            for s in self.statements(b):
-                if isinstance(s, Assign):
-                    env[s.target] = s.expr
-                    candidates.append(s)
-        for s in candidates:
-            try:
-                terms = self.expand(s.expr, {}, s.line)
-            except _Unsupported:
-                continue
-            if "v" in {n for _, ns in terms for n in ns}:
-                continue
-            if not any(st in ns for _, ns in terms for st in states):
-                continue
-            decl = mod.assigned.get(s.target) or mod.parameters.get(s.target)
-            unit = decl.unit if decl else None
-            exps, ok = nmodl_unit(unit)
-            if not (ok and len(exps) == 1 and list(exps.values()) == [1]
-                    and list(exps)[0] in _CONDUCTANCE):
-                continue
-            to_ps = _CONDUCTANCE[list(exps)[0]]
-            return self.state_conductances(s, terms, states, to_ps)
-        self.problems.append((candidates[-1].line if candidates else None,
-                              "no conductance found: kingen needs a BREAKPOINT assignment "
-                              "such as 'g = gmax * O' with g declared in a conductance "
-                              "unit (pS, nS, uS, umho)"))
-        return {}, 1.0
-
-    def state_conductances(self, s: Assign, terms: Terms, states: list[str], to_ps: float):
-        mod = self.mod
-        common = set.intersection(*[set(ns) for _, ns in terms]) if terms else set()
-        channels, chan_name = 1.0, None
-        for n in sorted(common):
-            decl = mod.parameters.get(n)
-            if decl and decl.value and (n in _CHANNEL_NAMES or decl.unit == "1") and all(
-                    ns[n] == 1 for _, ns in terms):
-                channels, chan_name = decl.value, n
-                break
-        out: dict[str, float] = {}
-        for coef, ns in terms:
-            ns = Counter({k: p for k, p in ns.items() if k != chan_name})
-            st = [k for k in ns if k in states]
-            if len(st) != 1 or ns[st[0]] != 1:
-                self.problems.append((s.line, f"{s.target} is not a sum of (conductance x "
-                                              f"state) terms"))
-                return {}, 1.0
-            value = coef
-            for k, p in ns.items():
-                if k == st[0]:
-                    continue
-                decl = mod.parameters.get(k)
-                if decl is None or decl.value is None:
-                    self.problems.append((s.line, f"the conductance {s.target} depends on "
-                                                  f"{k}, not a PARAMETER with a value"))
-                    return {}, 1.0
-                value *= decl.value ** p
-            out[st[0]] = out.get(st[0], 0.0) + value * to_ps
-        if chan_name:
-            self.notes.append(f"Channels: {chan_name} = {channels:g}; state conductances from "
-                              f"'{s.target}' (line {s.line}).")
-        else:
-            self.notes.append(f"State conductances from '{s.target}' (line {s.line}), as the "
-                              f"whole mechanism's conductance with channels = 1 (the .mod "
-                              f"file gives no single-channel conductance).")
-        return out, channels
-
-    def reversal_note(self) -> None:
-        for n in _REVERSAL_NAMES:
-            d = self.mod.parameters.get(n)
-            if d is not None and d.value is not None and d.unit == "mV":
-                self.notes.append(f"Reversal potential {n} = {d.value:g} mV in the .mod file: "
-                                  f"kingen's protocols hold the reversal (reversal = "
-                                  f"{d.value:g} in a protocol).")
-                return
-
-
-def _names(expr, env: dict, depth: int = 0) -> set[str]:
-    """Every name ``expr`` uses, through the assignments of ``env``."""
-    if depth > 50:
-        return set()
-    if isinstance(expr, Name):
-        if expr.name in env:
-            return _names(env[expr.name], env, depth + 1)
-        return {expr.name}
-    if isinstance(expr, Call):
-        return set().union(*[_names(a, env, depth) for a in expr.args])
-    if isinstance(expr, Bin):
-        return _names(expr.a, env, depth) | _names(expr.b, env, depth)
-    if isinstance(expr, Neg):
-        return _names(expr.a, env, depth)
-    return set()
-
-
-def _calls(block) -> list[str]:
-    """The names a block calls, as statements (``rates()``) or in expressions, in order."""
-    out: list[str] = []
-
-    def walk(expr) -> None:
-        stack = [expr]
-        while stack:  # not recursive: an expression may nest deeply
-            e = stack.pop()
-            if isinstance(e, Call):
-                out.append(e.name)
-                stack.extend(e.args)
-            elif isinstance(e, Bin):
-                stack += [e.a, e.b]
-            elif isinstance(e, Neg):
-                stack.append(e.a)
-
-    for s in block.statements:
-        if isinstance(s, CallStmt):
-            out.append(s.name)
-        elif isinstance(s, Assign):
-            walk(s.expr)
-        elif isinstance(s, Reaction):
-            walk(s.kf)
-            walk(s.kb)
-    return out
-
-
-def _reachable(starts: list[str], graph: dict[str, list[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(starts)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(graph[n])
-    return seen
-
-
-def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
-    """One cycle per group of blocks that call each other (a strongly connected component
-    with a cycle), as the names along it from the block declared first; iterative, so a
-    chain of thousands of procedures is no recursion here either."""
-    order = {n: k for k, n in enumerate(graph)}
-    out: list[list[str]] = []
-    done: set[str] = set()
-    for start in graph:
-        if start in done:
-            continue
-        # depth-first search keeping the current path: an edge back into it is a cycle
-        path, on_path, stack = [], set(), [(start, iter(graph[start]))]
-        path.append(start)
-        on_path.add(start)
-        while stack:
-            node, edges = stack[-1]
-            nxt = next(edges, None)
-            if nxt is None:
-                stack.pop()
-                path.pop()
-                on_path.discard(node)
-                done.add(node)
-            elif nxt in on_path:
-                cycle = path[path.index(nxt):]
-                k = min(range(len(cycle)), key=lambda i: order[cycle[i]])
-                cycle = cycle[k:] + cycle[:k]
-                if cycle not in out:
-                    out.append(cycle)
-            elif nxt not in done:
-                path.append(nxt)
-                on_path.add(nxt)
-                stack.append((nxt, iter(graph[nxt])))
-    return out
 
 
 def _add(a: Counter, b: Counter) -> Counter:

@@ -9,10 +9,17 @@ digits of its value; units are declared so that ``modlunit`` accepts the file. T
 start at the equilibrium without transmitter (``SOLVE kin STEADYSTATE sparse`` at the
 transmitter's value at initialisation, 0 unless set), or at the scheme file's initial
 occupancies when it gives them.
+
+Rates that depend on temperature (the scheme's ``[temperature]`` groups) go through
+NEURON's ``celsius``, as published models write it: each group's factor, e.g.
+``tadj_binding = q10_binding^((celsius - 22 (degC))/10 (degC))``, is computed at the top of
+the ``KINETIC`` block and multiplies its rates; the Q10s (or activation energies, kJ/mol)
+are ``RANGE`` parameters.
 """
 
 from __future__ import annotations
 
+from kingen.model.temperature import GAS_CONSTANT, KELVIN
 from kingen.outputs.interop.exported import ExportModel, number
 
 # Names the writer itself uses, and names NEURON reserves: a parameter called so is renamed.
@@ -27,7 +34,34 @@ def mechanism_name(model: ExportModel) -> str:
 
 
 def _rate_unit(order: int) -> str:
-    return "/ms" if order == 1 else "/mM /ms"
+    return {0: "1", 1: "/ms"}.get(order, "/mM /ms")
+
+
+def factor_name(group: str) -> str:
+    """The ASSIGNED variable holding a temperature group's factor."""
+    return f"tadj_{group}"
+
+
+def _factor_lines(model: ExportModel, rename: dict[str, str]) -> list[str]:
+    """The KINETIC block's first lines: each temperature group's factor at ``celsius``."""
+    out = []
+    ref = number(model.reference_c or 0.0)
+    for g in model.groups:
+        x = rename[g.param]
+        if g.kind == "q10":
+            expr = f"{x}^((celsius - {ref} (degC))/10 (degC))"
+        else:  # Arrhenius: Ea in kJ/mol, R in kJ/(mol K)
+            expr = (f"exp(-{x} / {number(GAS_CONSTANT)} * (1 / (celsius + {number(KELVIN)})"
+                    f" - 1 / ({ref} + {number(KELVIN)})))")
+        out.append(f"    {factor_name(g.name)} = {expr}")
+    return out
+
+
+def _scaled(parts: list[str], powers: dict[str, float]) -> list[str]:
+    """A rate's factors times its temperature groups' factors (to their powers)."""
+    for g, x in powers.items():
+        parts.append(factor_name(g) if x == 1 else f"{factor_name(g)}^({number(x)})")
+    return parts
 
 
 def state_names(states: list[str]) -> dict[str, str]:
@@ -98,13 +132,22 @@ def write_nmodl(model: ExportModel) -> str:
         notes = []
         if p.derived:
             notes.append("derived: microscopic reversibility")
+        group = next((g for g in model.groups if g.param == p.name), None)
+        if group is not None:
+            what = "Q10" if group.kind == "q10" else "activation energy (kJ/mol)"
+            notes.append(f"{what} of {', '.join(group.members)} "
+                         f"(reference {number(model.reference_c or 0.0)} degC)")
         if p.interval is not None:
             notes.append(f"profile interval [{p.interval[0]:.6g}, {p.interval[1]:.6g}]")
         if p.description:
             notes.append(p.description)
         note = f"   : {'; '.join(notes)}" if notes else ""
         out.append(f"    {rename[p.name]} = {number(p.value)} ({_rate_unit(p.order)}){note}")
-    out += ["}", "", "ASSIGNED {", "    v (mV)", "    i (nA)", "    g (pS)", "}", "",
+    out += ["}", "", "ASSIGNED {", "    v (mV)", "    i (nA)", "    g (pS)"]
+    if model.groups:
+        out.append("    celsius (degC)")
+        out += [f"    {factor_name(g.name)} (1)" for g in model.groups]
+    out += ["}", "",
             "STATE { " + " ".join(st[s] for s in model.states) + " }", "", "INITIAL {"]
     if model.initial_given:
         out += [f"    {st[s]} = {number(model.initial[s])}" for s in model.states]
@@ -115,6 +158,7 @@ def write_nmodl(model: ExportModel) -> str:
     gsum = " + ".join(f"{gname[s]} * {st[s]}" for s in conducting) or "0"
     out += [f"    g = nchan * ({gsum})", "    i = (1e-6) * g * (v - erev)", "}", "",
             "KINETIC kin {"]
+    out += _factor_lines(model, rename)
     pairs: dict[tuple[str, str], list[str]] = {}
     order: list[tuple[str, str]] = []
     for r in model.rates:
@@ -123,7 +167,8 @@ def write_nmodl(model: ExportModel) -> str:
         if key not in pairs:
             pairs[key] = ["0", "0"]
             order.append(key)
-        parts = ([] if r.factor == 1 else [number(r.factor)]) + [rename[r.param]]
+        parts = _scaled(([] if r.factor == 1 else [number(r.factor)]) + [rename[r.param]],
+                        model.parameters[r.param].powers)
         if r.agonist:
             parts.append(glu)
         pairs[key][0 if key == (r.source, r.target) else 1] = " * ".join(parts)
