@@ -26,6 +26,7 @@ from kingen.experiment.protocol import (
     standard_protocol,
 )
 from kingen.experiment.recordings import Recording, Targets, load_recording, load_targets
+from kingen.fitting.algorithms import algorithm_names
 from kingen.fitting.objective import BASELINES, ProtocolData
 from kingen.fitting.params import ParameterMap, apply_overrides, apply_ties
 from kingen.model import limits
@@ -39,7 +40,6 @@ from kingen.solve.schedule import (
     step_limit,
 )
 
-ALGORITHMS = ("mu_plus_lambda", "cmaes")
 OPERATORS = ("auto", "deap", "numpy")
 # At and above this many offspring the numpy operators replace DEAP's per-individual ones.
 NUMPY_OPERATORS_FROM = 2048
@@ -543,7 +543,7 @@ def _ga(c: _Checker, t: dict, ov: dict) -> GASettings:
         t = {**t, "population": ov["population"]}
         t.pop("offspring", None)
     ga = GASettings(
-        algorithm=c.choice(t, "algorithm", ALGORITHMS, w, "mu_plus_lambda"),
+        algorithm=c.choice(t, "algorithm", algorithm_names(), w, "mu_plus_lambda"),
         population=c.integer(t, "population", w, 64, ge=2),
         offspring=c.integer(t, "offspring", w, 0, ge=0),
         generations=c.integer(t, "generations", w, 100, ge=1),

@@ -365,7 +365,7 @@ class ShardedEvaluator:
 
     def __call__(self, params: np.ndarray, while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, dict[str, float]]:
-        """The engine's evaluator (:data:`kingen.fitting.engine.Evaluate`): rate constants
+        """The engine's evaluator (:class:`kingen.fitting.evaluator.Evaluator`): rate constants
         with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``;
         ``while_solving`` is called once the shards are sent (see :meth:`evaluate`)."""
         ev, timing = self.evaluate(params, complete=False, while_solving=while_solving)
