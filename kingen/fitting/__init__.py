@@ -31,8 +31,9 @@ Search. Genes are log10 rate constants (linear for ``scale = "linear"``) inside 
 ``tools.cxSimulatedBinaryBounded`` and ``tools.mutPolynomialBounded``, survival by
 ``tools.selTournament`` over parents and offspring, and a hall of fame of the best distinct
 candidates. An algorithm only asks for genes and is told their scores: every individual a
-generation must evaluate goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM`` offspring on (or with
-``operators = "numpy"``), varOr, the two operators and the tournament run as array code
+generation must evaluate goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM``
+offspring on (or with ``operators = "numpy"``), varOr, the two operators and the tournament
+run as array code
 (:mod:`.operators`) with the same formulas and probabilities; given the same random
 numbers, the children are DEAP's exactly. ``cmaes`` is ``deap.cma.Strategy`` in genes
 scaled to [0, 1] per gene (samples outside are clipped for evaluation and penalised by
