@@ -33,6 +33,7 @@ from kingen.model import limits
 from kingen.model.fields import Fields, join, loads_toml
 from kingen.model.scheme import Scheme, check_rate_range
 from kingen.model.shipped import shipped_models, shipped_scheme
+from kingen.solve.options import SolverOptions
 from kingen.solve.schedule import (
     DEFAULT_COURANT,
     RK4_STABILITY_LIMIT,
@@ -178,6 +179,12 @@ class FitConfig:
     polish: bool = True
     polish_evaluations: int = 40
     settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def solver(self) -> SolverOptions:
+        """The solver's options (``backend``, ``precision``, ``step``, ``courant``)."""
+        return SolverOptions(backend=self.backend, precision=self.precision, step=self.step,
+                             courant=self.courant)
 
     @property
     def recordings(self) -> dict[str, Recording | None]:

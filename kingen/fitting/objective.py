@@ -87,7 +87,8 @@ from kingen.experiment.protocol import Protocol, Sweep
 from kingen.experiment.recordings import Recording, Targets
 from kingen.model.scheme import Scheme
 from kingen.solve.batch import BatchResult, ObjectiveInputs, Simulator
-from kingen.solve.schedule import DEFAULT_COURANT, protocol_sweeps
+from kingen.solve.options import SolverOptions, options_from_keywords
+from kingen.solve.schedule import protocol_sweeps
 
 OP_NONE, OP_PEAK, OP_SUM = -1, 0, 1
 # Window slots of a sweep: peak of pulse 1, sum (area) or peak of pulse 2, steady state or
@@ -736,8 +737,11 @@ class Objective:
         The scheme (with the fit's overrides applied).
     items
         One :class:`ProtocolData` per protocol.
+    options
+        The solver's options (:class:`~kingen.solve.options.SolverOptions`), passed to
+        :class:`~kingen.solve.batch.Simulator`.
     backend, precision, step, courant
-        Passed to :class:`~kingen.solve.batch.Simulator`.
+        Deprecated: give them in ``options``.
 
     Raises
     ------
@@ -753,7 +757,8 @@ class Objective:
 
     >>> import kingen, numpy as np
     >>> cfg = kingen.load_config(kingen.demo_config())
-    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols,
+    ...                              kingen.SolverOptions(backend="cpu"))
     >>> objective.names
     ['deactivation', 'desensitization', 'recovery', 'dose_response']
     >>> evaluation, _ = objective.evaluate(np.stack([cfg.scheme.values] * 2))
@@ -761,9 +766,12 @@ class Objective:
     ((2,), (2, 4), [0, 0])
     """
 
-    def __init__(self, scheme: Scheme, items: list[ProtocolData], *, backend: str = "auto",
-                 precision: str = "float64", step: float | None = None,
-                 courant: float = DEFAULT_COURANT) -> None:
+    def __init__(self, scheme: Scheme, items: list[ProtocolData],
+                 options: SolverOptions | None = None, *, backend: str | None = None,
+                 precision: str | None = None, step: float | None = None,
+                 courant: float | None = None) -> None:
+        options = options_from_keywords(options, "Objective", backend=backend,
+                                        precision=precision, step=step, courant=courant)
         if not items:
             raise KingenError("no protocols to fit", field="protocols")
         self.scheme = scheme
@@ -818,8 +826,7 @@ class Objective:
         self.derived = np.array([p.derived for p in scheme.parameters], dtype=bool)
         sum_g = any(not self._plain(p) and item.chain.offset != "none"
                     for p, item in enumerate(self.items))
-        self.simulator = Simulator(solver_scheme(scheme), self.protocols, backend=backend,
-                                   precision=precision, step=step, courant=courant,
+        self.simulator = Simulator(solver_scheme(scheme), self.protocols, options,
                                    objective=ObjectiveInputs(self.data, self.weight,
                                                              self.windows, sum_g),
                                    filters=filters)
@@ -1006,7 +1013,8 @@ class Objective:
         --------
         >>> import kingen
         >>> cfg = kingen.load_config(kingen.demo_config())
-        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols,
+        ...                              kingen.SolverOptions(backend="cpu"))
         >>> objective.amplitude_warnings({"deactivation": 120.0})
         []
         >>> objective.amplitude_warnings({"deactivation": 0.69})[0].split(": ")[-1]

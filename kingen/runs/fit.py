@@ -299,8 +299,7 @@ def _inputs(cfg: FitConfig) -> dict[str, str]:
 
 
 def _objective(cfg: FitConfig) -> Objective:
-    return Objective(cfg.scheme, cfg.protocols, backend=cfg.backend, precision=cfg.precision,
-                     step=cfg.step, courant=cfg.courant)
+    return Objective(cfg.scheme, cfg.protocols, cfg.solver)
 
 
 def _search(cfg: FitConfig, objective: Objective, store: Any,
