@@ -36,6 +36,7 @@ from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
 from kingen.solve.cuda import CPU_DEFAULT, LaunchConfig  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
 
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
 
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
-    sim = Simulator(scheme, protocols, backend="cpu", precision=args.precision,
+    sim = Simulator(scheme, protocols,
+                    options=SolverOptions(backend="cpu", precision=args.precision),
                     objective=objective_inputs(scheme, protocols))
     config = LaunchConfig.parse(args.variant) if args.variant else CPU_DEFAULT
     threads = [t for t in map(int, args.threads.split(",")) if t <= numba.config.NUMBA_NUM_THREADS]

@@ -32,6 +32,7 @@ from benchmarks.solver import candidates, objective_inputs  # noqa: E402
 from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
 
@@ -116,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     protocols = [standard_protocol(n) for n in STANDARD]
     obj = objective_inputs(scheme, protocols)
-    sim = Simulator(scheme, protocols, backend="cuda", precision=args.precision,
+    sim = Simulator(scheme, protocols,
+                    options=SolverOptions(backend="cuda", precision=args.precision),
                     objective=obj)
     dtype = np.dtype(args.precision)
     result = {"provenance": provenance("cupy_propagator", argv), "model": args.model,

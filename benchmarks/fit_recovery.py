@@ -58,6 +58,7 @@ from kingen.fitting.config import load_config  # noqa: E402
 from kingen.fitting.objective import Objective  # noqa: E402
 from kingen.runs.fit import fit  # noqa: E402
 from kingen.solve import simulate_exact  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 
 # The classes of rates named by the must-show; k31 (recovery from the singly-bound
 # desensitized state) belongs to none of them and is reported only.
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
         scheme = cfg.scheme
         sd = truth["noise_sd_pA"]
-        objective = Objective(scheme, cfg.protocols, backend=args.backend)
+        objective = Objective(scheme, cfg.protocols, options=SolverOptions(backend=args.backend))
         genes_true = cfg.pmap.to_genes(scheme.values[None, :])[0]
         se_true = se_percent(fisher_se(objective, cfg.pmap, genes_true, sd))
         se_fit = se_percent(fisher_se(objective, cfg.pmap,

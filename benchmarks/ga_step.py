@@ -34,10 +34,13 @@ sys.path.insert(0, str(ROOT))
 import kingen.fitting.operators as operators  # noqa: E402
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.base.allocator import keep_freed_memory  # noqa: E402
+from kingen.fitting.algorithms.mu_plus_lambda import MuPlusLambda  # noqa: E402
 from kingen.fitting.config import demo_config, load_config  # noqa: E402
 from kingen.fitting.engine import Engine  # noqa: E402
+from kingen.fitting.evaluator import FromFunction  # noqa: E402
 from kingen.fitting.objective import Evaluation  # noqa: E402
 from kingen.fitting.progress import Progress  # noqa: E402
+from kingen.fitting.state import HallOfFame  # noqa: E402
 
 
 class _StandInObjective:
@@ -83,24 +86,26 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
         return ev, {}
 
     engine = Engine(cfg, _StandInObjective(), _NullStore(),
-                    Progress(generations, enabled=False), evaluate=evaluate)
-    engine._update_hof = _timed(clock, "hall_of_fame", engine._update_hof)
+                    Progress(generations, enabled=False), evaluate=FromFunction(evaluate))
+    ga = engine.algorithm
+    assert isinstance(ga, MuPlusLambda)
+    hall_of_fame = HallOfFame.merged
+    HallOfFame.merged = _timed(clock, "hall_of_fame", HallOfFame.merged)
     # a generation's random numbers (drawn during the solve in a fit; here, in turn)
-    engine._draw_generation = _timed(clock, "draws", engine._draw_generation)
+    ga._draw_generation = _timed(clock, "draws", ga._draw_generation)
     saved = operators.np_var_or, operators.np_sel_tournament
     operators.np_var_or = _timed(clock, "variation", operators.np_var_or)
     operators.np_sel_tournament = _timed(clock, "selection",
                                           operators.np_sel_tournament)
     try:
-        operators.warm_up_operators(engine.n)
-        state = engine.initial()
+        ga.warm_up()
+        state = engine.start()
         engine.record(state, time.perf_counter())
         rows = []
         for _ in range(generations):
             clock.clear()
             t0 = time.perf_counter()
-            state["generation"] += 1
-            state = engine.mu_plus_lambda_generation(state)
+            state = engine.generation(state)
             engine.record(state, t0)
             total = time.perf_counter() - t0 - clock.get("evaluate", 0.0)
             row = {k: clock.get(k, 0.0) for k in ("draws", "variation", "hall_of_fame",
@@ -110,6 +115,7 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
             rows.append(row)
     finally:
         operators.np_var_or, operators.np_sel_tournament = saved
+        HallOfFame.merged = hall_of_fame
     summary = {}
     for key in rows[0]:
         v = np.array([r[key] for r in rows])

@@ -60,8 +60,7 @@ def evaluations(config: str, population: int, evaluations: int, backend: str,
 
     kept = keep_freed_memory()
     cfg = load_config(config, overrides={"backend": backend})
-    objective = Objective(cfg.scheme, cfg.protocols, backend=cfg.backend,
-                          precision=cfg.precision, step=cfg.step, courant=cfg.courant)
+    objective = Objective(cfg.scheme, cfg.protocols, cfg.solver)
     start = cfg.pmap.start_genes()
     genes = start + np.random.default_rng(seed).normal(0.0, 0.2, (population, start.size))
     params = objective.guard(cfg.pmap.to_params(genes))
@@ -101,12 +100,10 @@ def _shards(client: Any, args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config, overrides={"backend": args.backend})
     start = cfg.pmap.start_genes()
     genes = start + np.random.default_rng(0).normal(0.0, 0.2, (args.population, start.size))
-    guard = Objective(cfg.scheme, cfg.protocols, backend="cpu", precision=cfg.precision,
-                      step=cfg.step, courant=cfg.courant).guard
+    guard = Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu")).guard
     params = guard(cfg.pmap.to_params(genes))
     client.register_plugin(SolverPlugin(
-        cfg.scheme, cfg.protocols, backend=cfg.backend, precision=cfg.precision,
-        step=cfg.step, courant=cfg.courant, warm=params[:1],
+        cfg.scheme, cfg.protocols, cfg.solver, warm=params[:1],
         workers_per_host=workers_per_host(client)), name="host-work")
     rows = []
     info: dict[str, Any] = {}

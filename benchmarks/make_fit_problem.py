@@ -27,6 +27,7 @@ from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.experiment.recordings import Recording, write_csv  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ROOT / "models" / f"{args.model}.toml"
     scheme = Scheme.load(model)
     protocols = [standard_protocol(n) for n in STANDARD]
-    sim = Simulator(scheme, protocols, backend="cpu")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     traces = sim.run(scheme.values[None], "traces").traces[0] * scheme.channels
     sd = args.noise * float(np.abs(traces).max())
     rng = np.random.default_rng(args.seed)

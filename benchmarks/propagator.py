@@ -41,6 +41,7 @@ from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
 from kingen.solve.cuda import LaunchConfig  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 from kingen.solve.plan import flops_per_product, flops_per_step  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
@@ -113,9 +114,11 @@ def main(argv: list[str] | None = None) -> int:
               "exchange_ms": args.exchange, "filter": args.filter, "rows": []}
     S = scheme.n_states
     for prec in args.precisions.split(","):
-        sim = Simulator(scheme, protocols, backend=args.backend, precision=prec, objective=obj,
+        sim = Simulator(scheme, protocols,
+                        options=SolverOptions(backend=args.backend, precision=prec), objective=obj,
                         filters=filters)
-        cpu = Simulator(scheme, protocols, backend="cpu", precision=prec, objective=obj,
+        cpu = Simulator(scheme, protocols,
+                        options=SolverOptions(backend="cpu", precision=prec), objective=obj,
                         filters=filters)
         result["device"] = sim.device
         plan = sim.propagator_plan()

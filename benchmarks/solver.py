@@ -32,6 +32,7 @@ from kingen.experiment.protocol import standard_protocol, standard_set  # noqa: 
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import ObjectiveInputs, Simulator, simulate_exact  # noqa: E402
 from kingen.solve.backends import cuda_status  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 
 POPULATIONS = (256, 1024, 4096, 16384, 65536)
 
@@ -47,7 +48,7 @@ def candidates(scheme: Scheme, n: int, seed: int = 0) -> np.ndarray:
 
 def objective_inputs(scheme: Scheme, protocols) -> ObjectiveInputs:
     """Data = the file's own currents plus noise, weight 1, a peak window per sweep."""
-    probe = Simulator(scheme, protocols, backend="cpu")
+    probe = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     n = probe.schedule.n_samples
     trace = np.concatenate([c for p in protocols for c in simulate_exact(scheme, p).currents])
     windows = np.full((probe.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
@@ -62,7 +63,8 @@ def objective_inputs(scheme: Scheme, protocols) -> ObjectiveInputs:
 def time_kingen(scheme, protocols, backend, precision, populations, budget_s, log):
     """Throughput of the objective batch for each population (skips what would overrun)."""
     obj = objective_inputs(scheme, protocols)
-    sim = Simulator(scheme, protocols, backend=backend, precision=precision, objective=obj)
+    sim = Simulator(scheme, protocols,
+                    options=SolverOptions(backend=backend, precision=precision), objective=obj)
     steps = sim.schedule.total_steps  # per candidate, all sweeps
     t0 = time.perf_counter()
     sim.run(candidates(scheme, 4), "objective")  # compile + warm-up
@@ -129,7 +131,8 @@ def time_jax(scheme, protocol, precision: str, n: int, max_steps: int, log) -> d
 
     dtype = jnp.float64 if precision == "float64" else jnp.float32
     obj = objective_inputs(scheme, [protocol])
-    sim = Simulator(scheme, [protocol], backend="auto", precision=precision, objective=obj)
+    sim = Simulator(scheme, [protocol],
+                    options=SolverOptions(backend="auto", precision=precision), objective=obj)
     sched = sim.schedule
     assert not sched.rows_i[:, 3].any(), "JAX baseline runs ideal-step protocols"
     S, T = scheme.n_states, len(scheme.transitions)

@@ -16,6 +16,7 @@ experiment              :func:`load_recording`      a recording from CSV, NWB or
 experiment              :func:`load_targets`        summary targets (features, tables)
 simulation              :func:`simulate`            currents of one scheme under a protocol
 simulation              :func:`simulate_batch`      the batched RK4 solver (CPU or GPU)
+simulation              :class:`SolverOptions`      backend, precision, step of the solver
 objective               :class:`Objective`          a population's fitness, batched
 search                  :func:`load_config`         read a fit configuration
 search                  :func:`demo_config`         the bundled demo configuration
@@ -64,6 +65,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "simulate": ("kingen.runs.simulate", "simulate"),
     "Simulation": ("kingen.runs.simulate", "Simulation"),
     "simulate_batch": ("kingen.solve.batch", "simulate_batch"),
+    "SolverOptions": ("kingen.solve.options", "SolverOptions"),
     "Objective": ("kingen.fitting.objective", "Objective"),
     "load_config": ("kingen.fitting.config", "load_config"),
     "demo_config": ("kingen.fitting.config", "demo_config"),
@@ -85,7 +87,8 @@ __all__ = [
     "KingenError", "__version__", "Scheme", "import_scheme", "export_scheme",
     "standard_protocol", "load_protocol", "Protocol",
     "load_recording", "load_targets", "Recording", "Targets", "simulate", "Simulation",
-    "simulate_batch", "Objective", "load_config", "demo_config", "FitConfig", "fit", "resume",
+    "simulate_batch", "SolverOptions", "Objective", "load_config", "demo_config", "FitConfig",
+    "fit", "resume",
     "FitResult", "RunStore", "plot_run", "write_report", "profile", "ProfileResult",
     "run_batch", "fit_on_cluster", "ClusterSettings",
 ]
@@ -109,6 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from kingen.scaleout.cluster import ClusterSettings
     from kingen.scaleout.fitting import fit_on_cluster
     from kingen.solve.batch import simulate_batch
+    from kingen.solve.options import SolverOptions
     from kingen.store import RunStore
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kingen.base.allocator import is_glibc
+from kingen.solve.options import SolverOptions
 
 # A generation's worth of arrays, allocated, written, freed, five times over; the minor page
 # faults of the last four. Arrays under 4 MB: numpy asks for huge pages from 4 MB on. With
@@ -100,6 +101,6 @@ def test_the_fit_and_the_sharded_workers_set_it_up(tmp_path, monkeypatch):
     path = write_problem(tmp_path, ga="generations = 1")
     run.fit(path, progress=False)
     cfg = load_config(path)
-    worker.SolverPlugin(cfg.scheme, cfg.protocols, backend="cpu", precision="float64",
-                        step=None, courant=2.5).setup()
+    worker.SolverPlugin(cfg.scheme, cfg.protocols,
+                        options=SolverOptions(backend="cpu")).setup()
     assert calls == ["fit", "worker"]

@@ -23,6 +23,7 @@ from kingen.fitting.params import ParameterMap
 from kingen.fitting.polish import polish
 from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
+from kingen.solve.options import SolverOptions
 
 SCHEME = Scheme.loads(FOUR_STATE, "four_state.toml")
 NOISE = 0.02  # of the peak, Gaussian, white
@@ -59,7 +60,7 @@ def polish_from_truth(baseline: str, recordings: list[Recording]
     (cov = s² (JᵀJ)⁻¹ in log10-rate space, s² = SSE / (n - p))."""
     objective = Objective(SCHEME, [ProtocolData(p, r, baseline=baseline)
                                    for p, r in zip(PROTOCOLS, recordings, strict=True)],
-                          backend="cpu")
+                          options=SolverOptions(backend="cpu"))
     pmap = ParameterMap(SCHEME)
     truth = pmap.to_genes(SCHEME.values[None, :])[0]
     at_truth = objective.evaluate(SCHEME.values[None, :])[0].fitness[0]
@@ -86,12 +87,13 @@ def test_pre_pulse_offset_is_pooled_over_sweeps_and_a_clear_offset_is_reported()
     pre = np.concatenate([recs[0].sweep_current(k)[recs[0].sweep_time(k) < onset]
                           for k in range(p.n_sweeps)])
     pooled = Objective(SCHEME, [ProtocolData(p, recs[0], baseline="pre-pulse")],
-                       backend="cpu")
+                       options=SolverOptions(backend="cpu"))
     raw = np.asarray(recs[0].sweep_current(1))
     n = p.sweeps[1].n_samples
     np.testing.assert_allclose(pooled.data[n: 2 * n], raw - pre.mean(), atol=1e-12)
     assert pooled.warnings == []
-    plain = Objective(SCHEME, [ProtocolData(p, recs[0], source="fit.toml")], backend="cpu")
+    plain = Objective(SCHEME, [ProtocolData(p, recs[0], source="fit.toml")],
+                      options=SolverOptions(backend="cpu"))
     np.testing.assert_array_equal(plain.data[n: 2 * n], raw)
     se = pre.std(ddof=1) / np.sqrt(pre.size)
     largest = max(float(np.abs(np.asarray(y) - pre.mean()).max()) for y in recs[0].current_pA)
@@ -102,7 +104,8 @@ def test_pre_pulse_offset_is_pooled_over_sweeps_and_a_clear_offset_is_reported()
         f'which the model, starting from rest, cannot fit; set baseline = "pre-pulse" if it '
         f"is a DC offset"]
     # noise alone is not reported
-    quiet = Objective(SCHEME, [ProtocolData(p, noisy_recordings(11)[0])], backend="cpu")
+    quiet = Objective(SCHEME, [ProtocolData(p, noisy_recordings(11)[0])],
+                      options=SolverOptions(backend="cpu"))
     assert quiet.warnings == []
 
 

@@ -29,6 +29,7 @@ from kingen.runs.simulate import simulate
 from kingen.solve import Simulator, simulate_exact
 from kingen.solve.batch import ObjectiveInputs
 from kingen.solve.cuda import LaunchConfig
+from kingen.solve.options import SolverOptions
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 RT = Scheme.load(MODELS / "raman_trussell_1992.toml")  # 6 states: quick to compile
@@ -131,7 +132,8 @@ def test_kernel_filter_equals_scipy_on_the_cpu_in_stage_propagator_and_span_form
     filters = [BESSEL, None, BUTTER, _measured(0.02)]
     obj = _objective_case(RT, protocols, np.random.default_rng(1))
     obj = ObjectiveInputs(obj.data, obj.weight, obj.windows, sum_g=True)
-    sim = Simulator(RT, protocols, backend="cpu", precision=precision, objective=obj,
+    sim = Simulator(RT, protocols,
+                    options=SolverOptions(backend="cpu", precision=precision), objective=obj,
                     filters=filters)
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
     starts = sim.schedule.sample_start
@@ -165,7 +167,8 @@ def test_kernel_filter_equals_scipy_under_the_cuda_simulator(config, measured):
     filters = [BESSEL, BUTTER, None, _measured(0.05) if measured else Filter("bessel", 3, 4.0)]
     obj = _objective_case(RT, protocols, np.random.default_rng(2))
     obj = ObjectiveInputs(obj.data, obj.weight, obj.windows, sum_g=True)
-    gpu = Simulator(RT, protocols, backend="cuda", objective=obj, filters=filters)
+    gpu = Simulator(RT, protocols,
+                    options=SolverOptions(backend="cuda"), objective=obj, filters=filters)
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
     raw = gpu.run(params, "traces", launch_config=config, filtered=False)
     want = _filtered_by_scipy(raw, protocols, filters)
@@ -377,7 +380,7 @@ def _polish(protocols, recordings, chain, start) -> tuple[np.ndarray, np.ndarray
     genes, the objective), SE from the Jacobian of the residuals at the end point."""
     objective = Objective(FOUR, [ProtocolData(p, r, chain=chain)
                                  for p, r in zip(protocols, recordings, strict=True)],
-                          backend="cpu")
+                          options=SolverOptions(backend="cpu"))
     pmap = ParameterMap(FOUR)
     f0 = objective.evaluate(pmap.to_params(start[None, :]))[0].fitness[0]
     genes, _ = polish(objective, types.SimpleNamespace(pmap=pmap, precision="float64"),
@@ -456,7 +459,7 @@ def test_rundown_and_amplitudes_per_sweep_recover_the_channels_of_each_sweep():
     for amplitude in ("per-protocol", "per-sweep", "rundown"):
         objective = Objective(FOUR, [ProtocolData(protocols[0], recs[0],
                                                   chain=Chain(amplitude=amplitude))],
-                              backend="cpu")
+                              options=SolverOptions(backend="cpu"))
         ev, _ = objective.evaluate(FOUR.values[None, :])
         errors[amplitude] = float(ev.errors[0, 0])
         if amplitude != "per-protocol":

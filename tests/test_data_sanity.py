@@ -15,6 +15,7 @@ from kingen.experiment.protocol import standard_protocol
 from kingen.experiment.recordings import Recording, load_recording, write_csv
 from kingen.fitting.objective import Objective, ProtocolData
 from kingen.model.scheme import Scheme
+from kingen.solve.options import SolverOptions
 
 SCHEME = Scheme.load(TRUTH_MODEL)
 
@@ -52,7 +53,7 @@ def _recovery_csv(folder: Path, labels: list[str]) -> Path:
 
 def test_labelled_sweeps_in_another_order_are_paired_by_label(tmp_path):
     rec = load_recording(_recovery_csv(tmp_path, SHUFFLED))
-    obj = Objective(SCHEME, [ProtocolData(RECOVERY, rec)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(RECOVERY, rec)], options=SolverOptions(backend="cpu"))
     for k, sweep in enumerate(RECOVERY.sweeps):
         data = obj.data[int(obj.sample_start[k]):int(obj.sample_start[k + 1])]
         assert data.min() == -(SHUFFLED.index(sweep.label) + 1.0), sweep.label
@@ -94,7 +95,7 @@ def test_numbered_sweeps_are_paired_by_position(labels):
     currents = np.array([np.full(n, -(k + 1.0)) for k in range(RECOVERY.n_sweeps)])
     rec = Recording("recovery", np.arange(n) * 1.0, currents, labels)
     assert not rec.labelled
-    obj = Objective(SCHEME, [ProtocolData(RECOVERY, rec)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(RECOVERY, rec)], options=SolverOptions(backend="cpu"))
     for k in range(RECOVERY.n_sweeps):
         assert obj.data[int(obj.sample_start[k])] == -(k + 1.0)
 
@@ -114,7 +115,7 @@ def test_a_run_file_keeps_whether_the_sweeps_were_labelled(tmp_path):
         old = read_recording(f["a"])
     assert not old.labelled
     # as then: paired by label where both sets agree
-    obj = Objective(SCHEME, [ProtocolData(RECOVERY, old)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(RECOVERY, old)], options=SolverOptions(backend="cpu"))
     assert obj.data[int(obj.sample_start[1]) - 1] == -(SHUFFLED.index("5ms") + 1.0)
 
 
@@ -169,7 +170,7 @@ def test_a_plausible_current_gives_no_warning_and_a_huge_one_names_the_unit():
     from kingen import demo_config, load_config
 
     cfg = load_config(demo_config())
-    obj = Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    obj = Objective(cfg.scheme, cfg.protocols, options=SolverOptions(backend="cpu"))
     assert obj.warnings == []
     assert obj.amplitude_warnings({"deactivation": 120.0, "recovery": 1.5}) == []
     (huge,) = obj.amplitude_warnings({"dose_response": 3e6})

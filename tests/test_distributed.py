@@ -32,6 +32,7 @@ from kingen.scaleout.cluster import ClusterSettings, open_client  # noqa: E402
 from kingen.scaleout.fitting import fit_on_cluster  # noqa: E402
 from kingen.scaleout.manifest import load_manifest  # noqa: E402
 from kingen.scaleout.shard import ShardedEvaluator  # noqa: E402
+from kingen.solve.options import SolverOptions  # noqa: E402
 from kingen.store import RunStore  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -95,7 +96,8 @@ def test_sharded_evaluation_is_the_one_process_evaluation(client):
     cfg = kingen.load_config(kingen.demo_config(), overrides=SMALL)
     rng = np.random.default_rng(3)
     params = cfg.pmap.to_params(rng.uniform(cfg.pmap.lower, cfg.pmap.upper, (37, cfg.pmap.n_genes)))
-    local, _ = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu").evaluate(params)
+    local, _ = kingen.Objective(cfg.scheme, cfg.protocols,
+                                options=SolverOptions(backend="cpu")).evaluate(params)
     assert client.direct_to_workers  # a local cluster's results come straight from workers
     with ShardedEvaluator.for_config(client, cfg) as ev:
         sharded, timing = ev.evaluate(params)

@@ -24,6 +24,7 @@ from kingen.scaleout.cluster import (
 from kingen.scaleout.manifest import load_manifest
 from kingen.scaleout.summary import aic_bic, csv_text, html_text, ranking
 from kingen.scaleout.tomlout import dumps_toml
+from kingen.solve.options import SolverOptions
 
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:
@@ -466,8 +467,8 @@ def test_each_worker_of_a_host_takes_its_share_of_the_cores(monkeypatch):
     monkeypatch.delenv("NUMBA_NUM_THREADS")
     monkeypatch.setattr(worker.numba, "set_num_threads", lambda n: None)  # no pool of 8 here
     cfg = kingen.load_config(kingen.demo_config())
-    plugin = SolverPlugin(cfg.scheme, cfg.protocols, backend="cpu", precision="float64",
-                          step=None, courant=2.5, workers_per_host={"10.0.0.7": 8})
+    plugin = SolverPlugin(cfg.scheme, cfg.protocols,
+                          options=SolverOptions(backend="cpu"), workers_per_host={"10.0.0.7": 8})
     plugin.setup(Worker())
     assert plugin.threads == 4 and plugin.objective is not None  # its node, shared 4 ways
 

@@ -99,11 +99,11 @@ def test_numpy_operators_and_cmaes_are_deterministic(tmp_path):
 
 
 def test_numbers_drawn_during_the_solve_are_those_drawn_in_turn(tmp_path, monkeypatch):
-    from kingen.fitting.engine import Engine
+    from kingen.fitting.algorithms.base import Randoms
 
     ga = 'operators = "numpy"\noffspring = 12\ngenerations = 5'
     ahead = fit(write_problem(tmp_path, ga=ga), progress=False)
-    monkeypatch.setattr(Engine, "_start_draws", lambda self: None)  # drawn in turn
+    monkeypatch.setattr(Randoms, "draw_ahead", lambda self, draw: None)  # drawn in turn
     (tmp_path / "turn").mkdir()
     in_turn = fit(write_problem(tmp_path / "turn", ga=ga), progress=False)
     np.testing.assert_array_equal(ahead.params, in_turn.params)
@@ -116,10 +116,11 @@ def test_numbers_drawn_during_the_solve_are_those_drawn_in_turn(tmp_path, monkey
 def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, monkeypatch):
     # Started before, they would compete with the solve's preparation for the interpreter's
     # lock: the background work of each generation starts between preparing and solving.
+    from kingen.fitting.algorithms.base import Randoms
     from kingen.fitting.engine import Engine
 
     events: list[str] = []
-    start_write, start_draws = Engine._start_write, Engine._start_draws
+    start_write, draw_ahead = Engine._start_write, Randoms.draw_ahead
     inputs = batch.Simulator._inputs
 
     def logged_write(self):
@@ -127,13 +128,13 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
             events.append("write")
         start_write(self)
 
-    def logged_draws(self):
-        if self._drawn is None:
+    def logged_draws(self, draw):
+        if self._ahead is None:
             events.append("draws")
-        start_draws(self)
+        draw_ahead(self, draw)
 
     monkeypatch.setattr(Engine, "_start_write", logged_write)
-    monkeypatch.setattr(Engine, "_start_draws", logged_draws)
+    monkeypatch.setattr(Randoms, "draw_ahead", logged_draws)
     cpu_call = batch.Simulator._cpu_call
     monkeypatch.setattr(batch.Simulator, "_inputs",
                         lambda self, *a: (events.append("prepare"), inputs(self, *a))[1])
@@ -155,6 +156,7 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
 def test_an_evaluator_without_the_hook_gets_the_background_work_started_before_it(
         tmp_path):
     from kingen.fitting.engine import Engine
+    from kingen.fitting.evaluator import FromFunction
     from kingen.fitting.objective import Evaluation
 
     cfg = load_config(write_problem(tmp_path, ga='operators = "numpy"\noffspring = 8'))
@@ -173,13 +175,12 @@ def test_an_evaluator_without_the_hook_gets_the_background_work_started_before_i
     class Obj:
         n_protocols = 1
 
-    engine = Engine(cfg, Obj(), Store(), Progress(2, enabled=False), evaluate=by_sum)
-    assert not engine._takes_hook
-    state = engine.initial()
+    engine = Engine(cfg, Obj(), Store(), Progress(2, enabled=False),
+                    evaluate=FromFunction(by_sum))
+    state = engine.start()
     engine.record(state, 0.0)
     assert engine._queued is not None
-    state["generation"] += 1
-    engine.mu_plus_lambda_generation(state)
+    engine.generation(state)
     assert seen == [True, True]  # the queued write had started when it was called
 
 

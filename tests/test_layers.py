@@ -215,7 +215,6 @@ MAX_LINES = 600
 OVERSIZED: dict[str, str] = {
     "kingen.experiment.protocol": "to be split by its owner with measured exchange waveforms",
     "kingen.solve.batch": "to be split by its owner with measured exchange waveforms",
-    "kingen.fitting.engine": "to be split by its owner into ask/tell algorithm classes",
 }
 
 

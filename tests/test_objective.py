@@ -14,6 +14,7 @@ from kingen.fitting.objective import Objective, ProtocolData, fit_hill_batch, fi
 from kingen.fitting.params import ParameterMap
 from kingen.model.scheme import Scheme
 from kingen.solve import simulate_exact
+from kingen.solve.options import SolverOptions
 
 SCHEME = Scheme.load(TRUTH_MODEL)
 DEACT = standard_protocol("deactivation", exchange=0.2, dt=0.02)
@@ -28,7 +29,8 @@ def clean_recording(protocol, scale=1.0):
 
 def test_noise_free_data_give_zero_error_and_the_true_amplitude():
     obj = Objective(SCHEME, [ProtocolData(DEACT, clean_recording(DEACT)),
-                             ProtocolData(DESENS, clean_recording(DESENS, 3.0))], backend="cpu")
+                             ProtocolData(DESENS, clean_recording(DESENS, 3.0))],
+                             options=SolverOptions(backend="cpu"))
     ev, _ = obj.evaluate(SCHEME.values[None, :])
     assert ev.fail[0] == 0
     assert ev.errors[0] == pytest.approx([0.0, 0.0], abs=1e-9)
@@ -40,7 +42,8 @@ def test_noise_free_data_give_zero_error_and_the_true_amplitude():
 def test_relative_error_is_independent_of_size_and_matches_a_direct_computation(baseline):
     rng = np.random.default_rng(1)
     rec, clean = synthetic_recording(SCHEME, DEACT, 0.02, rng)
-    obj = Objective(SCHEME, [ProtocolData(DEACT, rec, baseline=baseline)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, rec, baseline=baseline)],
+                    options=SolverOptions(backend="cpu"))
     p = SCHEME.values.copy()
     p[SCHEME.param_names.index("k2o")] *= 1.3
     ev, _ = obj.evaluate(p[None, :])
@@ -55,14 +58,14 @@ def test_relative_error_is_independent_of_size_and_matches_a_direct_computation(
     assert ev.errors[0, 0] == pytest.approx(((a * g - d) ** 2).sum() / (d @ d), rel=1e-4)
     big = Recording(rec.protocol, rec.time_ms, rec.current_pA * 10.0, rec.sweep_labels)
     ev10, _ = Objective(SCHEME, [ProtocolData(DEACT, big, baseline=baseline)],
-                        backend="cpu").evaluate(p[None, :])
+                        options=SolverOptions(backend="cpu")).evaluate(p[None, :])
     assert ev10.errors[0, 0] == pytest.approx(ev.errors[0, 0], rel=1e-9)
 
 
 def test_failed_candidates_get_worst_fitness_without_disturbing_others():
     rng = np.random.default_rng(2)
     rec, _ = synthetic_recording(SCHEME, DEACT, 0.02, rng)
-    obj = Objective(SCHEME, [ProtocolData(DEACT, rec)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, rec)], options=SolverOptions(backend="cpu"))
     good = np.vstack([SCHEME.values, SCHEME.values * 1.2])
     alone, _ = obj.evaluate(good)
     bad = SCHEME.values.copy()
@@ -74,7 +77,8 @@ def test_failed_candidates_get_worst_fitness_without_disturbing_others():
 
 
 def test_guard_fails_rows_whose_derived_rates_leave_their_bounds():
-    obj = Objective(SCHEME, [ProtocolData(DEACT, clean_recording(DEACT))], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, clean_recording(DEACT))],
+                    options=SolverOptions(backend="cpu"))
     pmap = ParameterMap(SCHEME)
     rng = np.random.default_rng(5)
     params = pmap.to_params(rng.uniform(pmap.lower, pmap.upper, (400, pmap.n_genes)))
@@ -100,7 +104,8 @@ def test_kernel_windows_and_residuals_agree_with_the_host_reduction():
     rng = np.random.default_rng(3)
     rec, _ = synthetic_recording(SCHEME, DEACT, 0.02, rng)
     obj = Objective(SCHEME, [ProtocolData(DEACT, rec, weight=2.0),
-                             ProtocolData(DESENS, None, targets)], backend="cpu")
+                             ProtocolData(DESENS, None, targets)],
+                             options=SolverOptions(backend="cpu"))
     p = np.vstack([SCHEME.values, SCHEME.values * 0.8])
     ev, _ = obj.evaluate(p)
     ev_host = obj.evaluate_traces(p)
@@ -115,7 +120,7 @@ def test_the_kernel_carries_only_the_windows_a_target_reads():
     # pair; summary targets keep theirs, with the values the host reduction gives
     rng = np.random.default_rng(4)
     rec, _ = synthetic_recording(SCHEME, DEACT, 0.02, rng)
-    only_data = Objective(SCHEME, [ProtocolData(DEACT, rec)], backend="cpu")
+    only_data = Objective(SCHEME, [ProtocolData(DEACT, rec)], options=SolverOptions(backend="cpu"))
     assert only_data.simulator._n_windows("objective") == 0
     p = np.vstack([SCHEME.values, SCHEME.values * 0.8])
     res = only_data.simulator.run(only_data.guard(p), "objective")
@@ -124,7 +129,8 @@ def test_the_kernel_carries_only_the_windows_a_target_reads():
     np.testing.assert_allclose(ev.errors, only_data.evaluate_traces(p).errors, rtol=1e-9)
     targets = Targets({"peak_pA": Target(-40.0), "ss_to_peak": Target(0.03)})
     with_targets = Objective(SCHEME, [ProtocolData(DEACT, rec),
-                                      ProtocolData(DESENS, None, targets)], backend="cpu")
+                                      ProtocolData(DESENS, None, targets)],
+                                      options=SolverOptions(backend="cpu"))
     assert with_targets.simulator._n_windows("objective") > 0
     res = with_targets.simulator.run(with_targets.guard(p), "objective")
     assert (res.windows[:, 0, :, 1] == -1).all()  # the deactivation sweep reads none
@@ -159,7 +165,7 @@ def test_window_targets_match_the_features_of_the_simulated_currents():
             rows = np.array(f["recovery"])
             t.recovery = RecoveryTable(rows[:, 0], rows[:, 1])
         items.append(ProtocolData(proto, None, t))
-    obj = Objective(SCHEME, items, backend="cpu")
+    obj = Objective(SCHEME, items, options=SolverOptions(backend="cpu"))
     ev, _ = obj.evaluate(SCHEME.values[None, :])
     # integral tau vs fitted tau and the grid fit of tau_rec agree to a few per cent
     assert np.all(ev.errors[0] < 0.03 ** 2), ev.errors
@@ -185,16 +191,16 @@ def test_recording_that_does_not_match_the_protocol_is_an_error():
     rec = clean_recording(DEACT)
     recov = standard_protocol("recovery")
     with pytest.raises(KingenError, match="recorded sweeps for a protocol of 9"):
-        Objective(SCHEME, [ProtocolData(recov, rec)], backend="cpu")
+        Objective(SCHEME, [ProtocolData(recov, rec)], options=SolverOptions(backend="cpu"))
     early = Recording("deactivation", rec.time_ms - 1000.0, rec.current_pA, rec.sweep_labels)
     with pytest.raises(KingenError, match="no recorded sample"):
-        Objective(SCHEME, [ProtocolData(DEACT, early)], backend="cpu")
+        Objective(SCHEME, [ProtocolData(DEACT, early)], options=SolverOptions(backend="cpu"))
     late = Recording("deactivation", rec.time_ms + 1000.0, rec.current_pA, rec.sweep_labels)
     with pytest.raises(KingenError, match="no recorded sample"):
-        Objective(SCHEME, [ProtocolData(DEACT, late)], backend="cpu")
+        Objective(SCHEME, [ProtocolData(DEACT, late)], options=SolverOptions(backend="cpu"))
     with pytest.raises(KingenError, match="not available for a deactivation"):
         Objective(SCHEME, [ProtocolData(DEACT, None, Targets({"ec50_peak_mM": Target(1)}))],
-                  backend="cpu")
+                  options=SolverOptions(backend="cpu"))
 
 
 def test_a_recording_that_starts_after_the_protocol_is_listed_unless_masked():
@@ -205,7 +211,7 @@ def test_a_recording_that_starts_after_the_protocol_is_listed_unless_masked():
     late = Recording("deactivation", rec.time_ms[150:], rec.current_pA[:, 150:],
                      rec.sweep_labels, source="late.csv")
     assert late.time_ms[0] == pytest.approx(3.0)
-    obj = Objective(SCHEME, [ProtocolData(DEACT, late)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, late)], options=SolverOptions(backend="cpu"))
     assert len(obj.late_starts) == 1
     text = str(obj.late_starts[0])
     assert "\n" not in text
@@ -215,18 +221,19 @@ def test_a_recording_that_starts_after_the_protocol_is_listed_unless_masked():
     assert text.endswith("add mask = [[0, 3]] to the protocol's entry if the recording "
                          "begins late")
     # masked, the gap is the user's choice, and only the masked samples are left out
-    obj = Objective(SCHEME, [ProtocolData(DEACT, late, mask=[(0.0, 3.0)])], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, late, mask=[(0.0, 3.0)])],
+                    options=SolverOptions(backend="cpu"))
     assert obj.late_starts == []
     assert obj.weight.sum() == DEACT.sweeps[0].n_samples - 151
     # a first sample one interval after 0, as some rigs export, is no gap
     one_step = Recording("deactivation", rec.time_ms[1:], rec.current_pA[:, 1:],
                          rec.sweep_labels)
-    obj = Objective(SCHEME, [ProtocolData(DEACT, one_step)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, one_step)], options=SolverOptions(backend="cpu"))
     assert obj.weight.sum() == DEACT.sweeps[0].n_samples - 1
     # samples before 0 (a pre-trigger) lie outside the protocol, as before
     early = Recording("deactivation", np.concatenate([[-1.0], rec.time_ms]),
                       np.concatenate([[[0.0]], rec.current_pA], axis=1), rec.sweep_labels)
-    obj = Objective(SCHEME, [ProtocolData(DEACT, early)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(DEACT, early)], options=SolverOptions(backend="cpu"))
     assert obj.weight.sum() == DEACT.sweeps[0].n_samples
 
 
@@ -238,7 +245,7 @@ def test_a_repeated_label_does_not_give_one_recorded_sweep_to_two_protocol_sweep
     sweeps[2] = replace(sweeps[2], label=sweeps[0].label)  # built in Python: not checked
     protocol = replace(dose, sweeps=tuple(sweeps))
     rec = clean_recording(protocol)
-    obj = Objective(SCHEME, [ProtocolData(protocol, rec)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(protocol, rec)], options=SolverOptions(backend="cpu"))
     third = slice(int(obj.sample_start[2]), int(obj.sample_start[3]))
     np.testing.assert_array_equal(obj.data[third], rec.sweep_current(2))
     assert not np.array_equal(rec.sweep_current(2), rec.sweep_current(0))
@@ -246,6 +253,6 @@ def test_a_repeated_label_does_not_give_one_recorded_sweep_to_two_protocol_sweep
     first3 = replace(dose, sweeps=dose.sweeps[:3])
     rec = clean_recording(first3)
     shuffled = Recording(dose.name, rec.time_ms, rec.current_pA[::-1], rec.sweep_labels[::-1])
-    obj = Objective(SCHEME, [ProtocolData(first3, shuffled)], backend="cpu")
+    obj = Objective(SCHEME, [ProtocolData(first3, shuffled)], options=SolverOptions(backend="cpu"))
     np.testing.assert_array_equal(obj.data[int(obj.sample_start[0]):int(obj.sample_start[1])],
                                   rec.sweep_current(0))

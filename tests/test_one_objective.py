@@ -127,6 +127,6 @@ def test_noise_weights_must_match_the_protocols():
     import kingen
 
     cfg = kingen.load_config(kingen.demo_config())
-    objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    objective = kingen.Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu"))
     with pytest.raises(ValueError):
         objective.set_noise([NoiseWeights(trace=1.0)])

@@ -16,6 +16,7 @@ from kingen.model.scheme import Scheme
 from kingen.solve import Simulator, simulate_exact
 from kingen.solve.batch import ObjectiveInputs
 from kingen.solve.cuda import LaunchConfig, default_config
+from kingen.solve.options import SolverOptions
 from kingen.solve.plan import plan_propagator
 
 MODELS = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml"))
@@ -55,7 +56,7 @@ def _sums_against_the_cpu_stage_form(cpu, gpu, params, config):
 def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution(model):
     scheme = _scheme(model)
     protocols = [standard_protocol(n) for n in STANDARD]  # ideal steps
-    sim = Simulator(scheme, protocols, backend="cpu")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     assert sim.propagator_plan().n_keys > 0
     prop = sim.run(scheme.values[None], "traces", launch_config=PROP)
     stage = sim.run(scheme.values[None], "traces", launch_config=STAGE)
@@ -70,7 +71,7 @@ def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution
 def test_float32_propagator_meets_its_bound_with_ideal_steps(model):
     scheme = _scheme(model)
     protocols = [standard_protocol("recovery")]  # the longest: drift would show here
-    sim = Simulator(scheme, protocols, backend="cpu", precision="float32")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu", precision="float32"))
     got = sim.run(scheme.values[None], "traces", launch_config=PROP)
     exact = simulate_exact(scheme, protocols[0]).currents
     assert _peak_errors(got, exact, scheme, protocols) <= 1e-3
@@ -84,8 +85,8 @@ def test_cuda_lanes_under_simulator_match_the_cpu_stage_form(lanes):
     obj = _objective_case(scheme, protocols, rng)
     params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
                      scheme.upper)
-    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
-    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    cpu = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"), objective=obj)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
     ref = cpu.run(params, "objective", launch_config=STAGE)
     got = gpu.run(params, "objective",
                   launch_config=LaunchConfig(block=32, form="propagator", lanes=lanes))
@@ -106,8 +107,8 @@ def test_cuda_spans_under_simulator_match_the_cpu_stage_form(lanes, span):
     obj = _objective_case(scheme, protocols, np.random.default_rng(span))
     params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
                      scheme.upper)
-    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
-    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    cpu = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"), objective=obj)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
     reps = gpu.schedule.rows_i[gpu.propagator_plan().row_key >= 0, 1]
     # whole spans, a remainder after them, and rows shorter than one span all occur
     assert (reps >= 2 * span).any() and (reps % span > 0).any() and (reps < span).any()
@@ -133,8 +134,8 @@ def test_cuda_kernels_that_carry_no_window_match_the_cpu(lanes, span):
     obj = ObjectiveInputs(obj.data, obj.weight, windows)
     params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
                      scheme.upper)
-    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
-    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    cpu = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"), objective=obj)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
     assert gpu._n_windows("objective") == 0 and gpu._out_shape(2) == (2, 2, gpu.n_sweeps)
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
     got, ref = _sums_against_the_cpu_stage_form(cpu, gpu, params, config)
@@ -154,7 +155,7 @@ def test_a_span_variant_names_itself_and_bad_spans_are_refused():
     scheme = _scheme("jonas_1993")
     protocols = _mini_protocols()[:1]
     obj = _objective_case(scheme, protocols, np.random.default_rng(0))
-    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
     with pytest.raises(KingenError, match="at least two lanes"):
         gpu.run(scheme.values[None], "objective",
                 launch_config=LaunchConfig(form="propagator", span=16))
@@ -164,9 +165,9 @@ def test_cpu_spans_equal_one_product_per_sample_with_stage_rows_between():
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol("deactivation"),
                  standard_protocol("desensitization", exchange=0.2)]
-    probe = Simulator(scheme, protocols, backend="cpu")
+    probe = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     obj = _objective_case(scheme, protocols, np.random.default_rng(5))
-    sim = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"), objective=obj)
     assert sim.launch_config().span == 16  # the CPU default
     plan = sim.propagator_plan()
     reps = probe.schedule.rows_i[plan.row_key >= 0, 1]
@@ -194,14 +195,14 @@ def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes, spa
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
     if span > 1:  # spans serve the objective mode
         obj = _objective_case(scheme, protocols, np.random.default_rng(1))
-        sim = Simulator(scheme, protocols, backend=backend, objective=obj)
+        sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend), objective=obj)
         res = sim.run(params, "objective", launch_config=config)
         assert (res.fail[[0, 2]] == 0).all() and (res.fail[1] != 0).all()
         assert np.isinf(res.sgg[1]).all() and np.isfinite(res.sgg[[0, 2]]).all()
         alone = sim.run(params[[0, 2]], "objective", launch_config=config)
         np.testing.assert_array_equal(res.sgg[[0, 2]], alone.sgg)
         return
-    sim = Simulator(scheme, protocols, backend=backend)
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend))
     res = sim.run(params, "traces", launch_config=config)
     assert (res.fail[[0, 2]] == 0).all()
     assert (res.fail[1] != 0).all()
@@ -212,7 +213,8 @@ def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes, spa
 
 def test_plan_gives_every_constant_row_a_matrix_on_the_gpu_and_pays_its_way_on_the_cpu():
     scheme = _scheme("robert_howe_2003")
-    ideal = Simulator(scheme, [standard_protocol(n) for n in STANDARD], backend="cpu")
+    ideal = Simulator(scheme, [standard_protocol(n) for n in STANDARD],
+                      options=SolverOptions(backend="cpu"))
     everything = plan_propagator(scheme, ideal.schedule, every_constant_row=True)
     assert everything.stage_rows == "none" and everything.stage_steps == 0
     assert everything.prop_samples == ideal.schedule.n_samples - ideal.n_sweeps
@@ -221,7 +223,7 @@ def test_plan_gives_every_constant_row_a_matrix_on_the_gpu_and_pays_its_way_on_t
     assert 0 < paying.stage_steps < ideal.schedule.total_steps // 1000
     assert all(uses >= scheme.n_states for uses in paying.key_uses)
     smooth = Simulator(scheme, [standard_protocol("deactivation", exchange=0.2)],
-                       backend="cpu")
+                       options=SolverOptions(backend="cpu"))
     assert plan_propagator(scheme, smooth.schedule,
                            every_constant_row=True).stage_rows == "smooth"
 

@@ -13,6 +13,7 @@ from kingen.experiment.protocol import Protocol, Pulse, Sweep, standard_protocol
 from kingen.model.scheme import Scheme
 from kingen.solve import ObjectiveInputs, Simulator, simulate_batch, simulate_exact
 from kingen.solve.cuda import LaunchConfig
+from kingen.solve.options import SolverOptions
 
 MODELS = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml"))
 STANDARD = ["deactivation", "desensitization", "recovery", "dose_response"]
@@ -43,7 +44,7 @@ def _max_rel_error(result, reference: list[np.ndarray], channels: float) -> floa
 def test_cpu_backend_matches_exact_reference_on_every_standard_protocol(model, precision):
     scheme = _scheme(model)
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
-    sim = Simulator(scheme, protocols, backend="cpu", precision=precision)
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu", precision=precision))
     result = sim.run(scheme.values[None, :], "traces")
     assert not result.fail.any()
     offset = 0
@@ -78,10 +79,11 @@ def test_cuda_kernel_under_simulator_matches_reference_and_cpu(model, precision)
     protocols = _mini_protocols()
     params = np.vstack([scheme.values, scheme.values * 1.3])
     params = np.clip(params, scheme.lower, scheme.upper)
-    gpu = Simulator(scheme, protocols, backend="cuda", precision=precision)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda", precision=precision))
     assert gpu.backend == "cuda"  # the simulator in CI, a real GPU on the GPU machine
     got = gpu.run(params, "traces")
-    cpu = Simulator(scheme, protocols, backend="cpu", precision=precision).run(params, "traces")
+    cpu = Simulator(scheme, protocols,
+                    options=SolverOptions(backend="cpu", precision=precision)).run(params, "traces")
     assert not got.fail.any()
     np.testing.assert_allclose(got.traces, cpu.traces, rtol=0,
                                atol=1e-12 if precision == "float64" else 1e-5)
@@ -97,7 +99,7 @@ def test_cuda_kernel_under_simulator_matches_reference_and_cpu(model, precision)
 
 
 def _objective_case(scheme: Scheme, protocols: list[Protocol], rng) -> ObjectiveInputs:
-    sim = Simulator(scheme, protocols, backend="cpu")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     n = sim.schedule.n_samples
     data = rng.normal(-20.0, 5.0, n)
     weight = rng.uniform(0.0, 2.0, n)
@@ -118,7 +120,7 @@ def test_a_gpu_simulator_is_shared_safely_by_threads_and_copied_by_pickle():
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
     protocols = _mini_protocols()
     obj = _objective_case(scheme, protocols, np.random.default_rng(11))
-    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
     batches = [np.clip(scheme.values * f, scheme.lower, scheme.upper)[None].repeat(2, 0)
                for f in (1.0, 1.4, 0.7, 1.2)]
     alone = [gpu.run(p, "objective").sgg for p in batches]
@@ -140,7 +142,7 @@ def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(back
     obj = _objective_case(scheme, protocols, np.random.default_rng(5))
     params = scheme.complete(np.clip(np.vstack([scheme.values, scheme.values * 1.3]),
                                      scheme.lower, scheme.upper))
-    sim = Simulator(scheme, protocols, backend=backend, objective=obj)
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend), objective=obj)
     ref = sim.run(params, "objective")
     events: list[str] = []
     inputs, cpu_call, cuda_call = sim._inputs, sim._cpu_call, sim._cuda_call
@@ -174,7 +176,7 @@ def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(back
     # a derived rate given with complete=False is the one solved with; by default it is
     # recomputed (R&H derives km2 from its cycle)
     rh = _scheme(MODELS[[p.stem for p in MODELS].index("robert_howe_2003")])
-    rh_sim = Simulator(rh, protocols, backend=backend,
+    rh_sim = Simulator(rh, protocols, options=SolverOptions(backend=backend),
                        objective=_objective_case(rh, protocols, np.random.default_rng(6)))
     completed = rh.complete(np.clip(rh.values[None], rh.lower, rh.upper))
     wrong = completed.copy()
@@ -195,9 +197,9 @@ def test_objective_mode_equals_error_computed_from_traces(backend):
     params = np.exp(rng.uniform(np.log(scheme.lower), np.log(scheme.upper),
                                 (3, scheme.n_params)))
     params = scheme.complete(params)
-    sim = Simulator(scheme, protocols, backend=backend, objective=obj)
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend), objective=obj)
     res = sim.run(params, "objective")
-    tr = Simulator(scheme, protocols, backend=backend).run(params, "traces")
+    tr = Simulator(scheme, protocols, options=SolverOptions(backend=backend)).run(params, "traces")
     assert not res.fail.any()
     starts = sim.schedule.sample_start
     for c in range(3):
@@ -227,17 +229,19 @@ def test_invalid_and_unstable_candidates_flagged_others_unaffected():
     unstable = good.copy()
     unstable[2] *= 1e4  # a binding rate far above its bound: RK4 blows up at the 10 mM step
     params = np.vstack([good, nan, good * 1.1, negative, unstable])
-    res = simulate_batch(scheme, protocol, params, "traces", backend="cpu")
+    res = simulate_batch(scheme, protocol, params, "traces", options=SolverOptions(backend="cpu"))
     assert res.fail[0, 0] == 0 and res.fail[2, 0] == 0
     assert res.fail[1, 0] == FAIL_PARAMS and res.fail[3, 0] == FAIL_PARAMS
     assert res.fail[4, 0] in (1, 2, 3)
-    alone = simulate_batch(scheme, protocol, params[[0, 2]], "traces", backend="cpu")
+    alone = simulate_batch(scheme, protocol, params[[0, 2]], "traces",
+                           options=SolverOptions(backend="cpu"))
     np.testing.assert_array_equal(res.traces[[0, 2]], alone.traces)
     assert np.isnan(res.traces[[1, 3, 4]]).all()  # failed traces are NaN, never garbage
     assert np.isfinite(res.traces[[0, 2]]).all()
     obj = ObjectiveInputs(np.zeros(res.schedule.n_samples), np.ones(res.schedule.n_samples),
                           np.full((1, N_WINDOWS, 3), -1, dtype=np.int64))
-    o = Simulator(scheme, [protocol], backend="cpu", objective=obj).run(params, "objective")
+    o = Simulator(scheme, [protocol],
+                  options=SolverOptions(backend="cpu"), objective=obj).run(params, "objective")
     assert np.isinf(o.sgg[[1, 3, 4], 0]).all() and np.isfinite(o.sgg[[0, 2], 0]).all()
 
 
@@ -245,8 +249,10 @@ def test_user_step_overrides_and_controls_accuracy():
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
     protocol = standard_protocol("deactivation")
     ref = simulate_exact(scheme, protocol).currents
-    coarse = simulate_batch(scheme, protocol, scheme.values[None], step=0.004, backend="cpu")
-    fine = simulate_batch(scheme, protocol, scheme.values[None], step=0.0004, backend="cpu")
+    coarse = simulate_batch(scheme, protocol, scheme.values[None],
+                            options=SolverOptions(step=0.004, backend="cpu"))
+    fine = simulate_batch(scheme, protocol, scheme.values[None],
+                          options=SolverOptions(step=0.0004, backend="cpu"))
     assert coarse.schedule.total_steps < fine.schedule.total_steps
     e_coarse = _max_rel_error(coarse, ref, scheme.channels)
     e_fine = _max_rel_error(fine, ref, scheme.channels)
@@ -255,7 +261,7 @@ def test_user_step_overrides_and_controls_accuracy():
 
 def test_agonist_free_stretches_take_longer_steps():
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
-    sim = Simulator(scheme, [standard_protocol("recovery")], backend="cpu")
+    sim = Simulator(scheme, [standard_protocol("recovery")], options=SolverOptions(backend="cpu"))
     rows_f, rows_i = sim.schedule.rows_f, sim.schedule.rows_i
     h_on = rows_f[rows_f[:, 2] > 0, 1].max()
     h_off = rows_f[(rows_f[:, 2] == 0) & (rows_i[:, 3] == 0), 1].min()
@@ -273,7 +279,7 @@ def test_varying_concentration_is_read_from_the_schedule_at_every_stage_time():
                   pulses=(Pulse(1.0, 2.0, 10.0, rise=0.2, decay=0.3),),
                   transients=(Transient(start=6.0, peak=1.1, tau_decay=1.2, tau_rise=0.05),))
     protocol = Protocol("custom", "custom", (sweep,))
-    sim = Simulator(scheme, [protocol], backend="cpu")
+    sim = Simulator(scheme, [protocol], options=SolverOptions(backend="cpu"))
     sch = sim.schedule
     smooth = np.flatnonzero(sch.rows_i[:, 3] == 1)
     assert smooth.size > 0
@@ -302,13 +308,15 @@ def test_bad_arguments_give_clear_errors():
     scheme = _scheme(MODELS[0])
     p = standard_protocol("deactivation")
     with pytest.raises(KingenError, match="params must have"):
-        simulate_batch(scheme, p, np.ones((2, scheme.n_params + 1)), backend="cpu")
+        simulate_batch(scheme, p, np.ones((2, scheme.n_params + 1)),
+                       options=SolverOptions(backend="cpu"))
     with pytest.raises(KingenError, match="unknown precision"):
-        simulate_batch(scheme, p, scheme.values[None], precision="float16")
+        simulate_batch(scheme, p, scheme.values[None], options=SolverOptions(precision="float16"))
     with pytest.raises(KingenError, match="unknown backend"):
-        simulate_batch(scheme, p, scheme.values[None], backend="tpu")
+        simulate_batch(scheme, p, scheme.values[None], options=SolverOptions(backend="tpu"))
     with pytest.raises(KingenError, match="objective mode needs data"):
-        simulate_batch(scheme, p, scheme.values[None], "objective", backend="cpu")
+        simulate_batch(scheme, p, scheme.values[None], "objective",
+                       options=SolverOptions(backend="cpu"))
 
 
 def test_numpy_2_5_incompatibility_is_reported_not_crashed(monkeypatch):
@@ -327,7 +335,7 @@ def test_cpu_backend_keeps_occupancies_out_of_the_subnormal_range():
     # protocol's long agonist-free gaps (a quarter of its occupancies did, unflushed), and
     # subnormal arithmetic is ~100x slower on Intel cores: the CPU step flushes them to zero.
     scheme = _scheme(next(p for p in MODELS if p.stem == "robert_howe_2003"))
-    sim = Simulator(scheme, [standard_protocol("recovery")], backend="cpu")
+    sim = Simulator(scheme, [standard_protocol("recovery")], options=SolverOptions(backend="cpu"))
     occ = sim.run(scheme.values[None, :], "traces", with_occupancy=True).occupancy[0]
     nonzero = np.abs(occ[occ != 0])
     assert (occ == 0).sum() > 0.1 * occ.size  # the decayed states really reached zero

@@ -181,7 +181,7 @@ def two_temperature_run(tmp_path_factory) -> Path:
 
 def test_objective_simulates_each_temperature_with_its_own_rates(tmp_path):
     cfg = load_config(_write_problem(tmp_path))
-    objective = Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    objective = Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu"))
     assert isinstance(objective.simulator, TemperatureSimulator)
     truth = np.array([*TRUTH.values(), *Q10.values()])
     traces, _ = objective.traces(truth[None])

@@ -107,10 +107,11 @@ class SolverProblem:
     def simulator(self, backend: str = "cuda"):
         """The prepared :class:`~kingen.solve.batch.Simulator` on ``backend`` (cached)."""
         from kingen.solve.batch import Simulator
+        from kingen.solve.options import SolverOptions
 
         if backend not in self._sims:
-            self._sims[backend] = Simulator(self.scheme, self.protocols, backend=backend,
-                                            precision=self.precision,
+            options = SolverOptions(backend=backend, precision=self.precision)
+            self._sims[backend] = Simulator(self.scheme, self.protocols, options,
                                             objective=self.objective)
         return self._sims[backend]
 
@@ -168,6 +169,7 @@ def solver_problem(model: str | Path | None = None, n_candidates: int = 16384,
     from kingen.model.scheme import Scheme
     from kingen.model.shipped import resolve_model
     from kingen.solve.batch import ObjectiveInputs, Simulator
+    from kingen.solve.options import SolverOptions
 
     if n_candidates < 1:
         raise KingenError("must be >= 1", field="candidates", value=n_candidates)
@@ -180,7 +182,7 @@ def solver_problem(model: str | Path | None = None, n_candidates: int = 16384,
     half = 0.1 * (np.log(scheme.upper) - np.log(scheme.lower))
     params = scheme.complete(np.exp(rng.uniform(mid - half, mid + half,
                                                 (n_candidates, scheme.n_params))))
-    probe = Simulator(scheme, prots, backend="cpu")
+    probe = Simulator(scheme, prots, options=SolverOptions(backend="cpu"))
     n = probe.schedule.n_samples
     windows = np.full((probe.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
     starts = probe.schedule.sample_start

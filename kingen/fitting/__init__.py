@@ -11,10 +11,13 @@ module                      its one job
 :mod:`.config`              the fit configuration file (``fit.toml``) and the demo's
 :mod:`.operators`           crossover, mutation, selection and varOr as array code (DEAP's
                             formulas, compiled per-gene loops)
-:mod:`.state`               the resume state: its arrays, encoding, checks, CMA-ES rebuild
+:mod:`.state`               the typed search state; its resume arrays, encoding, checks
+:mod:`.algorithms`          the search algorithms as ask/tell classes, one file each, and
+                            their registry (``[ga] algorithm`` names one)
+:mod:`.evaluator`           the Evaluator protocol; the objective's solve in this process
 :mod:`.engine`              the controller: the generation loop, stopping rules, the hall of
                             fame; every generation's candidates scored by ONE call of a
-                            replaceable evaluator
+                            replaceable evaluator; no algorithm known by name
 :mod:`.polish`              least-squares polish of the best candidate
 :mod:`.progress`            the live progress line of a fit
 ==========================  =================================================================
@@ -26,10 +29,11 @@ the public entry points (:mod:`kingen`). The package is not called ``fit`` so th
 Search. Genes are log10 rate constants (linear for ``scale = "linear"``) inside the bounds
 (:mod:`kingen.fitting.params`). ``mu_plus_lambda`` is DEAP's (μ + λ): ``algorithms.varOr`` with
 ``tools.cxSimulatedBinaryBounded`` and ``tools.mutPolynomialBounded``, survival by
-``tools.selTournament`` over parents and offspring, a ``tools.HallOfFame``. The toolbox's
-``map`` is replaced by a batched evaluator, so every individual a generation must evaluate
-goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM`` offspring on (or with
-``operators = "numpy"``), varOr, the two operators and the tournament run as array code
+``tools.selTournament`` over parents and offspring, and a hall of fame of the best distinct
+candidates. An algorithm only asks for genes and is told their scores: every individual a
+generation must evaluate goes to the solver in ONE call. From ``NUMPY_OPERATORS_FROM``
+offspring on (or with ``operators = "numpy"``), varOr, the two operators and the tournament
+run as array code
 (:mod:`.operators`) with the same formulas and probabilities; given the same random
 numbers, the children are DEAP's exactly. ``cmaes`` is ``deap.cma.Strategy`` in genes
 scaled to [0, 1] per gene (samples outside are clipped for evaluation and penalised by

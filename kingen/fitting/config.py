@@ -21,6 +21,7 @@ from kingen.experiment.protocol import (
     Sweep,
 )
 from kingen.experiment.recordings import Recording, Targets
+from kingen.fitting.algorithms import algorithm_names
 from kingen.fitting.config_parameters import read_parameters
 from kingen.fitting.config_protocols import ConfigFields, read_protocol
 from kingen.fitting.objective import ProtocolData
@@ -30,6 +31,7 @@ from kingen.model import limits
 from kingen.model.fields import loads_toml
 from kingen.model.scheme import Scheme
 from kingen.model.shipped import shipped_models, shipped_scheme
+from kingen.solve.options import SolverOptions
 from kingen.solve.schedule import (
     DEFAULT_COURANT,
     RK4_STABILITY_LIMIT,
@@ -37,7 +39,6 @@ from kingen.solve.schedule import (
     step_limit,
 )
 
-ALGORITHMS = ("mu_plus_lambda", "cmaes")
 OPERATORS = ("auto", "deap", "numpy")
 # At and above this many offspring the numpy operators replace DEAP's per-individual ones.
 NUMPY_OPERATORS_FROM = 2048
@@ -180,6 +181,12 @@ class FitConfig:
     polish_evaluations: int = 40
     polish_starts: int = 4
     settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def solver(self) -> SolverOptions:
+        """The solver's options (``backend``, ``precision``, ``step``, ``courant``)."""
+        return SolverOptions(backend=self.backend, precision=self.precision, step=self.step,
+                             courant=self.courant)
 
     @property
     def recordings(self) -> dict[str, Recording | None]:
@@ -436,7 +443,7 @@ def _ga(c: ConfigFields, t: dict, ov: dict) -> GASettings:
         t = {**t, "population": ov["population"]}
         t.pop("offspring", None)
     ga = GASettings(
-        algorithm=c.choice(t, "algorithm", ALGORITHMS, w, "mu_plus_lambda"),
+        algorithm=c.choice(t, "algorithm", algorithm_names(), w, "mu_plus_lambda"),
         population=c.integer(t, "population", w, 64, ge=2),
         offspring=c.integer(t, "offspring", w, 0, ge=0),
         generations=c.integer(t, "generations", w, 100, ge=1),

@@ -44,6 +44,7 @@ from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
 from kingen.fitting.placement import BASELINES, place_recording
 from kingen.fitting.scales import first_failure, recording_errors, solve_scales
+from kingen.fitting.scores import Evaluation, NoiseWeights
 from kingen.fitting.targets import (
     TARGET_KEYS,
     ProtocolPlan,
@@ -56,7 +57,8 @@ from kingen.fitting.temperature import simulator_for
 from kingen.fitting.traces import TraceScoring
 from kingen.model.scheme import Scheme
 from kingen.solve.batch import BatchResult, ObjectiveInputs
-from kingen.solve.schedule import DEFAULT_COURANT, protocol_sweeps
+from kingen.solve.options import SolverOptions, options_from_keywords
+from kingen.solve.schedule import protocol_sweeps
 
 __all__ = ["BASELINES", "PLAUSIBLE_CHANNELS", "TARGET_KEYS", "Evaluation", "NoiseWeights",
            "Objective", "ProtocolData", "fit_hill_batch", "fit_recovery_batch",
@@ -111,58 +113,6 @@ class ProtocolData:
     noise: NoiseWeights | None = None
 
 
-@dataclass(frozen=True)
-class NoiseWeights:
-    """What one protocol's residuals weigh in χ² = −2 log L + const
-    (:mod:`kingen.identify.likelihood` sets them from the noise model).
-
-    Attributes
-    ----------
-    trace
-        1 / (σ² τ) of the recording, 1/pA² (σ its noise, τ samples per independent one);
-        0 without a recording.
-    targets
-        Per compiled summary target: the factor on its weighted squared residual
-        w ((model − value) / scale)²: 1 for a target with an sd, else the scale its
-        protocol's targets without one share.
-    """
-
-    trace: float = 0.0
-    targets: tuple[float, ...] = ()
-
-
-@dataclass
-class Evaluation:
-    """Scores of a batch of candidates.
-
-    Attributes
-    ----------
-    fitness
-        (N,) Σ_p weight_p · error_p; +inf for a failed candidate.
-    errors
-        (N, n_protocols) error per protocol (see the module docstring).
-    fail
-        (N,) 0 ok, else the failure code of the first failing sweep.
-    amplitudes
-        (N, n_protocols) amplitude (channels) per protocol; NaN where none applies. With
-        an amplitude per sweep, their mean; with rundown, the first sweep's.
-    sweep_amplitudes, offsets
-        (N, n_sweeps) amplitude and offset (pA) of every sweep, when a protocol's chain
-        fits them (None otherwise: one amplitude per protocol, no offset).
-    chi2
-        (N,) χ² = −2 log L + const, when the objective has a noise model
-        (:meth:`Objective.set_noise`); None otherwise.
-    """
-
-    fitness: np.ndarray
-    errors: np.ndarray
-    fail: np.ndarray
-    amplitudes: np.ndarray
-    sweep_amplitudes: np.ndarray | None = None
-    offsets: np.ndarray | None = None
-    chi2: np.ndarray | None = None
-
-
 def solver_scheme(scheme: Scheme) -> Scheme:
     """The scheme as the solver sees it: derived rates as plain parameters.
 
@@ -185,8 +135,11 @@ class Objective(TraceScoring):
         The scheme (with the fit's overrides applied).
     items
         One :class:`ProtocolData` per protocol.
+    options
+        The solver's options (:class:`~kingen.solve.options.SolverOptions`), passed to
+        :class:`~kingen.solve.batch.Simulator`.
     backend, precision, step, courant
-        Passed to :class:`~kingen.solve.batch.Simulator`.
+        Deprecated: give them in ``options``.
 
     Raises
     ------
@@ -202,7 +155,8 @@ class Objective(TraceScoring):
 
     >>> import kingen, numpy as np
     >>> cfg = kingen.load_config(kingen.demo_config())
-    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols,
+    ...                              kingen.SolverOptions(backend="cpu"))
     >>> objective.names
     ['deactivation', 'desensitization', 'recovery', 'dose_response']
     >>> evaluation, _ = objective.evaluate(np.stack([cfg.scheme.values] * 2))
@@ -210,9 +164,12 @@ class Objective(TraceScoring):
     ((2,), (2, 4), [0, 0])
     """
 
-    def __init__(self, scheme: Scheme, items: list[ProtocolData], *, backend: str = "auto",
-                 precision: str = "float64", step: float | None = None,
-                 courant: float = DEFAULT_COURANT) -> None:
+    def __init__(self, scheme: Scheme, items: list[ProtocolData],
+                 options: SolverOptions | None = None, *, backend: str | None = None,
+                 precision: str | None = None, step: float | None = None,
+                 courant: float | None = None) -> None:
+        options = options_from_keywords(options, "Objective", backend=backend,
+                                        precision=precision, step=step, courant=courant)
         if not items:
             raise KingenError("no protocols to fit", field="protocols")
         self.scheme = scheme
@@ -271,9 +228,8 @@ class Objective(TraceScoring):
         sum_g = any(not self._plain(p) and item.chain.offset != "none"
                     for p, item in enumerate(self.items))
         # one solver per temperature when protocols are recorded at several
-        self.simulator = simulator_for(solver_scheme(scheme), self.protocols, rates_of=scheme,
-                                       backend=backend, precision=precision, step=step,
-                                       courant=courant,
+        self.simulator = simulator_for(solver_scheme(scheme), self.protocols, options,
+                                       rates_of=scheme,
                                        objective=ObjectiveInputs(self.data, self.weight,
                                                                  self.windows, sum_g),
                                        filters=filters)
@@ -298,7 +254,8 @@ class Objective(TraceScoring):
         --------
         >>> import kingen
         >>> cfg = kingen.load_config(kingen.demo_config())
-        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+        >>> options = cfg.solver.replace(backend="cpu")
+        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, options)
         >>> objective.fitness_kind
         'relative'
         >>> objective.set_noise([NoiseWeights(trace=1.0)] * objective.n_protocols)
@@ -413,7 +370,8 @@ class Objective(TraceScoring):
         --------
         >>> import kingen
         >>> cfg = kingen.load_config(kingen.demo_config())
-        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+        >>> objective = kingen.Objective(cfg.scheme, cfg.protocols,
+        ...                              kingen.SolverOptions(backend="cpu"))
         >>> objective.amplitude_warnings({"deactivation": 120.0})
         []
         >>> objective.amplitude_warnings({"deactivation": 0.69})[0].split(": ")[-1]

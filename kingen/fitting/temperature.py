@@ -26,6 +26,7 @@ from kingen.experiment.recordings import Recording
 from kingen.model.scheme import Scheme
 from kingen.model.temperature import at_temperature, check_celsius, max_factor
 from kingen.solve.batch import BatchResult, ObjectiveInputs, Simulator
+from kingen.solve.options import SolverOptions
 from kingen.solve.schedule import protocol_sweeps
 
 META_KEY = "temperature_c"
@@ -84,9 +85,9 @@ def temperature_groups(scheme: Scheme, protocols: list[Protocol]) -> dict[float,
     return out
 
 
-def simulator_for(scheme: Scheme, protocols: list[Protocol], *, rates_of: Scheme | None = None,
-                  objective: ObjectiveInputs | None = None, filters: list | None = None,
-                  **options: Any) -> Any:
+def simulator_for(scheme: Scheme, protocols: list[Protocol],
+                  options: SolverOptions | None = None, *, rates_of: Scheme | None = None,
+                  objective: ObjectiveInputs | None = None, filters: list | None = None) -> Any:
     """The solver of ``protocols``: a :class:`Simulator`, or a :class:`TemperatureSimulator`
     when the protocols are at temperatures other than the scheme's reference.
 
@@ -97,9 +98,9 @@ def simulator_for(scheme: Scheme, protocols: list[Protocol], *, rates_of: Scheme
     groups = temperature_groups(rates_of, protocols)
     reference = None if rates_of.temperature is None else rates_of.temperature.reference_c
     if not groups or list(groups) == [reference]:
-        return Simulator(scheme, protocols, objective=objective, filters=filters, **options)
-    return TemperatureSimulator(scheme, protocols, groups, rates_of=rates_of,
-                                objective=objective, filters=filters, **options)
+        return Simulator(scheme, protocols, options, objective=objective, filters=filters)
+    return TemperatureSimulator(scheme, protocols, groups, options, rates_of=rates_of,
+                                objective=objective, filters=filters)
 
 
 @dataclass
@@ -137,7 +138,7 @@ class TemperatureSimulator:
     >>> cold = standard_protocol("deactivation")
     >>> warm = with_temperature(cold, {"temperature": 32}, "p", "f")
     >>> sim = simulator_for(s, [replace(cold, name="c"), replace(warm, name="w")],
-    ...                     backend="cpu")
+    ...                     SolverOptions(backend="cpu"))
     >>> type(sim).__name__, sim.n_sweeps
     ('TemperatureSimulator', 2)
     >>> res = sim.run(s.values[None], "traces")
@@ -146,9 +147,9 @@ class TemperatureSimulator:
     """
 
     def __init__(self, scheme: Scheme, protocols: list[Protocol],
-                 groups: dict[float, list[int]], *, rates_of: Scheme,
-                 objective: ObjectiveInputs | None = None, filters: list | None = None,
-                 **options: Any) -> None:
+                 groups: dict[float, list[int]], options: SolverOptions | None = None, *,
+                 rates_of: Scheme, objective: ObjectiveInputs | None = None,
+                 filters: list | None = None) -> None:
         sweeps, spans = protocol_sweeps(protocols)
         start = np.concatenate([[0], np.cumsum([s.n_samples for s in sweeps])]).astype(np.int64)
         self.scheme = scheme
@@ -161,13 +162,13 @@ class TemperatureSimulator:
             inputs = None if objective is None else ObjectiveInputs(
                 objective.data[sample_idx], objective.weight[sample_idx],
                 objective.windows[sweep_idx], objective.sum_g)
-            sim = Simulator(self._stepped(celsius), [protocols[i] for i in members],
+            sim = Simulator(self._stepped(celsius), [protocols[i] for i in members], options,
                             objective=inputs,
-                            filters=None if filters is None else [filters[i] for i in members],
-                            **options)
+                            filters=None if filters is None else [filters[i] for i in members])
             self.parts.append(_Part(celsius, sim, sweep_idx, sample_idx))
         first = self.parts[0].simulator
         self.backend, self.device, self.precision = first.backend, first.device, first.precision
+        self.options = first.options
 
     def _stepped(self, celsius: float) -> Scheme:
         """The scheme with its bounds taken to ``celsius``: the solver's steps are chosen

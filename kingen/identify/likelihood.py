@@ -198,7 +198,7 @@ def noise_weights(lik: Likelihood) -> list[NoiseWeights]:
     >>> import kingen
     >>> from kingen.identify.noise import estimate_noise
     >>> cfg = kingen.load_config(kingen.demo_config())
-    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu"))
     >>> genes = cfg.pmap.start_genes()
     >>> noise = estimate_noise(objective, cfg.pmap.to_params(genes[None, :]))
     >>> lik = Likelihood(objective, cfg.pmap, noise, genes)

@@ -13,6 +13,7 @@ from kingen.errors import KingenError
 from kingen.experiment.chain import Chain
 from kingen.fitting.objective import Objective, ProtocolData
 from kingen.fitting.params import ParameterMap
+from kingen.solve.options import SolverOptions
 from kingen.solve.schedule import DEFAULT_COURANT
 
 
@@ -71,10 +72,9 @@ def rebuild(store: Any, backend: str | None = None) -> Problem:
             mask=[(float(a), float(b)) for a, b in s.get("mask", [])],
             baseline=str(s.get("baseline", "none")), source=name,
             chain=chains.get(protocol.name, Chain())))
-    objective = Objective(scheme, items, backend=backend or "auto",
-                          precision=settings.get("precision", "float64"),
-                          step=settings.get("step"),
-                          courant=float(settings.get("courant", DEFAULT_COURANT)))
+    objective = Objective(scheme, items, SolverOptions(
+        backend=backend or "auto", precision=settings.get("precision", "float64"),
+        step=settings.get("step"), courant=float(settings.get("courant", DEFAULT_COURANT))))
     best_genes = pmap.clip(pmap.to_genes(np.asarray(best["params"]))[0])
     hof = store.hall_of_fame()
     hof_genes = (pmap.clip(pmap.to_genes(hof[0])) if hof is not None

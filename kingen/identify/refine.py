@@ -47,7 +47,7 @@ def start_noise(objective: Any, pmap: Any, genes: np.ndarray) -> NoiseModel:
     --------
     >>> import kingen
     >>> cfg = kingen.load_config(kingen.demo_config())
-    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu"))
     >>> noise = start_noise(objective, cfg.pmap, cfg.pmap.start_genes())
     >>> objective.fitness_kind, noise.source
     ('chi2', ['baseline', 'baseline', 'baseline', 'baseline'])
@@ -98,7 +98,7 @@ def finish(objective: Any, pmap: Any, hof_genes: np.ndarray, *, starts: int = ST
     --------
     >>> import kingen
     >>> cfg = kingen.load_config(kingen.demo_config())
-    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, backend="cpu")
+    >>> objective = kingen.Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu"))
     >>> truth = cfg.pmap.to_genes(cfg.scheme.values[None, :])
     >>> done = finish(objective, cfg.pmap, truth, max_iter=2)
     >>> done.chi2 <= done.report["chi2_before"], done.report["objective"]

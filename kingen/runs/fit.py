@@ -23,13 +23,15 @@ import numpy as np
 
 from kingen.base.allocator import keep_freed_memory
 from kingen.errors import KingenError
+from kingen.fitting.algorithms import algorithm_class
 from kingen.fitting.config import (
     FitConfig,
     load_config,
     loads_config,
     stored_settings,
 )
-from kingen.fitting.engine import Engine, Evaluate, verdict
+from kingen.fitting.engine import Engine, verdict
+from kingen.fitting.evaluator import Evaluator as Evaluate
 from kingen.fitting.objective import Objective
 from kingen.fitting.params import to_file_units
 from kingen.fitting.progress import Progress
@@ -41,7 +43,7 @@ from kingen.store.best import write_best
 
 Evaluator = Callable[[Objective], Evaluate]
 """Makes the engine's evaluator from the run's objective (see
-:data:`kingen.fitting.engine.Evaluate`); None: :func:`kingen.fitting.engine.in_process`."""
+:class:`kingen.fitting.evaluator.Evaluator`); None: :class:`kingen.fitting.evaluator.InProcess`."""
 
 
 def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
@@ -90,7 +92,7 @@ def fit(config: FitConfig | str | os.PathLike[str], *, overwrite: bool = False,
     # build the solver) leaves no file behind
     evaluate = None if evaluator is None else evaluator(objective)
     _warn(_start_warnings(cfg, objective), stream)
-    mu = cfg.ga.lambda_ if cfg.ga.algorithm == "cmaes" else cfg.ga.population
+    mu = algorithm_class(cfg.ga.algorithm).population_size(cfg.ga)
     store = RunStore.create(
         cfg.output, config_text=cfg.text, config=cfg.settings, scheme=cfg.scheme,
         protocols=objective.protocols, recordings=cfg.recordings, targets=cfg.targets,
@@ -301,8 +303,7 @@ def _objective(cfg: FitConfig) -> Objective:
     """The fit's objective, scoring the likelihood (:func:`kingen.identify.refine.start_noise`)."""
     from kingen.identify.refine import start_noise
 
-    objective = Objective(cfg.scheme, cfg.protocols, backend=cfg.backend,
-                          precision=cfg.precision, step=cfg.step, courant=cfg.courant)
+    objective = Objective(cfg.scheme, cfg.protocols, cfg.solver)
     start_noise(objective, cfg.pmap, cfg.pmap.start_genes())
     return objective
 
@@ -318,7 +319,7 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     state = engine.unpack(blob, cfg.output) if blob is not None else None
     state, reason = engine.run(state)
     progress.close()
-    hof_g, hof_f = state["hof_genes"], state["hof_fitness"]
+    hof_g, hof_f = state.hall_of_fame.genes, state.hall_of_fame.fitness
     if hof_f.size == 0:
         store.mark_finished(f"{reason}; every candidate failed")
         raise KingenError("every candidate failed to simulate (see the failure codes in the "
@@ -341,7 +342,7 @@ def _search(cfg: FitConfig, objective: Objective, store: Any,
     keys = dict.fromkeys(k for t in engine.timings for k in t)
     timings: dict[str, Any] = {k: [t.get(k, np.nan) for t in engine.timings] for k in keys}
     timings["wall_s"] = time.perf_counter() - wall0
-    return _result(RunView(store), cfg, generations=int(state["generation"]), reason=reason,
+    return _result(RunView(store), cfg, generations=state.generation, reason=reason,
                    timings=timings, evaluations=engine.evaluations,
                    backend=objective.simulator.backend, device=objective.simulator.device,
                    converged=converged, convergence=line)

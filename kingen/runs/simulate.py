@@ -223,9 +223,10 @@ def _check_exact_rates(scheme: Scheme, protocol: Protocol, force: bool) -> None:
 def _rk4(scheme: Scheme, protocol: Protocol, backend: str, precision: str,
          step: float | None) -> tuple[list[np.ndarray], list[np.ndarray], str]:
     from kingen.solve import simulate_batch
+    from kingen.solve.options import SolverOptions
 
-    result = simulate_batch(scheme, protocol, scheme.values[None, :], "traces", backend=backend,
-                            precision=precision, step=step)
+    result = simulate_batch(scheme, protocol, scheme.values[None, :], "traces",
+                            options=SolverOptions(backend=backend, precision=precision, step=step))
     if result.fail.any():
         from kingen.codegen import FAILURE_NAMES
 

@@ -186,8 +186,7 @@ def result_row(store: Any) -> dict[str, Any]:
     base = Path(cfg_path).parent if cfg_path[:1] != "<" else Path(".")
     cfg = loads_config(store.config_text, path=cfg_path, base=base, scheme=store.scheme(),
                        overrides={"force": True})
-    objective = Objective(cfg.scheme, cfg.protocols, backend="cpu", precision=cfg.precision,
-                          step=cfg.step, courant=cfg.courant)
+    objective = Objective(cfg.scheme, cfg.protocols, cfg.solver.replace(backend="cpu"))
     n = int(np.count_nonzero(objective.weight)) + sum(len(p.targets) for p in objective.plans)
     # the searched rates, and the amplitudes and offsets solved per recording
     k = cfg.pmap.n_genes + sum(p.chain.scale_parameters(p.protocol.n_sweeps,

@@ -30,7 +30,9 @@ class _Evaluators:
         self.made: list[ShardedEvaluator] = []
 
     def __call__(self, objective: Any) -> ShardedEvaluator:
+        # the workers' solver runs with the driver's options
         ev = ShardedEvaluator(self.client, objective.scheme, objective.items,
+                              objective.simulator.options,
                               warm=objective.scheme.values[None, :], **self.options)
         self.made.append(ev)
         return ev
@@ -41,10 +43,6 @@ class _Evaluators:
         with contextlib.ExitStack() as stack:
             for ev in self.made:
                 stack.callback(ev.close)
-
-
-def _options(settings: dict[str, Any]) -> dict[str, Any]:
-    return {key: settings[key] for key in ("backend", "precision", "step", "courant")}
 
 
 def fit_on_cluster(config: Any, settings: ClusterSettings, *, client: Any = None,
@@ -72,7 +70,7 @@ def fit_on_cluster(config: Any, settings: ClusterSettings, *, client: Any = None
 
     cfg = config if isinstance(config, FitConfig) else load_config(config, overrides=overrides)
     check_output(cfg, bool(kwargs.get("overwrite")))  # before waiting on a cluster
-    return _run(settings, client, _options(cfg.settings),
+    return _run(settings, client,
                 lambda evaluators: fit(cfg, evaluator=evaluators, **kwargs), cfg.output)
 
 
@@ -85,18 +83,16 @@ def resume_on_cluster(path: str | os.PathLike[str], settings: ClusterSettings, *
 
     with RunStore.open(path, "r", verify=False) as reader:
         check_resumable(reader, kwargs.get("generations"))  # before waiting on a cluster
-        options = _options(reader.config)
-    return _run(settings, client, options,
+    return _run(settings, client,
                 lambda evaluators: resume(path, evaluator=evaluators, **kwargs), path)
 
 
-def _run(settings: ClusterSettings, client: Any, options: dict[str, Any], go: Any,
+def _run(settings: ClusterSettings, client: Any, go: Any,
          run_file: str | os.PathLike[str]) -> Any:
     # Workers of a batch system may end (walltime) and new jobs queue: wait for them,
     # saying so. Elsewhere a cluster without a worker for two minutes stops the fit.
     queued = settings.kind in ("slurm", "pbs")
-    options = {**options, "say": _say,
-               "no_worker_s": None if queued else cluster_module.WORKER_WAIT_S}
+    options = {"say": _say, "no_worker_s": None if queued else cluster_module.WORKER_WAIT_S}
 
     def run(c: Any) -> Any:
         evaluators = _Evaluators(c, options)

@@ -38,6 +38,7 @@ from kingen.fitting.objective import Evaluation, ProtocolData
 from kingen.model.scheme import Scheme
 from kingen.scaleout.cluster import NoWorkerClock, one_line
 from kingen.scaleout.cluster import within as _within
+from kingen.solve.options import SolverOptions
 
 BUILD_WAIT_S = 900.0
 """Seconds the workers are given to build the solver (a cold compile takes minutes)."""
@@ -105,11 +106,9 @@ class ShardedEvaluator:
     ...     ev.close()
     """
 
-    def __init__(self, client: Any, scheme: Scheme, items: list[ProtocolData], *,
-                 backend: str = "auto", precision: str = "float64",
-                 step: float | None = None, courant: float = 2.5,
-                 warm: np.ndarray | None = None, shards: int | None = None,
-                 pieces: int = 1, no_worker_s: float | None = 120.0,
+    def __init__(self, client: Any, scheme: Scheme, items: list[ProtocolData],
+                 options: SolverOptions | None = None, *, warm: np.ndarray | None = None,
+                 shards: int | None = None, pieces: int = 1, no_worker_s: float | None = 120.0,
                  say: Callable[[str], object] | None = None) -> None:
         from kingen.scaleout.worker import SolverPlugin, workers_per_host
 
@@ -130,9 +129,8 @@ class ShardedEvaluator:
         self.workers_seen: set[str] = set()
         self.backend, self.device = "", ""
         client.subscribe_topic("all", self._on_event)
-        plugin = SolverPlugin(scheme, items, backend=backend, precision=precision, step=step,
-                              courant=courant, warm=warm,
-                              workers_per_host=workers_per_host(client))
+        plugin = SolverPlugin(scheme, items, options if options is not None else SolverOptions(),
+                              warm=warm, workers_per_host=workers_per_host(client))
         try:
             for attempt in range(1 + BUILD_RETRIES):
                 done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
@@ -161,9 +159,7 @@ class ShardedEvaluator:
     def for_config(cls, client: Any, cfg: Any, **kwargs: Any) -> ShardedEvaluator:
         """An evaluator for a loaded :class:`~kingen.fitting.config.FitConfig`."""
         warm = cfg.pmap.to_params(cfg.pmap.start_genes()[None, :])
-        return cls(client, cfg.scheme, cfg.protocols, backend=cfg.backend,
-                   precision=cfg.precision, step=cfg.step, courant=cfg.courant, warm=warm,
-                   **kwargs)
+        return cls(client, cfg.scheme, cfg.protocols, cfg.solver, warm=warm, **kwargs)
 
     # ------------------------------------------------------------------ events
     def _on_event(self, event: Any) -> None:
@@ -365,7 +361,7 @@ class ShardedEvaluator:
 
     def __call__(self, params: np.ndarray, while_solving: Callable[[], object] | None = None
                  ) -> tuple[Evaluation, dict[str, float]]:
-        """The engine's evaluator (:data:`kingen.fitting.engine.Evaluate`): rate constants
+        """The engine's evaluator (:class:`kingen.fitting.evaluator.Evaluator`): rate constants
         with derived rates computed, to scores and ``total_s``, ``solve_s``, ``dask_s``;
         ``while_solving`` is called once the shards are sent (see :meth:`evaluate`)."""
         ev, timing = self.evaluate(params, complete=False, while_solving=while_solving)

@@ -22,6 +22,7 @@ import numpy as np
 from kingen.base.allocator import keep_freed_memory
 from kingen.fitting.objective import Objective, ProtocolData
 from kingen.model.scheme import Scheme
+from kingen.solve.options import SolverOptions
 
 try:  # the `dask` extra; kingen without it never imports this module
     from distributed import WorkerPlugin, get_worker
@@ -34,9 +35,10 @@ class SolverPlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
 
     Parameters
     ----------
-    scheme, items, backend, precision, step, courant
-        What :class:`~kingen.fitting.objective.Objective` takes: the same values as the driver's,
-        so that every worker scores a candidate exactly as one process would.
+    scheme, items, options
+        What :class:`~kingen.fitting.objective.Objective` takes: the same values as the driver's
+        (``options``: :class:`~kingen.solve.options.SolverOptions`), so that every worker
+        scores a candidate exactly as one process would.
     warm
         One row of parameters solved at set-up (compiles the solver there, not in a task).
     workers_per_host
@@ -44,14 +46,12 @@ class SolverPlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
         of its host's cores for the solver's threads (:func:`solver_threads`).
     """
 
-    def __init__(self, scheme: Scheme, items: list[ProtocolData], *, backend: str,
-                 precision: str, step: float | None, courant: float,
+    def __init__(self, scheme: Scheme, items: list[ProtocolData], options: SolverOptions, *,
                  warm: np.ndarray | None = None,
                  workers_per_host: Mapping[str, int] | None = None) -> None:
         self.scheme = scheme
         self.items = items
-        self.options = {"backend": backend, "precision": precision, "step": step,
-                        "courant": courant}
+        self.options = options
         self.warm = warm
         self.workers_per_host = dict(workers_per_host or {})
         self.threads = 0
@@ -64,7 +64,7 @@ class SolverPlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
         address = getattr(worker, "address", "") or ""
         self.threads = solver_threads(address, self.workers_per_host)
         numba.set_num_threads(self.threads)
-        self.objective = Objective(self.scheme, self.items, **self.options)
+        self.objective = Objective(self.scheme, self.items, self.options)
         if self.warm is not None:
             self.objective.evaluate(np.atleast_2d(self.warm))
         self.setup_s = time.perf_counter() - t0

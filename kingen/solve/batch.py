@@ -9,7 +9,6 @@ form.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import warnings
 from collections.abc import Callable
@@ -27,13 +26,13 @@ from kingen.model.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
 from kingen.solve.inputs import checked_transpose
+from kingen.solve.options import SolverOptions, options_from_keywords
 from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.rest import rest_occupancy_batch
-from kingen.solve.schedule import DEFAULT_COURANT, Schedule, build_schedule, protocol_sweeps
+from kingen.solve.schedule import Schedule, build_schedule, protocol_sweeps
 
 log = logging.getLogger("kingen")
 
-PRECISIONS = ("float64", "float32")
 # Tolerance on probabilities (range and conservation) before a candidate is failed.
 TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
 # The CPU propagator builds its matrices in chunks of candidates of at most this many bytes.
@@ -101,15 +100,9 @@ class Simulator:
         The kinetic scheme.
     protocols
         Protocols whose sweeps make up the batch's second dimension.
-    backend
-        ``auto`` (GPU if one works, else CPU), ``cpu`` or ``cuda``.
-    precision
-        ``float64`` or ``float32``.
-    step
-        Fixed RK4 step, ms (default: chosen per segment for stability, see
-        :mod:`kingen.solve.schedule`).
-    courant
-        h·ρ of the automatic step choice.
+    options
+        Backend, precision, step, Courant number and launch configuration
+        (:class:`~kingen.solve.options.SolverOptions`; default: its defaults).
     objective
         Data, weights and windows for objective mode (see :class:`ObjectiveInputs`).
     filters
@@ -122,27 +115,21 @@ class Simulator:
         self,
         scheme: Scheme,
         protocols: list[Protocol],
+        options: SolverOptions | None = None,
         *,
-        backend: str = "auto",
-        precision: str = "float64",
-        step: float | None = None,
-        courant: float = DEFAULT_COURANT,
         objective: ObjectiveInputs | None = None,
         filters: list | None = None,
     ) -> None:
-        if precision not in PRECISIONS:
-            raise KingenError("unknown precision (use float64 or float32)", field="precision",
-                              value=precision)
-        if step is not None and not (step > 0 and math.isfinite(step)):
-            raise KingenError("must be > 0", field="step", value=step)
+        self.options = options = options if options is not None else SolverOptions()
         self.scheme = scheme
         self.protocols = list(protocols)
         self.sweeps, self.spans = protocol_sweeps(self.protocols)
-        self.precision = precision
-        self.backend, status = choose_backend(backend)
+        self.precision = options.precision
+        self.backend, status = choose_backend(options.backend)
         self.simulator = bool(status and status.simulator and self.backend == "cuda")
         self.device = (status.device if self.backend == "cuda" and status else "cpu")
-        self.schedule = build_schedule(scheme, self.sweeps, step=step, courant=courant)
+        self.schedule = build_schedule(scheme, self.sweeps, step=options.step,
+                                       courant=options.courant)
         self.drive = np.array([s.driving_force * 1e-3 for s in self.sweeps])
         if objective is not None:
             # cast once here, not on every generation's call
@@ -405,7 +392,7 @@ class Simulator:
     def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
         from kingen.solve.cuda import FORMS
 
-        config = launch_config or self.launch_config()
+        config = launch_config or self.options.launch or self.launch_config()
         if config.form not in FORMS:
             raise KingenError("unknown solver form (use stage or propagator)", field="form",
                               value=config.form)
@@ -668,12 +655,13 @@ def simulate_batch(
     params: np.ndarray,
     mode: str = "traces",
     *,
-    backend: str = "auto",
-    precision: str = "float64",
-    step: float | None = None,
+    options: SolverOptions | None = None,
     objective: ObjectiveInputs | None = None,
     with_occupancy: bool = False,
     filters: list | None = None,
+    backend: str | None = None,
+    precision: str | None = None,
+    step: float | None = None,
 ) -> BatchResult:
     """Simulate a batch of candidates under every sweep of the protocols, by RK4.
 
@@ -688,18 +676,16 @@ def simulate_batch(
     mode
         ``traces`` (currents at the sample times) or ``objective`` (errors and window values
         reduced in the kernel; needs ``objective``).
-    backend
-        ``auto``, ``cpu`` or ``cuda``.
-    precision
-        ``float64`` or ``float32``.
-    step
-        Fixed step, ms (default: automatic, per segment).
+    options
+        Backend, precision, step (:class:`~kingen.solve.options.SolverOptions`).
     objective
         Data, weights and windows for objective mode.
     with_occupancy
         In trace mode, also return the occupancies.
     filters
         The recording filter of each protocol, or None (see :class:`Simulator`).
+    backend, precision, step
+        Deprecated: give them in ``options``.
 
     Examples
     --------
@@ -709,7 +695,7 @@ def simulate_batch(
     >>> scheme = kingen.Scheme.load("models/jonas_1993.toml")
     >>> params = np.vstack([scheme.values, 2 * scheme.values])
     >>> result = simulate_batch(scheme, kingen.standard_protocol("deactivation"), params,
-    ...                         backend="cpu")
+    ...                         options=kingen.SolverOptions(backend="cpu"))
     >>> result.traces.shape  # (candidates, samples of every sweep)
     (2, 1501)
     >>> bool(result.traces[1].min() < 0)  # inward current (pA)
@@ -717,7 +703,8 @@ def simulate_batch(
     """
     if isinstance(protocols, Protocol):
         protocols = [protocols]
-    sim = Simulator(scheme, protocols, backend=backend, precision=precision, step=step,
-                    objective=objective, filters=filters)
-    log.info("kingen: solving on %s (%s, %s)", sim.backend, sim.device, precision)
+    options = options_from_keywords(options, "simulate_batch", backend=backend,
+                                    precision=precision, step=step)
+    sim = Simulator(scheme, protocols, options, objective=objective, filters=filters)
+    log.info("kingen: solving on %s (%s, %s)", sim.backend, sim.device, options.precision)
     return sim.run(params, mode, with_occupancy=with_occupancy)
