@@ -57,6 +57,7 @@ def _build(tmp_path: Path, line: str) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line, fails", [("print('fine')", False),
                                           ("kingen.Scheme.load('no_such_scheme')", True)])
 def test_a_failing_tutorial_cell_fails_the_docs_build(tmp_path: Path, line: str,
