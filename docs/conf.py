@@ -6,12 +6,19 @@ errors; the tutorials run as the pages are built).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))  # the kingen of this checkout, not an installed one
 sys.path.insert(0, str(DOCS / "_ext"))
+# The tutorials' kernels, and the `kingen` commands they run, see the same kingen and the
+# `kingen` script of this Python, whichever environment is active.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(DOCS.parent), os.environ.get("PYTHONPATH", "")) if p)
+os.environ["PATH"] = os.pathsep.join((str(Path(sys.executable).parent),
+                                      os.environ.get("PATH", "")))
 
 from kingen import __version__  # noqa: E402
 
