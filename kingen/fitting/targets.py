@@ -1,9 +1,9 @@
 """Summary targets: the kernel windows of each sweep, and the model's features from them.
 
 Summary targets (:class:`~kingen.experiment.recordings.Targets`) are mapped onto kernel
-windows of each sweep (op 0: the sample of largest |g| in a range, op 1: the sum over a range):
+windows of each sweep (op 0: the sample of largest ``|g|`` in a range, op 1: the sum over a range):
 
-- peak: largest |g| from the pulse's onset to the next pulse's onset (or the sweep's end),
+- peak: largest ``|g|`` from the pulse's onset to the next pulse's onset (or the sweep's end),
   minus the resting current (the first sample); time to peak from the pulse's 50 % rise;
 - steady state: the mean over the last 5 % of the pulse before its decay edge;
 - τ_deact and τ_des by the integral method, τ = ∫(I − I_ss) dt / (I_0 − I_ss), which equals
@@ -18,8 +18,8 @@ windows of each sweep (op 0: the sample of largest |g| in a range, op 1: the sum
   concentrations; EC50 and Hill coefficient by a vectorised grid fit of top/(1 + (EC50/c)^n).
 
 A target's error is ((model − target) / scale)² with scale the target's ``sd`` when given,
-else |target| (a relative error); recovery ratios use scale 1 and dose-response columns the
-largest |value| of their column. The target error of a protocol is the weighted mean over
+else ``|target|`` (a relative error); recovery ratios use scale 1 and dose-response columns the
+largest ``|value|`` of their column. The target error of a protocol is the weighted mean over
 its targets. Current-valued targets scale with A: without a recording, A is solved by
 weighted least squares over them (or fixed by the configuration).
 """
