@@ -360,3 +360,17 @@ def test_hill_bootstrap_interval_and_not_determined() -> None:
     fit = F.fit_hill(c, flat)
     _, _, why = F.hill_interval(c, flat, fit)
     assert why is not None and why.startswith("not determined: its 95 % bootstrap interval")
+
+
+@pytest.mark.parametrize("noise_pA", [0.0, 0.003])
+def test_a_residual_offset_is_not_taken_for_a_slow_decay(noise_pA: float) -> None:
+    # a deactivation decay that does not quite reach the baseline by the sweep's end (what an
+    # amplifier's filter and a slow tail leave): the weighted tau is the decay's, not a tau of
+    # hours that a second, flat component would give it
+    from kingen.experiment.curvefits import fit_decay
+
+    t = np.arange(0, 26.5, 0.05)
+    y = (-41.66 * np.exp(-t / 2.55) - 0.0102
+         + noise_pA * np.random.default_rng(3).standard_normal(t.size))
+    fit = fit_decay(t, y, offset=False)
+    assert fit.n_exp == 1 and fit.tau_ms == pytest.approx(2.55, rel=0.01)

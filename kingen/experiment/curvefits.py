@@ -33,6 +33,9 @@ TWO_EXP_MIN_SSE_RATIO = 0.9
 # ... and the extra parameters pass an F-test at this level.
 TWO_EXP_F_ALPHA = 0.01
 
+# ... and neither time constant is over this many times the fitted window's length.
+MAX_TAU_OVER_WINDOW = 10.0
+
 
 # Below this relative residual a fit is exact to rounding; adding terms then fits noise.
 _EXACT_RELATIVE_SSE = 1e-20
@@ -179,8 +182,9 @@ def fit_decay(
     n_exp
         1 or 2 to force the number of exponentials; None chooses: two are kept when they
         cut the residual sum of squares by at least 10 %, the F-test for the two extra
-        parameters gives p < 0.01, and both components decay in the same direction
-        (otherwise the "weighted" tau would mix a rise into a decay).
+        parameters gives p < 0.01, both components decay in the same direction
+        (otherwise the "weighted" tau would mix a rise into a decay), and neither time
+        constant is over ten times the window (a constant the data cannot tell apart).
     offset
         Fit the constant ``c`` (a decay to a steady state, e.g. desensitization); False
         fixes it to 0 (a decay to a known baseline, e.g. deactivation after subtraction).
@@ -209,7 +213,8 @@ def fit_decay(
             best = one
         else:
             two = _fit_exponentials(t, y_scaled, 2, offset)
-            best = two if n_exp == 2 else _choose(one, two, y_scaled, t.size, offset)
+            best = two if n_exp == 2 else _choose(one, two, y_scaled, t.size, offset,
+                                                  float(t[-1]))
     except _FIT_ERRORS:
         return DecayFit(NAN)
     if not best.ok:
@@ -218,7 +223,8 @@ def fit_decay(
                     best.offset * scale, best.n_exp, best.sse * scale ** 2)
 
 
-def _choose(one: DecayFit, two: DecayFit, y: np.ndarray, n: int, offset: bool) -> DecayFit:
+def _choose(one: DecayFit, two: DecayFit, y: np.ndarray, n: int, offset: bool,
+            window_ms: float) -> DecayFit:
     """One exponential unless two are clearly better (see :func:`fit_decay`)."""
     if not two.ok:
         return one
@@ -226,6 +232,11 @@ def _choose(one: DecayFit, two: DecayFit, y: np.ndarray, n: int, offset: bool) -
         return two
     same_direction = all(a * sum(two.amplitudes) > 0 for a in two.amplitudes)
     if not same_direction:
+        return one
+    # A component far slower than the window is a constant the data cannot tell from a
+    # decay (a residual offset, a slow tail cut off by the sweep's end): its "time
+    # constant" would swamp the weighted tau.
+    if max(two.taus_ms) > MAX_TAU_OVER_WINDOW * window_ms:
         return one
     if one.sse <= _EXACT_RELATIVE_SSE * float(np.sum(y ** 2)):
         return one
