@@ -372,3 +372,64 @@ def test_one_batched_solver_call_per_step(jonas_run, tmp_path, monkeypatch):
     assert {mode for mode, _ in calls} == {"traces"}
     assert sum(n for _, n in calls) == result.candidates
     assert max(n for _, n in calls) >= 2 * 8 * 2  # 2 parameters x 8 points x (1 + 1 column)
+
+
+LATE_PROTOCOL = PROTOCOL.replace('name = "step"', 'name = "late"').replace(
+    "duration = 14", "duration = 24").replace("start = 2,", "start = 12,")
+
+
+def _noise_problem(tmp: Path, protocols: list[str]):
+    """An objective of analytic two-state data (white noise) for the given protocols."""
+    from kingen import Objective
+    from kingen.fitting.config import load_config
+
+    (tmp / "model.toml").write_text(TWO_STATE)
+    entries = ""
+    rng = np.random.default_rng(5)
+    for text in protocols:
+        name = "late" if 'name = "late"' in text else "step"
+        (tmp / f"{name}.toml").write_text(text)
+        start = 12.0 if name == "late" else T0
+        dur = 24.0 if name == "late" else 14.0
+        t = np.arange(int(round(dur / DT)) + 1) * DT
+        data = N_CH * _unit_current(t - (start - T0), 5.0, 0.8) * (t >= start - T0)
+        data = data + rng.normal(0.0, SIGMA, t.size)
+        write_csv(Recording(name, [t], [data], ["a"], holding_mV=-70.0), tmp / f"{name}.csv")
+        entries += f'[[protocols]]\nprotocol = "{name}.toml"\nrecording = "{name}.csv"\n'
+    (tmp / "fit.toml").write_text('model = "model.toml"\nbackend = "cpu"\n' + entries
+                                  + '[parameters]\nfree = ["kon", "koff"]\n')
+    cfg = load_config(tmp / "fit.toml")
+    return cfg, Objective(cfg.scheme, cfg.protocols, cfg.solver)
+
+
+def test_a_misfit_does_not_lend_its_correlated_residuals_to_the_noise(tmp_path):
+    # a short baseline (40 samples) cannot give τ; the residuals of a wrong candidate are
+    # correlated by its misfit, and a τ from them would discount the data it fails
+    from kingen.identify.noise import estimate_noise
+
+    cfg, objective = _noise_problem(tmp_path, [PROTOCOL])
+    truth = cfg.scheme.values[None, :]
+    good = estimate_noise(objective, truth)
+    assert good.tau_source == ["residuals"] and good.tau[0] < 1.5
+    wrong = truth.copy()
+    wrong[0, cfg.scheme.param_names.index("kon")] = 0.5
+    wrong[0, cfg.scheme.param_names.index("koff")] = 8.0
+    bad = estimate_noise(objective, wrong)
+    assert bad.residual_rms[0] > 2 * bad.sigma[0]
+    assert bad.tau_source == ["assumed"] and bad.tau[0] == 1.0
+    assert any("τ not measured" in note for note in bad.notes)
+    assert bad.sigma[0] == pytest.approx(good.sigma[0])  # σ is the baseline's either way
+
+
+def test_a_short_baseline_takes_tau_from_the_baselines_sampled_alike(tmp_path):
+    from kingen.identify.noise import estimate_noise
+
+    cfg, objective = _noise_problem(tmp_path, [PROTOCOL, LATE_PROTOCOL])
+    wrong = cfg.scheme.values[None, :].copy()
+    wrong[0, cfg.scheme.param_names.index("kon")] = 0.5
+    noise = estimate_noise(objective, wrong)
+    # "late" has 240 baseline samples of its own; "step" (40) borrows them: same dt
+    assert noise.tau_source == ["baselines", "baseline"]
+    assert (noise.tau < 1.5).all()  # white noise, measured on baselines, not the misfit
+    restored = type(noise).from_dict(noise.to_dict())
+    assert restored.tau_source == noise.tau_source

@@ -440,7 +440,7 @@ def fit_hill_batch(conc_mM: np.ndarray, y: np.ndarray, *, chunk: int = 256
                    ) -> tuple[np.ndarray, np.ndarray]:
     """EC50 (mM) and Hill coefficient of top/(1 + (EC50/c)^n) fitted to each row of ``y``.
 
-    The sign of each row is taken from its largest |value|; ``top`` is solved in closed form
+    The sign of each row is taken from its largest ``|value|``; ``top`` is solved in closed form
     on a grid of (log EC50, n), refined once on a finer grid around the best point.
     """
     c = np.asarray(conc_mM, dtype=float)

@@ -34,6 +34,7 @@ import numpy as np
 from kingen.experiment.features import edge_half_width
 
 MIN_BASELINE = 20      # baseline samples (all sweeps) needed to take σ from the baseline
+MIN_TAU_BASELINE = 200  # baseline samples needed to take τ from baselines
 MAX_LAG = 200          # longest lag of the autocorrelation sum, in samples
 CORRELATED_FROM = 1.5  # τ above which the noise is reported as correlated
 MISFIT_RATIO = 2.0     # residual rms / baseline σ above which the fit is reported as a misfit
@@ -90,6 +91,13 @@ class NoiseModel:
         likelihood sets it from the best fit).
     notes
         Lines worth telling the user (correlated noise, misfit).
+    tau_source
+        Where τ came from: ``"baseline"`` (the protocol's own, at least
+        :data:`MIN_TAU_BASELINE` samples), ``"baselines"`` (the baselines of all the
+        recorded protocols sampled at its interval), ``"residuals"`` (the best fit's,
+        where it fits within the noise: it then depends on the scheme fitted),
+        ``"assumed"`` (1: white noise, where the fit misses the data and no baseline is
+        long enough) or ``""`` (no recording, or an older run).
     """
 
     names: list[str]
@@ -100,6 +108,7 @@ class NoiseModel:
     residual_rms: np.ndarray
     target_scale: np.ndarray
     notes: list[str] = field(default_factory=list)
+    tau_source: list[str] = field(default_factory=list)
 
     @property
     def n_eff(self) -> np.ndarray:
@@ -112,7 +121,8 @@ class NoiseModel:
                 "source": list(self.source), "tau_samples": _list(self.tau),
                 "n_samples": _list(self.n), "n_eff": _list(self.n_eff),
                 "residual_rms_pA": _list(self.residual_rms),
-                "target_scale": _list(self.target_scale), "notes": list(self.notes)}
+                "target_scale": _list(self.target_scale), "notes": list(self.notes),
+                "tau_source": list(self.tau_source)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NoiseModel:
@@ -123,7 +133,8 @@ class NoiseModel:
         return cls(names=[str(v) for v in d["names"]], sigma=arr("sigma_pA"),
                    source=[str(v) for v in d["source"]], tau=arr("tau_samples"),
                    n=arr("n_samples"), residual_rms=arr("residual_rms_pA"),
-                   target_scale=arr("target_scale"), notes=[str(v) for v in d["notes"]])
+                   target_scale=arr("target_scale"), notes=[str(v) for v in d["notes"]],
+                   tau_source=[str(v) for v in d.get("tau_source", [])])
 
 
 def _list(a: np.ndarray) -> list[float | None]:
@@ -144,9 +155,16 @@ def estimate_noise(objective, params: np.ndarray) -> NoiseModel:
     r = objective.n_protocols
     sigma, tau, n = np.full(r, math.nan), np.ones(r), np.zeros(r)
     rms, tscale = np.full(r, math.nan), np.ones(r)
-    source = [""] * r
+    source, tau_source = [""] * r, [""] * r
     notes: list[str] = []
     start = objective.sample_start
+    # τ is a property of the recording chain, not of a scheme: where a protocol's own
+    # baseline is too short for it, the baselines of the protocols sampled alike serve
+    pooled: dict[float, list[np.ndarray]] = {}
+    for q in range(r):
+        segments = _baselines(objective, q)
+        if segments:
+            pooled.setdefault(_interval(objective, q), []).extend(segments)
     for q, (item, plan) in enumerate(zip(objective.items, objective.plans, strict=True)):
         a, b = objective.spans[q]
         amp = math.nan
@@ -173,12 +191,9 @@ def estimate_noise(objective, params: np.ndarray) -> NoiseModel:
                 else:
                     at = slice(s.start - first, s.stop - first)
                     resid.append((scaled[0][0, at] * g + scaled[1][0, at] - d)[keep])
-                sweep = item.protocol.sweeps[k - a]
-                if sweep.pulses:
-                    pre = keep & (sweep.times() < _onset(sweep))
-                    if pre.sum() >= 2:
-                        base.append(d[pre])
+            base = _baselines(objective, q)
             n_base = sum(x.size for x in base)
+            alike = pooled.get(_interval(objective, q), [])
             n[q] = float(sum(x.size for x in resid))
             sse = float(sum(float(x @ x) for x in resid))
             rms[q] = math.sqrt(sse / max(n[q], 1.0))
@@ -186,11 +201,23 @@ def estimate_noise(objective, params: np.ndarray) -> NoiseModel:
                 dev = sum(float(((x - x.mean()) ** 2).sum()) for x in base)
                 sigma[q] = math.sqrt(dev / max(n_base - len(base), 1))
                 source[q] = "baseline"
-                tau[q] = integrated_time(base) if n_base >= 200 else integrated_time(resid)
             else:
                 sigma[q] = rms[q]
                 source[q] = "residuals"
-                tau[q] = integrated_time(resid)
+            if n_base >= MIN_TAU_BASELINE:
+                tau[q], tau_source[q] = integrated_time(base), "baseline"
+            elif sum(x.size for x in alike) >= MIN_TAU_BASELINE:
+                tau[q], tau_source[q] = integrated_time(alike), "baselines"
+            elif source[q] == "residuals" or rms[q] <= MISFIT_RATIO * sigma[q]:
+                tau[q], tau_source[q] = integrated_time(resid), "residuals"
+            else:
+                # residuals of a misfit are correlated by the misfit, not by the noise: a τ
+                # from them would discount exactly the data a wrong scheme fails
+                tau[q], tau_source[q] = 1.0, "assumed"
+                notes.append(f"{item.protocol.name}: τ not measured (baselines of "
+                             f"{sum(x.size for x in alike)} samples, under "
+                             f"{MIN_TAU_BASELINE}, and a fit that misses the data): "
+                             "the noise is taken as white")
             name = item.protocol.name
             if not sigma[q] > 0:
                 sigma[q] = max(rms[q], 1e-12)
@@ -210,7 +237,30 @@ def estimate_noise(objective, params: np.ndarray) -> NoiseModel:
             if not all(with_sd):
                 tscale[q] = math.nan  # set from the best fit's residuals by the likelihood
     return NoiseModel(names=list(objective.names), sigma=sigma, source=source, tau=tau,
-                      n=n, residual_rms=rms, target_scale=tscale, notes=notes)
+                      n=n, residual_rms=rms, target_scale=tscale, notes=notes,
+                      tau_source=tau_source)
+
+
+def _baselines(objective, q: int) -> list[np.ndarray]:
+    """The recorded samples of protocol ``q`` before each sweep's first pulse."""
+    item = objective.items[q]
+    if item.recording is None:
+        return []
+    a, b = objective.spans[q]
+    start, out = objective.sample_start, []
+    for k in range(a, b):
+        s = slice(int(start[k]), int(start[k + 1]))
+        sweep = item.protocol.sweeps[k - a]
+        if sweep.pulses:
+            pre = (objective.weight[s] > 0) & (sweep.times() < _onset(sweep))
+            if pre.sum() >= 2:
+                out.append(objective.data[s][pre])
+    return out
+
+
+def _interval(objective, q: int) -> float:
+    """Protocol ``q``'s sampling interval, ms (rounded: a key for protocols sampled alike)."""
+    return round(float(objective.items[q].protocol.sweeps[0].dt), 9)
 
 
 def has_sd(item, target) -> bool:

@@ -192,7 +192,8 @@ def result_row(store: Any) -> dict[str, Any]:
     k = cfg.pmap.n_genes + sum(p.chain.scale_parameters(p.protocol.n_sweeps,
                                                         p.amplitude is not None)
                                for p in cfg.protocols if p.recording is not None)
-    # a fit on the likelihood, its noise from the baselines: the fitness is χ² itself
+    # a fit on the likelihood, its σ from the baselines (and its τ never from a misfit's
+    # residuals: kingen.identify.noise): the fitness is χ² on the noise of the data alone
     record = best.get("polish") or {}
     noise = record.get("noise") if record.get("objective") == "chi2" else None
     known = isinstance(noise, dict) and all(s in ("baseline", "") for s in noise["source"])
