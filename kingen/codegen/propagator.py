@@ -8,13 +8,16 @@ S×S product per sample whatever n is.
 
 Two functions are generated besides ``conc_at``:
 
-- ``build_thread(c, k, i, P, keys_f, keys_i, D)`` advances the unit vector eᵢ through the n
-  RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n) for candidate c, in float64
-  whatever the precision, and stores row i of D = M − I in ``D[k, i, :, c]``. D rather
-  than M because float32 keeps D's small entries to full relative precision, where
-  1 − 10⁻⁶ on M's diagonal would lose most of its digits.
+- ``build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D)`` advances the unit
+  vector eᵢ through the n RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n;
+  an edge sample's key reads its stage concentrations from ``conc[keys_conc[k]]`` on, as
+  the stage form does) for candidate c, in float64 whatever the precision, and stores row i
+  of D = M − I in ``D[k, i, :, c]``. D rather than M because float32 keeps D's small
+  entries to full relative precision, where 1 − 10⁻⁶ on M's diagonal would lose most of
+  its digits.
 - ``run_thread`` walks a sweep's rows like the stage form; a row with ``row_key[r]`` ≥ 0
-  takes p ← p + p·D once per repetition, any other row takes the stage form's steps.
+  takes p ← p + p·D once per repetition (an edge row the next key at each repetition), any
+  other row takes the stage form's steps.
 
 With ``lanes`` = L > 1 (GPU only) L consecutive threads share one (candidate, sweep) pair:
 each holds ⌈S/L⌉ columns of D in registers, and the occupancies travel through a small
@@ -75,21 +78,40 @@ def _d_index(layout: str, k: str, i: str, j: str) -> str:
     return f"{k}, {i}, {j}, c" if layout == "gpu" else f"c, {k}, {i}, {j}"
 
 
-def _build(a: Emitter, d_flush: float, layout: str) -> None:
+def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
     S = a.scheme.n_states
     a("@DEVICE")
-    a("def build_thread(c, k, i, P, keys_f, keys_i, D):")
+    a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
     ind = "    "
     a.base_rates(ind)
-    a(f"{ind}cc = F64(keys_f[k, 1])")
-    a.rates(ind, "cc", False)
+    if edges:
+        # an edge sample's key: the stage form's steps at its concentrations, from
+        # conc[keys_conc[k]] on
+        a(f"{ind}ck = keys_conc[k]")
+        a(f"{ind}if ck < 0:")
+        const = ind + "    "
+    else:
+        const = ind
+    a(f"{const}cc = F64(keys_f[k, 1])")
+    a.rates(const, "cc", False)
+    if edges:
+        a(f"{ind}else:")
+        a.constant_rates_of_smooth_rows(const)
     a(f"{ind}h = F64(keys_f[k, 0])")
     a(f"{ind}hh = F64(0.5) * h")
     a(f"{ind}h6 = h / F64(6.0)")
     for j in range(S):
         a(f"{ind}p{j} = F64(1.0) if i == {j} else F64(0.0)")
-    a(f"{ind}for it in range(keys_i[k]):")
-    a.rk4_step(ind + "    ", smooth=False)
+    if edges:
+        a(f"{ind}if ck < 0:")
+        a(f"{const}for it in range(keys_i[k]):")
+        a.rk4_step(const + "    ", smooth=False)
+        a(f"{ind}else:")
+        a(f"{const}for it in range(keys_i[k]):")
+        a.rk4_step(const + "    ", smooth=True, conc_index="ck + 3 * it")
+    else:
+        a(f"{ind}for it in range(keys_i[k]):")
+        a.rk4_step(ind + "    ", smooth=False)
     for j in range(S):
         a(f"{ind}x = p{j} - (F64(1.0) if i == {j} else F64(0.0))")
         # entries this small change no result; zeroing them keeps CPU products normal
@@ -166,20 +188,27 @@ def _whole_state_sample(a: Emitter, ind: str, ind2: str, mode: str, with_occupan
 
 
 def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
-                  target: str) -> None:
+                  target: str, per_sample: bool = False) -> None:
     """A propagated row when one thread holds the whole state.
 
     On the GPU the thread also holds D in registers (``d{i}_{j}``, loaded once per row). A
     CPU has too few registers for S² values: there each product reads D's row-contiguous
     block ``D[c, k]`` from the L1 cache, into the same straight-line sums (2.5x faster per
     sample than loops over arrays, which the compiler cannot keep in registers).
+
+    With ``per_sample`` (an edge row) repetition j takes key ``kk`` + j, read from memory
+    at each product on either target.
     """
     S, F = a.scheme.n_states, a.cast
     if target == "cpu":
-        a(f"{ind}Dk = D[c, kk]")
+        if not per_sample:
+            a(f"{ind}Dk = D[c, kk]")
 
         def entry(i: int, j: int) -> str:
             return f"Dk[{i}, {j}]"
+    elif per_sample:
+        def entry(i: int, j: int) -> str:
+            return f"{F}(D[ks, {i}, {j}, c])"
     else:
         for i in range(S):
             for j in range(S):
@@ -188,21 +217,29 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
         def entry(i: int, j: int) -> str:
             return f"d{i}_{j}"
     a.prefetch(ind, mode, 1)
+    if per_sample:
+        a(f"{ind}ks = kk")
     a(f"{ind}for rep in range(nrep):")
     ind2 = ind + "    "
+    if per_sample and target == "cpu":
+        a(f"{ind2}Dk = D[c, ks]")
     for j in range(S):
         _update(a, ind2, f"n{j}", f"p{j}", f"e{j}", [f"p{i} * {entry(i, j)}" for i in range(S)])
     for j in range(S):
         a(f"{ind2}p{j} = n{j}")
         a.flush(ind2, f"p{j}", f"e{j}" if a.compensated else None)
+    if per_sample:
+        a(f"{ind2}ks += 1")
     _whole_state_sample(a, ind, ind2, mode, with_occupancy, [f"p{i}" for i in range(S)])
 
 
-def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
+def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int, per_sample: bool = False) -> None:
     """A propagated row shared by ``lanes`` threads, each holding C columns of D.
 
     The two halves of the pair's buffer alternate: the repetitions are unrolled by two so
-    that each half is a fixed slice, read and written at constant offsets.
+    that each half is a fixed slice, read and written at constant offsets. With
+    ``per_sample`` (an edge row) repetition j takes key ``kk`` + j, its columns loaded at
+    each product; its samples are counted by every lane alike, as stage-form samples are.
     """
     S, F = a.scheme.n_states, a.cast
     C = padded_states(S, lanes) // lanes
@@ -211,11 +248,19 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
         a(f"{ind}o{k} = own0[{k}]")
         if a.compensated:
             a(f"{ind}oe{k} = {F}(0.0)")
-        for i in range(S):
-            a(f"{ind}d{i}_{k} = {F}(D[kk, {i}, U(col + {k}), c])")
+        if not per_sample:
+            for i in range(S):
+                a(f"{ind}d{i}_{k} = {F}(D[kk, {i}, U(col + {k}), c])")
     a.prefetch(ind, mode, 1)
+    if per_sample:
+        a(f"{ind}ks = kk")
 
     def sample(ind2: str, src: str, dst: str) -> None:
+        if per_sample:
+            for k in range(C):
+                for i in range(S):
+                    a(f"{ind2}d{i}_{k} = {F}(D[ks, {i}, U(col + {k}), c])")
+            a(f"{ind2}ks += 1")
         for i in range(S):
             a(f"{ind2}v{i} = {src}[{i}]")
         for k in range(C):
@@ -297,7 +342,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                         with_occupancy: bool = False, compensated: bool = False,
                         flush_below: float = 0.0, d_flush: float = 1e-150,
                         stage_rows: str = "all", n_windows: int = N_WINDOWS,
-                        target: str = "cuda", span: int = 1) -> GeneratedCode:
+                        target: str = "cuda", span: int = 1,
+                        edge_rows: bool = False) -> GeneratedCode:
     """Python source of the propagator-form solver (``build_thread`` and ``run_thread``).
 
     Parameters
@@ -328,6 +374,10 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     span
         Samples per product on propagated rows (objective mode; on the GPU with lanes ≥ 2;
         see :mod:`kingen.codegen.span`): 1 is one product per sample.
+    edge_rows
+        Whether rows whose concentration varies take products too, one key per sample
+        (:attr:`kingen.solve.plan.PropagatorPlan.edge_rows`): one product per sample,
+        with lanes as without spans.
 
     Examples
     --------
@@ -353,7 +403,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows)
     a.legend()
     builder = Emitter(scheme, cast="F64")
-    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu")
+    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu", edge_rows)
     if span > 1 and target == "cpu":
         emit_span_build_cpu(builder, span, d_flush)
     elif span > 1:
@@ -380,7 +430,15 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     ind2 = ind + "    "
     a.step_sizes(ind2)
     a(f"{ind2}kk = row_key[r]")
-    a(f"{ind2}if kk >= 0:")
+    if edge_rows:
+        a(f"{ind2}if kk >= 0 and rows_i[r, 3] != 0:")
+        if lanes == 1:
+            _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target, per_sample=True)
+        else:
+            _lanes_row(a, ind2 + "    ", mode, lanes, per_sample=True)
+        a(f"{ind2}elif kk >= 0:")
+    else:
+        a(f"{ind2}if kk >= 0:")
     if span > 1 and target == "cpu":
         emit_span_row_cpu(a, ind2 + "    ", span)
     elif span > 1:
