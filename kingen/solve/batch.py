@@ -248,7 +248,8 @@ class Simulator:
                                    with_occupancy=with_occupancy, form=config.form,
                                    stage_rows=self.propagator_plan().stage_rows,
                                    n_windows=self._n_windows(mode), span=config.span,
-                                   n_sections=sections, with_sum=self._sums() == 3)
+                                   n_sections=sections, with_sum=self._sums() == 3,
+                                   edge_rows=self.propagator_plan().edge_rows)
             if while_solving is not None:
                 while_solving()
             t_compile = time.perf_counter()  # the callback's time is not the solve's
@@ -427,7 +428,8 @@ class Simulator:
                              lanes=config.lanes, block=config.block,
                              stage_rows=self.propagator_plan().stage_rows,
                              n_windows=self._n_windows(mode), span=config.span,
-                             n_sections=n_sections, with_sum=self._sums() == 3)
+                             n_sections=n_sections, with_sum=self._sums() == 3,
+                             edge_rows=self.propagator_plan().edge_rows)
 
     def _n_windows(self, mode: str) -> int:
         """Feature windows the objective uses (the kernel carries only these)."""
@@ -447,13 +449,14 @@ class Simulator:
 
     def _span_buffers(self, n: int, config) -> tuple:
         """The span arrays GV (key, row, sample, candidate) and DV (D's layout) on the
-        device, one pair per shape, rebuilt by every call."""
+        device, one pair per shape, rebuilt by every call; the constant keys have them
+        (one key's worth at least: a device array is never empty)."""
         from numba import cuda
 
-        plan = self.propagator_plan()
+        keys = max(1, self.propagator_plan().n_span_keys)
         S = self.scheme.n_states
-        shapes = ((plan.n_keys, S, config.span, n),
-                  (plan.n_keys, S, padded_states(S, config.lanes), n))
+        shapes = ((keys, S, config.span, n),
+                  (keys, S, padded_states(S, config.lanes), n))
         key = ("span", shapes, np.dtype(self.precision).str)
         d = self._device_arrays
         if key not in d:
@@ -501,7 +504,7 @@ class Simulator:
         span = config.span
         per_candidate = int(np.prod(self._d_shape(1, 1)))
         if span > 1:
-            per_candidate += plan.n_keys * S * (span + S)
+            per_candidate += plan.n_span_keys * S * (span + S)
         per_candidate = max(1, per_candidate * P.itemsize)
         chunk = max(1, min(n, _CPU_D_BYTES // per_candidate))
         s = self.schedule
@@ -511,12 +514,13 @@ class Simulator:
             D = np.empty(self._d_shape(b - a, 1), dtype=P.dtype)
             spans: tuple = ()
             if span > 1:
-                spans = (np.empty((b - a, plan.n_keys, span, S), dtype=P.dtype),
-                         np.empty((b - a, plan.n_keys, S, S), dtype=P.dtype))
+                spans = (np.empty((b - a, plan.n_span_keys, span, S), dtype=P.dtype),
+                         np.empty((b - a, plan.n_span_keys, S, S), dtype=P.dtype))
             if plan.n_keys:
-                module.build(b - a, plan.n_keys, Pc, plan.keys_f, plan.keys_i, D)
-                if spans:
-                    module.build_span(b - a, plan.n_keys, D, *spans)
+                module.build(b - a, plan.n_keys, Pc, plan.keys_f, plan.keys_i, plan.keys_conc,
+                             s.conc, D)
+                if spans and plan.n_span_keys:
+                    module.build_span(b - a, plan.n_span_keys, D, *spans)
             if b - a == n:
                 out_extra, out_fail = extra, fail
             else:
@@ -590,6 +594,7 @@ class Simulator:
                 d["row_key"] = cuda.to_device(plan.row_key)
                 d["keys_f"] = cuda.to_device(plan.keys_f)
                 d["keys_i"] = cuda.to_device(plan.keys_i)
+                d["keys_conc"] = cuda.to_device(plan.keys_conc)
             # D is rebuilt by every call before it is read: keep one buffer per shape
             # rather than paying a large allocation per generation
             d_key = ("D", self._d_shape(n, config.lanes), P.dtype.str)
@@ -607,18 +612,19 @@ class Simulator:
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
                 span_arrays + dev_extra + (dfail,)
             n_build = n * plan.n_keys * self.scheme.n_states
-            build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], dD)
+            build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], d["keys_conc"],
+                          d["conc"], dD)
             build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
         blocks = (total + config.block - 1) // config.block
 
         stages = []
         if build:
             stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
-            if span_arrays:
+            if span_arrays and plan.n_span_keys:
                 groups = module.SPAN_GROUPS
-                span_blocks = (n * plan.n_keys + groups - 1) // groups
+                span_blocks = (n * plan.n_span_keys + groups - 1) // groups
                 stages.append(("build_span", lambda: module.build_span[
-                    span_blocks, groups * self.scheme.n_states](n, plan.n_keys, dD,
+                    span_blocks, groups * self.scheme.n_states](n, plan.n_span_keys, dD,
                                                                 *span_arrays)))
         stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
 
