@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,50 @@ MAX_CONCENTRATION_MM = 1e4
 
 
 @dataclass(frozen=True)
+class MeasuredEdge:
+    """A measured exchange edge as a rising shape: 0 up to ``times[0]``, then ``values``
+    (non-decreasing, from 0 to 1) linearly between ``times``, 1 from ``times[-1]`` on.
+
+    Times are ms from the edge's 50 % point. A falling edge is stored as 1 minus its course
+    (see :mod:`kingen.experiment.exchange`, which reads them from a junction current).
+
+    Examples
+    --------
+    >>> e = MeasuredEdge((-0.1, 0.0, 0.1), (0.0, 0.5, 1.0))
+    >>> e.at(np.array([-1.0, 0.05, 2.0])).tolist(), round(e.ten_ninety, 3)
+    ([0.0, 0.75, 1.0], 0.16)
+    """
+
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.times, dtype=float), np.asarray(self.values, dtype=float)
+
+    def at(self, s: np.ndarray) -> np.ndarray:
+        """The edge's value at ``s`` ms from its 50 % point."""
+        t, v = self._arrays
+        return np.interp(s, t, v, left=0.0, right=1.0)
+
+    @property
+    def lo(self) -> float:
+        """Where the edge leaves 0, ms from its 50 % point (≤ 0)."""
+        return self.times[0]
+
+    @property
+    def hi(self) -> float:
+        """Where the edge reaches 1, ms from its 50 % point (≥ 0)."""
+        return self.times[-1]
+
+    @property
+    def ten_ninety(self) -> float:
+        """Its 10-90 % time, ms."""
+        t, v = self._arrays
+        return float(np.interp(0.9, v, t) - np.interp(0.1, v, t))
+
+
+@dataclass(frozen=True)
 class Pulse:
     """A square agonist pulse.
 
@@ -57,7 +102,11 @@ class Pulse:
     concentration
         Plateau concentration, mM.
     rise, decay
-        10–90 % exchange times of the edges, ms; 0 means an ideal step.
+        10–90 % exchange times of the edges, ms; 0 means an ideal step. With a measured
+        edge, the 10–90 % time of an error-function edge that spans as long.
+    rise_shape, decay_shape
+        Measured edges (:mod:`kingen.experiment.exchange`) in place of error functions;
+        None: error functions (or ideal steps).
     """
 
     start: float
@@ -65,6 +114,8 @@ class Pulse:
     concentration: float
     rise: float = 0.0
     decay: float = 0.0
+    rise_shape: MeasuredEdge | None = None
+    decay_shape: MeasuredEdge | None = None
 
     @property
     def end(self) -> float:
@@ -201,8 +252,8 @@ class Sweep:
         ts = t if steps_at is None else np.full_like(t, steps_at)
         c = np.zeros_like(t)
         for p in self.pulses:
-            up = _edge(t - p.start, p.rise) if p.rise > 0 else _edge(ts - p.start, 0.0)
-            down = _edge(t - p.end, p.decay) if p.decay > 0 else _edge(ts - p.end, 0.0)
+            up = _pulse_edge(t, ts, p.start, p.rise, p.rise_shape)
+            down = _pulse_edge(t, ts, p.end, p.decay, p.decay_shape)
             c = c + p.concentration * up * (1.0 - down)
         for tr in self.transients:
             s = t - tr.start
@@ -223,8 +274,11 @@ class Sweep:
         jumps: set[float] = set()
         smooth_spans: list[tuple[float, float]] = []
         for p in self.pulses:
-            for t0, tau in ((p.start, p.rise), (p.end, p.decay)):
-                if tau > 0:
+            for t0, tau, shape in ((p.start, p.rise, p.rise_shape),
+                                   (p.end, p.decay, p.decay_shape)):
+                if shape is not None:
+                    smooth_spans.append((t0 + shape.lo, t0 + shape.hi))
+                elif tau > 0:
                     half = EDGE_HALF_WIDTH_SIGMAS * tau / _TEN_NINETY_SIGMAS
                     smooth_spans.append((t0 - half, t0 + half))
                 else:
@@ -276,6 +330,17 @@ class Protocol:
     def x_values(self) -> np.ndarray:
         """The sweeps' independent variable (intervals or concentrations), NaN where unset."""
         return np.array([np.nan if s.x is None else s.x for s in self.sweeps])
+
+
+def _pulse_edge(t: np.ndarray, ts: np.ndarray, t0: float, ten_ninety: float,
+                shape: MeasuredEdge | None) -> np.ndarray:
+    """A pulse's edge at ``t0``: measured, an error function, or an ideal step (taken at
+    ``ts``: see :meth:`Sweep.concentration`)."""
+    if shape is not None:
+        return shape.at(t - t0)
+    if ten_ninety > 0:
+        return _edge(t - t0, ten_ninety)
+    return _edge(ts - t0, 0.0)
 
 
 def _edge(s: np.ndarray, ten_ninety: float) -> np.ndarray:
@@ -391,7 +456,8 @@ def load_protocol(spec: str | Path, *, force: bool = False) -> Protocol:
         dt = 0.02                  # sampling interval
         holding = -60              # mV
         reversal = 0               # mV
-        exchange = 0.2             # default 10-90 % time of every edge
+        exchange = 0.2             # default 10-90 % time of every edge, or a measured
+                                   # waveform: { file = "tip.csv", mode = "template" }
 
         [units]
         time = "ms"
@@ -499,7 +565,14 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
     dt = r.time(head, "dt", "protocol", 0.02 / tf, gt=0.0)
     holding = r.potential(head, "holding", "protocol", -60.0)
     reversal = r.potential(head, "reversal", "protocol", 0.0)
-    r.exchange = r.time(head, "exchange", "protocol", 0.0, ge=0.0)
+    measured = None
+    if isinstance(head.get("exchange"), dict):  # a measured waveform, applied at the end
+        from kingen.experiment.exchange import read_exchange_spec
+
+        measured = read_exchange_spec(f, head["exchange"], "protocol.exchange",
+                                      Path(source).parent)
+    else:
+        r.exchange = r.time(head, "exchange", "protocol", 0.0, ge=0.0)
     common = dict(dt=dt, holding=holding, reversal=reversal)
 
     sweeps: list[Sweep] = []
@@ -595,6 +668,10 @@ def protocol_from_dict(doc: dict[str, Any], *, source: str = "<protocol>",
                               field=f"sweeps[{i}].duration", value=s.duration)
     protocol = Protocol(str(name), kind, tuple(sweeps), source=source)
     check_size(protocol, file=source, force=force)
+    if measured is not None:
+        from kingen.experiment.exchange import apply_exchange
+
+        protocol = apply_exchange(protocol, measured)
     return protocol
 
 

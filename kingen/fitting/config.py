@@ -18,6 +18,7 @@ import numpy as np
 from kingen.base.files import read_text
 from kingen.errors import KingenError
 from kingen.experiment.chain import check_filter, read_chain
+from kingen.experiment.exchange import apply_exchange, read_exchange_spec
 from kingen.experiment.protocol import (
     STANDARD_PROTOCOLS,
     Sweep,
@@ -62,7 +63,9 @@ force = false               # lift the size limits of kingen.model.limits (as --
 [[protocols]]
 protocol = "deactivation"   # standard name, or a protocol TOML file
 name = "deactivation"       # default: the protocol's own name; must be unique
-exchange = 0.2              # standard protocols: 10-90 % exchange time, ms (default 0)
+exchange = 0.2              # standard protocols: 10-90 % exchange time, ms (default 0);
+                            #   any protocol: a measured waveform, { file = "tip.csv",
+                            #   mode = "template" | "sweep" } (time_ms, junction current)
 dt = 0.05                   # standard protocols: sampling interval, ms
                             #   (default: the recording's, else 0.02)
 recording = "deact.csv"     # CSV, NWB or ABF; or a list of files (sweeps in order)
@@ -632,9 +635,12 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> 
                                   for k in range(r.n_sweeps)):
             raise c.error("empty recording: no sweeps", f"{w}.recording", str(p))
     standard = spec in STANDARD_PROTOCOLS
+    measured = None
+    if isinstance(t.get("exchange"), dict):  # a measured waveform, for any protocol
+        measured = read_exchange_spec(c, t["exchange"], f"{w}.exchange", base)
     if standard:
         dt_default = _recording_dt(recs) or 0.02
-        exchange = c.number(t, "exchange", w, 0.0, ge=0.0)
+        exchange = 0.0 if measured else c.number(t, "exchange", w, 0.0, ge=0.0)
         dt = c.number(t, "dt", w, dt_default, gt=0.0)
         protocol = standard_protocol(spec, exchange=exchange, dt=dt, force=True)
         check_size(protocol, file=c.file, field=f"{w}.dt", value=dt, force=force)
@@ -644,10 +650,12 @@ def _protocol(c: _Checker, t: dict, i: int, base: Path, force: bool = False) -> 
             raise c.error(f"not a standard protocol ({', '.join(STANDARD_PROTOCOLS)}) and no "
                           "such protocol file", f"{w}.protocol", spec)
         for key in ("exchange", "dt"):
-            if key in t:
+            if key in t and not (key == "exchange" and measured):
                 raise c.error("only for standard protocols (set it in the protocol file)",
                               f"{w}.{key}", t[key])
         protocol = load_protocol(p, force=force)
+    if measured is not None:
+        protocol = apply_exchange(protocol, measured)
     name = c.string(t, "name", w, None)
     if name is not None:
         protocol = replace(protocol, name=name)

@@ -10,6 +10,7 @@ import math
 import h5py
 import numpy as np
 
+from kingen.experiment.exchange import restore_exchange
 from kingen.experiment.protocol import Protocol, Pulse, Sweep, Transient
 from kingen.experiment.recordings import (
     DoseResponseTable,
@@ -108,9 +109,11 @@ def _read_protocol(g: h5py.Group) -> Protocol:
         out.append(Sweep(_text(row["label"]), float(row["duration"]), float(row["dt"]), ps, ts,
                          float(row["holding"]), float(row["reversal"]),
                          None if math.isnan(x) else x))
-    return Protocol(_text(g.attrs["name"]), _text(g.attrs["kind"]), tuple(out),
-                    source=_text(g.attrs.get("source", "<built-in>")),
-                    meta=json.loads(_text(g.attrs.get("meta", "{}"))))
+    # measured exchange edges travel in the meta (kingen.experiment.exchange)
+    return restore_exchange(Protocol(_text(g.attrs["name"]), _text(g.attrs["kind"]),
+                                     tuple(out),
+                                     source=_text(g.attrs.get("source", "<built-in>")),
+                                     meta=json.loads(_text(g.attrs.get("meta", "{}")))))
 
 
 def _write_recording(g: h5py.Group, name: str, rec: Recording) -> None:
