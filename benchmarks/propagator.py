@@ -25,7 +25,8 @@ exchange, Robert & Howe, both precisions, at 16,384 candidates:
     python -m benchmarks propagator --exchange 0,0.2 --variants prop-l8-s16-b128,prop-l2-s8-b128 \\
         --name rh03_exchange
 
-(``--filter bessel:8:5`` adds an 8-pole recording filter in the kernel to every protocol)
+(``--filter bessel:8:5`` adds an 8-pole recording filter in the kernel to every protocol;
+``--measured 0.2`` rows with a measured exchange waveform read from a file, edges of 0.2 ms)
 writes ``benchmarks/results/<device>/propagator/rh03.json`` (``--out FILE`` to choose;
 ``python benchmarks/propagator.py`` is the same command).
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates, objective_inputs  # noqa: E402
 from kingen.experiment.chain import parse_filter  # noqa: E402
+from kingen.experiment.exchange import ExchangeSpec, apply_exchange  # noqa: E402
 from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
@@ -100,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exchange", default="0",
                     help="10-90 %% exchange times, ms, comma-separated: rows for each "
                          "(0: ideal steps)")
+    ap.add_argument("--measured", default="",
+                    help="10-90 %% times, ms, comma-separated, of measured exchange rows: a "
+                         "synthetic open-tip junction current with edges of that time (0.5 "
+                         "%% noise) is written as CSV and read as a template of every edge")
     ap.add_argument("--filter", default=None,
                     help="recording filter on every protocol, as kingen simulate --filter "
                          "takes it (bessel:8:5: kind, poles, cutoff in kHz)")
@@ -116,14 +123,37 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
-    exchanges = [float(x) for x in args.exchange.split(",")]
+    exchanges = [float(x) for x in args.exchange.split(",") if x]
+    measured = [float(x) for x in args.measured.split(",") if x]
     result = {"provenance": provenance("propagator", argv), "model": args.model,
-              "exchange_ms": exchanges, "filter": args.filter, "rows": []}
-    for exchange in exchanges:
-        protocols = [standard_protocol(n, exchange=exchange) for n in STANDARD]
+              "exchange_ms": exchanges, "measured_ms": measured, "filter": args.filter,
+              "rows": []}
+    cases = [(x, [standard_protocol(n, exchange=x) for n in STANDARD]) for x in exchanges]
+    for x in measured:
+        with tempfile.TemporaryDirectory() as folder:
+            spec = ExchangeSpec(open_tip(Path(folder) / "tip.csv", x))
+            cases.append((f"measured {x:g}",
+                          [apply_exchange(standard_protocol(n), spec) for n in STANDARD]))
+    for exchange, protocols in cases:
         for prec in args.precisions.split(","):
             measure(args, scheme, protocols, exchange, prec, result, out, log)
     return 0
+
+
+def open_tip(path: Path, ten_ninety: float) -> Path:
+    """A synthetic open-tip junction current: one 5 ms pulse with tanh edges of the given
+    10-90 % time, sampled every 2 µs, 0.5 % noise, as a CSV file."""
+    t = np.arange(0.0, 9.0, 0.002)
+    tau = ten_ninety / (2.0 * np.arctanh(0.8))
+
+    def edge(s):
+        return 0.5 * (1.0 + np.tanh(s / tau))
+
+    y = -200.0 * edge(t - 2.0) * (1.0 - edge(t - 7.0))
+    y += np.random.default_rng(0).normal(0.0, 1.0, t.size)
+    path.write_text("time_ms,junction_pA\n" + "".join(f"{a:.4f},{b:.5f}\n"
+                                                        for a, b in zip(t, y)))
+    return path
 
 
 def plan_counts(plan, n_states: int) -> dict:
@@ -134,7 +164,7 @@ def plan_counts(plan, n_states: int) -> dict:
             "build_steps": n_states * sum(plan.key_steps), "stage_rows": plan.stage_rows}
 
 
-def measure(args, scheme: Scheme, protocols: list, exchange: float, prec: str, result: dict,
+def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: dict,
             out: Path, log) -> None:
     """The rows of one exchange time and precision: every variant, every population."""
     obj = objective_inputs(scheme, protocols)
@@ -154,7 +184,7 @@ def measure(args, scheme: Scheme, protocols: list, exchange: float, prec: str, r
     built = S * sum(plan.key_steps)
     bound = peak / (plan.prop_samples * flops_per_product(scheme)
                     + (plan.stage_steps + built) * flops_per_step(scheme, prec))
-    log(f"== {args.model} {prec}, exchange {exchange:g} ms: {S} states, {steps} RK4 "
+    log(f"== {args.model} {prec}, exchange {exchange} ms: {S} states, {steps} RK4 "
         f"steps and {sim.schedule.n_samples} samples per candidate; {plan.n_keys} keys, "
         f"{plan.prop_samples} propagated samples ({plan.edge_samples} on edges), "
         f"{built} RK4 steps to build them, {plan.stage_steps} stage steps left; "
