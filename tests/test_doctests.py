@@ -28,6 +28,7 @@ PUBLIC_MODULES = {
     "kingen.fitting.objective": True,
     "kingen.fitting.config": True,
     "kingen.experiment.chain": True,
+    "kingen.experiment.exchange": True,
     "kingen.store.runstore": True,
     "kingen.codegen.stage": True,
     "kingen.codegen.propagator": True,

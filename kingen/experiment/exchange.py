@@ -380,8 +380,3 @@ def _describe(protocol: Protocol, spec: ExchangeSpec) -> dict[str, Any]:
             pulses.append([i, j, *ids])
     return {"file": spec.value or str(spec.path), "mode": spec.mode,
             "shapes": [[list(e.times), list(e.values)] for e in shapes], "pulses": pulses}
-
-
-def is_measured(protocol: Protocol) -> bool:
-    """Whether a protocol's edges come from a measured waveform."""
-    return bool(protocol.meta.get("exchange"))
