@@ -166,6 +166,24 @@ def test_measured_edges_solve_as_the_exact_reference_in_stage_and_propagator_for
         assert _peak_errors(got, exact, JONAS, protocols) <= tol
 
 
+def test_measured_edges_through_a_filter_equal_scipy_on_the_cpu(tip):
+    # the propagated edges' current, through the kernels' filter, against the unfiltered
+    # current through scipy.signal
+    from scipy import signal
+
+    protocols = _measured_protocols(tip)
+    flt = Filter("bessel", 8, 5.0)
+    sim = Simulator(JONAS, protocols, backend="cpu", filters=[flt, flt])
+    assert sim.propagator_plan().edge_samples > 0
+    raw = sim.run(JONAS.values[None], "traces", launch_config=PROP, filtered=False)
+    got = sim.run(JONAS.values[None], "traces", launch_config=PROP)
+    sos = flt.sos(0.05)
+    for w in range(sim.n_sweeps):
+        x = raw.sweep_trace(0, w)
+        want = signal.sosfilt(sos, x, zi=signal.sosfilt_zi(sos) * x[0])[0]
+        assert np.abs(got.sweep_trace(0, w) - want).max() <= 1e-9 * np.abs(want).max()
+
+
 @pytest.mark.parametrize("lanes,span", [(1, 1), (2, 1), (2, 4)])
 def test_measured_edges_with_a_filter_under_the_cuda_simulator_match_the_cpu(
         tip, lanes, span):
