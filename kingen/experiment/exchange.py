@@ -37,12 +37,11 @@ import numpy as np
 
 from kingen.errors import KingenError
 from kingen.experiment.protocol import (
-    _TEN_NINETY_SIGMAS,
-    EDGE_HALF_WIDTH_SIGMAS,
     MeasuredEdge,
     Protocol,
     Pulse,
     Sweep,
+    ten_ninety_spanning,
 )
 
 EXCHANGE_MODES = ("template", "sweep")
@@ -311,7 +310,7 @@ def _with_shapes(p: Pulse, rise: MeasuredEdge, fall: MeasuredEdge, sweep: Sweep,
 def _equivalent(edge: MeasuredEdge) -> float:
     """The 10-90 % time of an error-function edge as wide as ``edge`` reaches from its 50 %
     point, so that whatever skips an edge's span (the features' windows) skips this one."""
-    return max(-edge.lo, edge.hi) * _TEN_NINETY_SIGMAS / EDGE_HALF_WIDTH_SIGMAS
+    return ten_ninety_spanning(max(-edge.lo, edge.hi))
 
 
 def _sweep_edges(sweep: Sweep, wave: _Waveform, spec: ExchangeSpec) -> Sweep:

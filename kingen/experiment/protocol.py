@@ -342,6 +342,16 @@ def _pulse_edge(t: np.ndarray, ts: np.ndarray, t0: float, ten_ninety: float,
     return _edge(ts - t0, 0.0)
 
 
+def ten_ninety_spanning(half_width: float) -> float:
+    """The 10–90 % time (ms) of an error-function edge that reaches ``half_width`` ms from
+    its 50 % point before it is cut to a constant.
+
+    >>> round(ten_ninety_spanning(EDGE_HALF_WIDTH_SIGMAS * 0.1 / _TEN_NINETY_SIGMAS), 12)
+    0.1
+    """
+    return half_width * _TEN_NINETY_SIGMAS / EDGE_HALF_WIDTH_SIGMAS
+
+
 def _edge(s: np.ndarray, ten_ninety: float) -> np.ndarray:
     """A unit step at s = 0: ideal when ``ten_ninety`` is 0, else a truncated Gaussian CDF."""
     if ten_ninety <= 0:
