@@ -1,7 +1,8 @@
 """Candidates per second of the solver's forms and launches, checked against the stage form.
 
-For one scheme on the standard protocol set (ideal steps, or ``--exchange``), objective mode
-(the GA's path), every requested variant (``stage-b128``, ``prop-l4-b128``, ...) is:
+For one scheme on the standard protocol set, objective mode (the GA's path), with each
+exchange time of ``--exchange`` (0: ideal steps; ``0,0.2`` gives rows for both), every
+requested variant (``stage-b128``, ``prop-l4-b128``, ...) is:
 
 1. compiled (time recorded) and checked against the CPU stage form on 64 candidates:
    relative error of Σw·g² and Σw·g·d;
@@ -17,15 +18,24 @@ and the share of the FP64 (or FP32) arithmetic bound of the propagator form,
     python -m benchmarks propagator --model robert_howe_2003 \\
         --variants stage-b128,prop-l4-b128 --populations 16384,65536 --name rh03
 
-(``--exchange 0.2`` for finite exchange, ``--filter bessel:8:5`` for an 8-pole recording
-filter in the kernel) writes ``benchmarks/results/<device>/propagator/rh03.json``
-(``--out FILE`` to choose; ``python benchmarks/propagator.py`` is the same command).
+Each row records its exchange time and the propagator plan's counts per candidate (keys,
+propagated samples, edge samples, RK4 steps left in stage form). Ideal steps against 0.2 ms
+exchange, Robert & Howe, both precisions, at 16,384 candidates:
+
+    python -m benchmarks propagator --exchange 0,0.2 --variants prop-l8-s16-b128,prop-l2-s8-b128 \\
+        --name rh03_exchange
+
+(``--filter bessel:8:5`` adds an 8-pole recording filter in the kernel to every protocol;
+``--measured 0.2`` rows with a measured exchange waveform read from a file, edges of 0.2 ms)
+writes ``benchmarks/results/<device>/propagator/rh03.json`` (``--out FILE`` to choose;
+``python benchmarks/propagator.py`` is the same command).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates, objective_inputs  # noqa: E402
 from kingen.experiment.chain import parse_filter  # noqa: E402
+from kingen.experiment.exchange import ExchangeSpec, apply_exchange  # noqa: E402
 from kingen.experiment.protocol import standard_protocol  # noqa: E402
 from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
@@ -90,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default="float64,float32")
     ap.add_argument("--variants", default="stage-b128,prop-l1-b128,prop-l4-b128")
     ap.add_argument("--populations", default="16384")
-    ap.add_argument("--exchange", type=float, default=0.0, help="10-90 %% exchange time, ms")
+    ap.add_argument("--exchange", default="0",
+                    help="10-90 %% exchange times, ms, comma-separated: rows for each "
+                         "(0: ideal steps)")
+    ap.add_argument("--measured", default="",
+                    help="10-90 %% times, ms, comma-separated, of measured exchange rows: a "
+                         "synthetic open-tip junction current with edges of that time (0.5 "
+                         "%% noise) is written as CSV and read as a template of every edge")
     ap.add_argument("--filter", default=None,
                     help="recording filter on every protocol, as kingen simulate --filter "
                          "takes it (bessel:8:5: kind, poles, cutoff in kHz)")
@@ -107,77 +124,119 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
-    protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
-    obj = objective_inputs(scheme, protocols)
-    filters = [parse_filter(args.filter)] * len(protocols) if args.filter else None
+    exchanges = [float(x) for x in args.exchange.split(",") if x]
+    measured = [float(x) for x in args.measured.split(",") if x]
     result = {"provenance": provenance("propagator", argv), "model": args.model,
-              "exchange_ms": args.exchange, "filter": args.filter, "rows": []}
-    S = scheme.n_states
-    for prec in args.precisions.split(","):
-        sim = Simulator(scheme, protocols,
-                        options=SolverOptions(backend=args.backend, precision=prec), objective=obj,
-                        filters=filters)
-        cpu = Simulator(scheme, protocols,
-                        options=SolverOptions(backend="cpu", precision=prec), objective=obj,
-                        filters=filters)
-        result["device"] = sim.device
-        plan = sim.propagator_plan()
-        steps = sim.schedule.total_steps
-        check = candidates(scheme, args.check, seed=7)
-        ref = cpu.run(check, "objective", launch_config=LaunchConfig())
-        peak = args.peak_fp64 if prec == "float64" else args.peak_fp32
-        bound = peak / (plan.prop_samples * flops_per_product(scheme)
-                        + plan.stage_steps * flops_per_step(scheme, prec))
-        log(f"== {args.model} {prec}: {S} states, {steps} RK4 steps and "
-            f"{sim.schedule.n_samples} samples per candidate; {plan.n_keys} keys, "
-            f"{plan.prop_samples} propagated samples, {plan.stage_steps} stage steps left; "
-            f"arithmetic bound {bound:.0f} candidates/s")
-        for text in args.variants.split(","):
-            config = LaunchConfig.parse(text)
-            row = {"precision": prec, "variant": config.name, "config": config.__dict__,
-                   "bound_candidates_per_s": bound}
-            t0 = time.perf_counter()
-            got = sim.run(check, "objective", launch_config=config)
-            row["compile_and_check_s"] = time.perf_counter() - t0
-            ok = ~(ref.fail.any(1) | got.fail.any(1))
-            row["check_rel_error_sgg"] = float(np.abs(got.sgg[ok] - ref.sgg[ok]).max()
-                                               / np.abs(ref.sgg[ok]).max())
-            row["check_rel_error_sgd"] = float(np.abs(got.sgd[ok] - ref.sgd[ok]).max()
-                                               / np.abs(ref.sgd[ok]).max())
-            row["check_fail_mismatch"] = int((ref.fail.any(1) != got.fail.any(1)).sum())
-            row.update(kernel_info(sim, config))
-            log(f"  {config.name:18s} compile+check {row['compile_and_check_s']:6.1f} s, "
-                f"rel. error {row['check_rel_error_sgg']:.1e}, "
-                f"regs {row.get('launch_registers', '-')}, "
-                f"local {row.get('launch_local_bytes', '-')} B")
-            row["runs"] = []
-            for n in map(int, args.populations.split(",")):
-                params = candidates(scheme, n, seed=n)
-                times = []
-                for _ in range(args.repeats):
-                    res = sim.run(params, "objective", launch_config=config)
-                    times.append(res.timings["total_s"])
-                total = float(np.median(times))
-                run = {"population": n, "run_s": total, "candidates_per_s": n / total,
-                       "model_steps_per_s": n * steps / total,
-                       "failed": int((res.fail != 0).any(1).sum()),
-                       "share_of_bound": n / total / bound}
-                if args.backend == "cuda":
-                    call = sim.prepare_launch(params, config)
-                    ms = event_ms(call, args.repeats)
-                    run["kernel_ms"] = ms
-                    run["kernel_candidates_per_s"] = n / (ms * 1e-3)
-                    run["stage_ms"] = {name: event_ms(stage, args.repeats)
-                                       for name, stage in call.stages}
-                log(f"    N={n:6d} {total:7.3f} s/generation {n / total:10.0f} candidates/s "
-                    f"({n * steps / total:.2e} model-steps/s, {100 * n / total / bound:.1f} % "
-                    f"of bound)" + (f"; kernels {run['kernel_ms']:.1f} ms (" + ", ".join(
-                        f"{k} {v:.1f}" for k, v in run["stage_ms"].items()) + ")"
-                        if 'kernel_ms' in run else ""))
-                row["runs"].append(run)
-            result["rows"].append(row)
-            write(result, out)  # after every variant: a run cut short keeps what it measured
+              "exchange_ms": exchanges, "measured_ms": measured, "filter": args.filter,
+              "rows": []}
+    cases = [(x, [standard_protocol(n, exchange=x) for n in STANDARD]) for x in exchanges]
+    for x in measured:
+        with tempfile.TemporaryDirectory() as folder:
+            spec = ExchangeSpec(open_tip(Path(folder) / "tip.csv", x))
+            cases.append((f"measured {x:g}",
+                          [apply_exchange(standard_protocol(n), spec) for n in STANDARD]))
+    for exchange, protocols in cases:
+        for prec in args.precisions.split(","):
+            measure(args, scheme, protocols, exchange, prec, result, out, log)
     return 0
+
+
+def open_tip(path: Path, ten_ninety: float) -> Path:
+    """A synthetic open-tip junction current: one 5 ms pulse with tanh edges of the given
+    10-90 % time, sampled every 2 µs, 0.5 % noise, as a CSV file."""
+    t = np.arange(0.0, 9.0, 0.002)
+    tau = ten_ninety / (2.0 * np.arctanh(0.8))
+
+    def edge(s):
+        return 0.5 * (1.0 + np.tanh(s / tau))
+
+    y = -200.0 * edge(t - 2.0) * (1.0 - edge(t - 7.0))
+    y += np.random.default_rng(0).normal(0.0, 1.0, t.size)
+    path.write_text("time_ms,junction_pA\n" + "".join(f"{a:.4f},{b:.5f}\n"
+                                                        for a, b in zip(t, y)))
+    return path
+
+
+def plan_counts(plan, n_states: int) -> dict:
+    """The propagator plan's counts per candidate, over all sweeps (``build_steps``: the RK4
+    steps of building every key's matrix, S unit rows each)."""
+    return {"keys": plan.n_keys, "prop_samples": plan.prop_samples,
+            "edge_samples": plan.edge_samples, "stage_steps": plan.stage_steps,
+            "build_steps": n_states * sum(plan.key_steps), "stage_rows": plan.stage_rows}
+
+
+def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: dict,
+            out: Path, log) -> None:
+    """The rows of one exchange time and precision: every variant, every population."""
+    obj = objective_inputs(scheme, protocols)
+    S = scheme.n_states
+    filters = [parse_filter(args.filter)] * len(protocols) if args.filter else None
+    sim = Simulator(scheme, protocols, SolverOptions(backend=args.backend, precision=prec),
+                    objective=obj, filters=filters)
+    cpu = Simulator(scheme, protocols, SolverOptions(backend="cpu", precision=prec),
+                    objective=obj, filters=filters)
+    result["device"] = sim.device
+    plan = sim.propagator_plan()
+    steps = sim.schedule.total_steps
+    check = candidates(scheme, args.check, seed=7)
+    ref = cpu.run(check, "objective", launch_config=LaunchConfig())
+    peak = args.peak_fp64 if prec == "float64" else args.peak_fp32
+    # the matrices' builds count: an edge has as many keys as samples
+    built = S * sum(plan.key_steps)
+    bound = peak / (plan.prop_samples * flops_per_product(scheme)
+                    + (plan.stage_steps + built) * flops_per_step(scheme, prec))
+    log(f"== {args.model} {prec}, exchange {exchange} ms: {S} states, {steps} RK4 "
+        f"steps and {sim.schedule.n_samples} samples per candidate; {plan.n_keys} keys, "
+        f"{plan.prop_samples} propagated samples ({plan.edge_samples} on edges), "
+        f"{built} RK4 steps to build them, {plan.stage_steps} stage steps left; "
+        f"arithmetic bound {bound:.0f} candidates/s")
+    for text in args.variants.split(","):
+        config = LaunchConfig.parse(text)
+        row = {"precision": prec, "exchange_ms": exchange, "filter": args.filter,
+               "variant": config.name,
+               "config": config.__dict__, "bound_candidates_per_s": bound,
+               "plan": plan_counts(plan, S)}
+        t0 = time.perf_counter()
+        got = sim.run(check, "objective", launch_config=config)
+        row["compile_and_check_s"] = time.perf_counter() - t0
+        ok = ~(ref.fail.any(1) | got.fail.any(1))
+        row["check_rel_error_sgg"] = float(np.abs(got.sgg[ok] - ref.sgg[ok]).max()
+                                           / np.abs(ref.sgg[ok]).max())
+        row["check_rel_error_sgd"] = float(np.abs(got.sgd[ok] - ref.sgd[ok]).max()
+                                           / np.abs(ref.sgd[ok]).max())
+        row["check_fail_mismatch"] = int((ref.fail.any(1) != got.fail.any(1)).sum())
+        row.update(kernel_info(sim, config))
+        log(f"  {config.name:18s} compile+check {row['compile_and_check_s']:6.1f} s, "
+            f"rel. error {row['check_rel_error_sgg']:.1e}, "
+            f"regs {row.get('launch_registers', '-')}, "
+            f"local {row.get('launch_local_bytes', '-')} B")
+        row["runs"] = []
+        for n in map(int, args.populations.split(",")):
+            params = candidates(scheme, n, seed=n)
+            times = []
+            for _ in range(args.repeats):
+                res = sim.run(params, "objective", launch_config=config)
+                times.append(res.timings["total_s"])
+            total = float(np.median(times))
+            run = {"population": n, "run_s": total, "candidates_per_s": n / total,
+                   "model_steps_per_s": n * steps / total,
+                   "failed": int((res.fail != 0).any(1).sum()),
+                   "share_of_bound": n / total / bound}
+            if args.backend == "cuda":
+                call = sim.prepare_launch(params, config)
+                ms = event_ms(call, args.repeats)
+                run["kernel_ms"] = ms
+                run["kernel_candidates_per_s"] = n / (ms * 1e-3)
+                run["stage_ms"] = {name: event_ms(stage, args.repeats)
+                                   for name, stage in call.stages}
+            log(f"    N={n:6d} {total:7.3f} s/generation {n / total:10.0f} candidates/s "
+                f"({n * steps / total:.2e} model-steps/s, {100 * n / total / bound:.1f} % "
+                f"of bound)" + (f"; kernels {run['kernel_ms']:.1f} ms (" + ", ".join(
+                    f"{k} {v:.1f}" for k, v in run["stage_ms"].items()) + ")"
+                    if 'kernel_ms' in run else ""))
+            row["runs"].append(run)
+        result["rows"].append(row)
+        write(result, out)  # after every variant: a run cut short keeps what it measured
 
 
 if __name__ == "__main__":

@@ -179,6 +179,23 @@ def test_kernel_filter_equals_scipy_under_the_cuda_simulator(config, measured):
     _check_objective(res, want, gpu.schedule.sample_start, obj, 1e-9)
 
 
+@pytest.mark.parametrize("config", [LaunchConfig(block=32),
+                                    LaunchConfig(block=32, form="propagator", lanes=2, span=4)],
+                         ids=lambda c: c.name)
+def test_kernel_filter_in_float32_equals_scipy_under_the_cuda_simulator(config):
+    protocols = _mini_protocols()
+    filters = [BESSEL, BUTTER, None, Filter("bessel", 3, 4.0)]
+    obj = _objective_case(RT, protocols, np.random.default_rng(3))
+    gpu = Simulator(RT, protocols, backend="cuda", precision="float32", objective=obj,
+                    filters=filters)
+    params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
+    raw = gpu.run(params, "traces", launch_config=config, filtered=False)
+    want = _filtered_by_scipy(raw, protocols, filters)
+    got = gpu.run(params, "traces", launch_config=config)
+    assert not got.fail.any()
+    assert np.abs(got.traces - want).max() <= 1e-4 * np.abs(want).max()
+
+
 # ------------------------------------------------------------------------------ scales
 
 @pytest.mark.parametrize("amplitude", ["per-protocol", "per-sweep", "rundown"])

@@ -33,6 +33,7 @@ PUBLIC_MODULES = {
     "kingen.fitting.scales": True,
     "kingen.fitting.config": True,
     "kingen.experiment.chain": True,
+    "kingen.experiment.exchange": True,
     "kingen.store.runstore": True,
     "kingen.store.datasets": True,
     "kingen.experiment.measures": True,

@@ -1,23 +1,24 @@
 """The propagator form (p ← p + p·D, D = R(hQ)ⁿ − I) against the stage form with the same
 steps and against the exact reference; its lanes on the CUDA kernel under Numba's simulator;
-failure detection; the plan of which rows it takes."""
+failure detection; the plan of which rows it takes, recurring exchange edges included."""
 
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_solver import _mini_protocols, _objective_case
+from test_solver import _mini_protocols, _objective_case, _reference
 
 from kingen.codegen import generate_propagator
 from kingen.errors import KingenError
-from kingen.experiment.protocol import standard_protocol
+from kingen.experiment.protocol import Protocol, Pulse, Sweep, standard_protocol
 from kingen.model.scheme import Scheme
 from kingen.solve import Simulator, simulate_exact
 from kingen.solve.batch import ObjectiveInputs
 from kingen.solve.cuda import LaunchConfig, default_config
 from kingen.solve.options import SolverOptions
 from kingen.solve.plan import plan_propagator
+from kingen.solve.schedule import build_schedule, stage_concentrations
 
 MODELS = sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml"))
 STANDARD = ["deactivation", "desensitization", "recovery", "dose_response"]
@@ -258,3 +259,164 @@ def test_kingen_info_prints_the_generated_kernel_with_its_legend(capsys):
     assert main(["info", "--kernel", "stage"]) == 2
     assert capsys.readouterr().err.strip() == (
         "kingen: error: --kernel = 'stage': --kernel needs a scheme file")
+
+
+# ------------------------------------------------------------------ recurring exchange edges
+
+
+def _smooth_rows(schedule, w: int) -> list[int]:
+    rows = range(schedule.row_start[w], schedule.row_start[w + 1])
+    return [r for r in rows if schedule.rows_i[r, 3]]
+
+
+def test_an_edge_that_recurs_shares_its_waveform_and_one_that_differs_keeps_its_own():
+    scheme = _scheme("robert_howe_2003")
+
+    def sweep(label: str, start: float, duration: float = 20.0) -> Sweep:
+        return Sweep(label, duration, 0.02, pulses=(Pulse(start, 5.0, 10.0, 0.2, 0.2),))
+
+    # the same edge at 2 ms, at 2102 ms (its times rounded otherwise), 1e-6 ms later, and
+    # half a sample later
+    sweeps = [sweep("a", 2.0), sweep("late", 2102.0, 2120.0), sweep("shifted", 2.0 + 1e-6),
+              sweep("off grid", 2.01)]
+    schedule = build_schedule(scheme, sweeps)
+    first = _smooth_rows(schedule, 0)
+    assert len(first) == 6  # head, samples and tail of the rise and of the decay
+    late = _smooth_rows(schedule, 1)
+    assert [schedule.row_conc[r] for r in late] == [schedule.row_conc[r] for r in first]
+    assert [schedule.rows_f[r, 1] for r in late] == [schedule.rows_f[r, 1] for r in first]
+    for w in (2, 3):
+        own = {int(schedule.row_conc[r]) for r in _smooth_rows(schedule, w)}
+        assert not own & {int(schedule.row_conc[r]) for r in first}
+    # what every row reads is its own waveform, to 1e-8 of the pulse at most (a far tail,
+    # within 1e-9 of 0 or 10 mM, may serve another), and exactly for the row that wrote it
+    written: set[int] = set()
+    for w, sweep_ in enumerate(sweeps):
+        for r in _smooth_rows(schedule, w):
+            n = 3 * schedule.rows_i[r, 0] * schedule.rows_i[r, 1]
+            start = int(schedule.row_conc[r])
+            read = schedule.conc[start:start + n]
+            own = stage_concentrations(sweep_, list(schedule.rows_f[r]), list(schedule.rows_i[r]))
+            assert np.abs(read - own).max() <= 1e-8 * 10.0
+            if start not in written:
+                np.testing.assert_array_equal(read, own)
+                written.add(start)
+
+
+@pytest.mark.parametrize("every_constant_row", [False, True])
+def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_steps(
+        every_constant_row):
+    scheme = _scheme("robert_howe_2003")
+    protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
+    sim = Simulator(scheme, protocols, backend="cpu")
+    schedule = sim.schedule
+    plan = plan_propagator(scheme, schedule, every_constant_row=every_constant_row)
+    rows_i = schedule.rows_i
+    smooth = rows_i[:, 3] == 1
+    steps = rows_i[:, 0] * rows_i[:, 1]
+    sweep_of = np.repeat(np.arange(sim.n_sweeps), np.diff(schedule.row_start))
+    ten = np.array([sim.sweeps[w].pulses[0].concentration == 10.0 for w in sweep_of])
+    # the 10 mM edges recur 21 times over the set; each dose-response edge once
+    keyed = plan.row_key >= 0
+    assert keyed[smooth & ten].all() and not keyed[smooth & ~ten].any()
+    assert plan.edge_rows and plan.edge_samples == rows_i[smooth & ten, 1].sum() == 2016
+    assert plan.stage_steps == steps[~keyed].sum()
+    assert plan.stage_steps < steps[smooth].sum() / 8  # 142,856 steps before, 15,008 now
+    assert plan.prop_samples == rows_i[keyed, 1].sum()
+    edge_keys = plan.keys_conc >= 0
+    assert not edge_keys[:plan.n_span_keys].any() and edge_keys[plan.n_span_keys:].all()
+    # 21 uses per sample; an edge's far tail (within 1e-9 of 10 mM or of 0) serves both the
+    # rise's last and the decay's first interval
+    assert sorted({u for u, edge in zip(plan.key_uses, edge_keys) if edge}) == [21, 42]
+    assert plan.n_keys - plan.n_span_keys == 94
+    # repetition j of an edge row reads conc from its own sample on
+    for r in np.nonzero(smooth & keyed)[0]:
+        n, k = rows_i[r, 0], plan.row_key[r]
+        for j in range(rows_i[r, 1]):
+            assert plan.keys_conc[k + j] == schedule.row_conc[r] + 3 * n * j
+            assert plan.keys_f[k + j, 0] == schedule.rows_f[r, 1] and plan.keys_i[k + j] == n
+
+
+def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_size():
+    scheme = _scheme("robert_howe_2003")
+    protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
+    sim = Simulator(scheme, protocols, backend="cpu")
+    assert sim.propagator_plan().edge_samples > 0
+    prop = sim.run(scheme.values[None], "traces", launch_config=PROP)
+    stage = sim.run(scheme.values[None], "traces", launch_config=STAGE)
+    assert not prop.fail.any() and not stage.fail.any()
+    for w in range(sim.n_sweeps):
+        a, b = prop.sweep_trace(0, w), stage.sweep_trace(0, w)
+        err = np.abs(a - b).max() / np.abs(b).max()
+        # float64 rounding; over the 10⁵ products of the longest recovery sweeps the
+        # total probability drifts by ~1e-12 (as with ideal steps: 2e-12 there)
+        assert err <= (1e-12 if a.size < 50_000 else 1e-11), (sim.sweeps[w].label, err)
+    exact = [c for p in protocols for c in _reference(
+        next(m for m in MODELS if m.stem == "robert_howe_2003"), p.name)]
+    assert _peak_errors(prop, exact, scheme, protocols) <= 1e-6
+    # the fit's path: spans of 16 on constant rows between the edges' single products
+    obj = _objective_case(scheme, protocols, np.random.default_rng(3))
+    fit = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    assert fit.launch_config().span == 16
+    params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                     scheme.upper)
+    got = fit.run(params, "objective")
+    one = fit.run(params, "objective", launch_config=PROP)
+    assert not got.fail.any()
+    np.testing.assert_allclose(got.sgg, one.sgg, rtol=1e-11)
+    np.testing.assert_allclose(got.sgd, one.sgd, rtol=1e-11)
+    np.testing.assert_allclose(got.windows, one.windows, rtol=1e-11, atol=1e-14)
+
+
+def test_float32_propagator_meets_its_bound_with_recurring_edges():
+    scheme = _scheme("robert_howe_2003")
+    protocols = [standard_protocol("recovery", exchange=0.2)]  # the 10 mM edges, 18 times
+    sim = Simulator(scheme, protocols, backend="cpu", precision="float32")
+    assert sim.propagator_plan().edge_samples > 0
+    got = sim.run(scheme.values[None], "traces", launch_config=PROP)
+    exact = simulate_exact(scheme, protocols[0]).currents
+    assert _peak_errors(got, exact, scheme, protocols) <= 1e-3
+
+
+def _edge_protocols() -> list[Protocol]:
+    """A train whose edges recur often enough to pay for their matrices (Jonas 1993: 9
+    times), and pulses whose edges occur once: 1e-6 ms later and half a sample later than
+    the train's."""
+    kw = dict(dt=0.05)
+    train = Sweep("train", 6.3, pulses=tuple(Pulse(0.3 + 0.6 * k, 0.3, 0.3, 0.05, 0.05)
+                                             for k in range(10)), **kw)
+    once = Sweep("once", 2.5, pulses=(Pulse(0.3 + 1e-6, 0.3, 0.3, 0.05, 0.05),
+                                      Pulse(1.325, 0.3, 0.3, 0.05, 0.05)), **kw)
+    return [Protocol("train", "train", (train,)), Protocol("once", "custom", (once,))]
+
+
+@pytest.mark.parametrize("lanes,span", [(1, 1), (4, 1), (8, 1), (2, 4), (4, 8)])
+def test_cuda_propagated_edges_under_simulator_match_the_cpu_stage_form(lanes, span):
+    scheme = _scheme("jonas_1993")  # few states: the simulator builds its matrices in Python
+    protocols = _edge_protocols()
+    obj = _objective_case(scheme, protocols, np.random.default_rng(lanes + span))
+    params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                     scheme.upper)
+    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    plan = gpu.propagator_plan()
+    smooth = gpu.schedule.rows_i[:, 3] == 1
+    train = np.arange(gpu.schedule.row_start[1])
+    assert (plan.row_key[train][smooth[train]] >= 0).all()  # the train's edges: products
+    once = np.arange(gpu.schedule.row_start[1], gpu.schedule.row_start[-1])
+    assert (plan.row_key[once][smooth[once]] < 0).all()  # the others: steps
+    config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
+    got, ref = _sums_against_the_cpu_stage_form(cpu, gpu, params, config)
+    np.testing.assert_allclose(got.sgg, ref.sgg, rtol=1e-12)
+    np.testing.assert_allclose(got.sgd, ref.sgd, rtol=1e-12)
+    np.testing.assert_allclose(got.windows, ref.windows, rtol=1e-12, atol=1e-15)
+    if span > 1:  # a trace takes one product per sample: the cases above cover it
+        return
+    traces = gpu.run(params, "traces", launch_config=config)
+    stage = cpu.run(params, "traces", launch_config=STAGE)
+    assert np.abs(traces.traces - stage.traces).max() <= 1e-12 * np.abs(stage.traces).max()
+    for cand in range(2):
+        exact = [c for p in protocols for c in simulate_exact(scheme, p, params[cand]).currents]
+        worst = max(float(np.abs(traces.sweep_trace(cand, w) * scheme.channels - e).max()
+                          / np.abs(e).max()) for w, e in enumerate(exact))
+        assert worst <= 1e-6

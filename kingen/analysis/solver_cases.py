@@ -56,8 +56,8 @@ def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "s
     ``Simulator.propagator_plan()``): building each M = R(hQ)ⁿ advances the S unit rows n
     steps, each propagator sample is one S×S vector-matrix product plus the add of p + p·D,
     and the rows left in stage form cost their RK4 steps. With ``span`` > 1 a sample costs
-    :func:`~kingen.solve.plan.flops_per_span_sample` and every key also builds its span
-    arrays.
+    :func:`~kingen.solve.plan.flops_per_span_sample` and every constant key also builds
+    its span arrays; edge samples (``plan.edge_samples``) are one product each whatever the span.
     """
     fps = flops_per_step(scheme, precision)
     if form != "propagator":
@@ -67,8 +67,10 @@ def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "s
                           field="form", value=form)
     build = sum(scheme.n_states * int(n) * fps for n in plan.key_steps)
     if span > 1:
-        build += int(plan.n_keys) * flops_per_span_build(scheme, span)
-        samples = int(plan.prop_samples) * flops_per_span_sample(scheme, span)
+        build += int(plan.n_span_keys) * flops_per_span_build(scheme, span)
+        edges = int(plan.edge_samples)
+        samples = ((int(plan.prop_samples) - edges) * flops_per_span_sample(scheme, span)
+                   + edges * flops_per_product(scheme))
     else:
         samples = int(plan.prop_samples) * flops_per_product(scheme)
     return float(build + samples + int(plan.stage_steps) * fps)
@@ -149,7 +151,7 @@ class SolverProblem:
             if plan is not None:
                 per += 2 * int(plan.n_keys) * s * s * item
                 if config.span > 1:  # the span arrays, written once and read back
-                    per += 2 * int(plan.n_keys) * s * (config.span + s) * item
+                    per += 2 * int(plan.n_span_keys) * s * (config.span + s) * item
         return float(self.n_candidates * per)
 
     def worker_args(self, config) -> list[str]:

@@ -51,9 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--protocol", required=True,
                      help="standard protocol (deactivation, desensitization, recovery, "
                           "dose_response) or a protocol TOML file")
-    sim.add_argument("--exchange", type=float, default=None,
+    sim.add_argument("--exchange", default=None, metavar="MS|FILE[:MODE]",
                      help="10-90%% solution exchange time of standard protocols, ms "
-                          "(default 0: ideal steps)")
+                          "(default 0: ideal steps); or a measured open-tip junction "
+                          "current CSV (time_ms, current) for any protocol, as a template "
+                          "of every edge (FILE or FILE:template) or one waveform per sweep "
+                          "(FILE:sweep)")
     sim.add_argument("--dt", type=float, default=None,
                      help="sampling interval of standard protocols, ms (default 0.02)")
     sim.add_argument("--solver", choices=("exact", "rk4"), default="exact",
@@ -150,20 +153,49 @@ def _load_protocol(args: argparse.Namespace):
     )
 
     force = getattr(args, "force", False)
+    exchange, measured = _exchange_option(getattr(args, "exchange", None))
     if args.protocol in STANDARD_PROTOCOLS:
         kwargs = {}
-        if args.exchange is not None:
-            kwargs["exchange"] = args.exchange
+        if exchange is not None:
+            kwargs["exchange"] = exchange
         if args.dt is not None:
             kwargs["dt"] = args.dt
         protocol = standard_protocol(args.protocol, **kwargs, force=True)
         check_size(protocol, file=None, field="--dt", value=protocol.sweeps[0].dt,
                    force=force)
-        return protocol
-    if args.exchange is not None or args.dt is not None:
-        raise KingenError("--exchange and --dt apply to standard protocols; set them in the "
-                          "protocol file", field="--protocol", value=args.protocol)
-    return load_protocol(args.protocol, force=force)
+    elif exchange is not None or args.dt is not None:
+        raise KingenError("--exchange (a time) and --dt apply to standard protocols; set "
+                          "them in the protocol file", field="--protocol", value=args.protocol)
+    else:
+        protocol = load_protocol(args.protocol, force=force)
+    if measured is not None:
+        from kingen.experiment.exchange import apply_exchange
+
+        protocol = apply_exchange(protocol, measured)
+    return protocol
+
+
+def _exchange_option(text: str | None):
+    """``--exchange``: a 10-90 % time (ms), or a measured waveform ``FILE[:MODE]``."""
+    from kingen.experiment.exchange import EXCHANGE_MODES, ExchangeSpec
+
+    if text is None:
+        return None, None
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if not (math.isfinite(value) and value >= 0):
+            raise KingenError("exchange time must be >= 0 ms", field="--exchange", value=text)
+        return value, None
+    name, _, mode = text.rpartition(":")
+    if mode not in EXCHANGE_MODES:
+        name, mode = text, "template"
+    if not Path(name).is_file():
+        raise KingenError("neither a time (ms) nor a waveform file that exists",
+                          field="--exchange", value=text)
+    return None, ExchangeSpec(Path(name), mode, text, None, "--exchange")
 
 
 def output_path(path: Path | None, flag: str, suffixes: tuple[str, ...] = ()) -> Path | None:
@@ -245,6 +277,9 @@ def _check_simulate_outputs(args: argparse.Namespace, csv_path: Path | None,
     inputs = {args.model: "the scheme being simulated"}
     if args.protocol not in STANDARD_PROTOCOLS:
         inputs[args.protocol] = "the protocol file being simulated"
+    measured = _exchange_option(args.exchange)[1]
+    if measured is not None:
+        inputs[str(measured.path)] = "the exchange waveform being simulated"
     if csv_path and plot_path and same_file(csv_path, plot_path):
         raise KingenError("--csv and --plot name the same file: give each its own",
                           file=str(csv_path), field="--plot")

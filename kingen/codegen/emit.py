@@ -153,13 +153,15 @@ class Emitter:
             terms += [f"+ k{m} * {src}{t.source}" for m, t in enumerate(T) if t.target == j]
             self(f"{ind}f{j} = " + " ".join(terms).lstrip("+ ").replace("- q", "-q", 1))
 
-    def rk4_step(self, ind: str, smooth: bool) -> None:
-        """One classical RK4 step of size ``h`` (``hh`` = h/2, ``h6`` = h/6) on ``p{i}``."""
+    def rk4_step(self, ind: str, smooth: bool,
+                 conc_index: str = "row_conc[r] + 3 * (rep * nsteps + it)") -> None:
+        """One classical RK4 step of size ``h`` (``hh`` = h/2, ``h6`` = h/6) on ``p{i}``;
+        with ``smooth`` its concentrations are ``conc[conc_index + stage]``."""
         a, S, F = self, self.scheme.n_states, self.cast
         if smooth:
             # the concentrations at the step's three stage times, computed once on the host
             # for every candidate (kingen.solve.schedule.stage_concentrations)
-            a(f"{ind}ci = row_conc[r] + 3 * (rep * nsteps + it)")
+            a(f"{ind}ci = {conc_index}")
             a(f"{ind}cc = {F}(conc[ci])")
             self.rates(ind, "cc", True)
         self.deriv(ind, "p")

@@ -8,13 +8,16 @@ S×S product per sample whatever n is.
 
 Two functions are generated besides ``conc_at``:
 
-- ``build_thread(c, k, i, P, keys_f, keys_i, D)`` advances the unit vector eᵢ through the n
-  RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n) for candidate c, in float64
-  whatever the precision, and stores row i of D = M − I in ``D[k, i, :, c]``. D rather
-  than M because float32 keeps D's small entries to full relative precision, where
-  1 − 10⁻⁶ on M's diagonal would lose most of its digits.
+- ``build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D)`` advances the unit
+  vector eᵢ through the n RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n;
+  an edge sample's key reads its stage concentrations from ``conc[keys_conc[k]]`` on, as
+  the stage form does) for candidate c, in float64 whatever the precision, and stores row i
+  of D = M − I in ``D[k, i, :, c]``. D rather than M because float32 keeps D's small
+  entries to full relative precision, where 1 − 10⁻⁶ on M's diagonal would lose most of
+  its digits.
 - ``run_thread`` walks a sweep's rows like the stage form; a row with ``row_key[r]`` ≥ 0
-  takes p ← p + p·D once per repetition, any other row takes the stage form's steps.
+  takes p ← p + p·D once per repetition (an edge row the next key at each repetition), any
+  other row takes the stage form's steps.
 
 With ``lanes`` = L > 1 (GPU only) L consecutive threads share one (candidate, sweep) pair:
 each holds ⌈S/L⌉ columns of D in registers, and the occupancies travel through a small
@@ -75,21 +78,40 @@ def _d_index(layout: str, k: str, i: str, j: str) -> str:
     return f"{k}, {i}, {j}, c" if layout == "gpu" else f"c, {k}, {i}, {j}"
 
 
-def _build(a: Emitter, d_flush: float, layout: str) -> None:
+def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
     S = a.scheme.n_states
     a("@DEVICE")
-    a("def build_thread(c, k, i, P, keys_f, keys_i, D):")
+    a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
     ind = "    "
     a.base_rates(ind)
-    a(f"{ind}cc = F64(keys_f[k, 1])")
-    a.rates(ind, "cc", False)
+    if edges:
+        # an edge sample's key: the stage form's steps at its concentrations, from
+        # conc[keys_conc[k]] on
+        a(f"{ind}ck = keys_conc[k]")
+        a(f"{ind}if ck < 0:")
+        const = ind + "    "
+    else:
+        const = ind
+    a(f"{const}cc = F64(keys_f[k, 1])")
+    a.rates(const, "cc", False)
+    if edges:
+        a(f"{ind}else:")
+        a.constant_rates_of_smooth_rows(const)
     a(f"{ind}h = F64(keys_f[k, 0])")
     a(f"{ind}hh = F64(0.5) * h")
     a(f"{ind}h6 = h / F64(6.0)")
     for j in range(S):
         a(f"{ind}p{j} = F64(1.0) if i == {j} else F64(0.0)")
-    a(f"{ind}for it in range(keys_i[k]):")
-    a.rk4_step(ind + "    ", smooth=False)
+    if edges:
+        a(f"{ind}if ck < 0:")
+        a(f"{const}for it in range(keys_i[k]):")
+        a.rk4_step(const + "    ", smooth=False)
+        a(f"{ind}else:")
+        a(f"{const}for it in range(keys_i[k]):")
+        a.rk4_step(const + "    ", smooth=True, conc_index="ck + 3 * it")
+    else:
+        a(f"{ind}for it in range(keys_i[k]):")
+        a.rk4_step(ind + "    ", smooth=False)
     for j in range(S):
         a(f"{ind}x = p{j} - (F64(1.0) if i == {j} else F64(0.0))")
         # entries this small change no result; zeroing them keeps CPU products normal
@@ -166,7 +188,7 @@ def _whole_state_sample(a: Emitter, ind: str, ind2: str, mode: str, with_occupan
 
 
 def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
-                  target: str) -> None:
+                  target: str, per_sample: bool = False) -> None:
     """A propagated row when one thread holds the whole state.
 
     On the GPU the thread also holds D in registers (``d{i}_{j}``, loaded once per row). A
@@ -175,11 +197,19 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     sample than loops over arrays, which the compiler cannot keep in registers). It indexes
     ``D`` itself: a view ``D[c, kk]`` would take a reference to D's one shared reference
     count per row, an atomic operation that every core's thread contends for.
+
+    With ``per_sample`` (an edge row) repetition j takes key ``kk`` + j, read from memory
+    at each product on either target.
     """
     S, F = a.scheme.n_states, a.cast
     if target == "cpu":
+        key = "ks" if per_sample else "kk"
+
         def entry(i: int, j: int) -> str:
-            return f"D[c, kk, {i}, {j}]"
+            return f"D[c, {key}, {i}, {j}]"
+    elif per_sample:
+        def entry(i: int, j: int) -> str:
+            return f"{F}(D[ks, {i}, {j}, c])"
     else:
         for i in range(S):
             for j in range(S):
@@ -188,6 +218,8 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
         def entry(i: int, j: int) -> str:
             return f"d{i}_{j}"
     a.prefetch(ind, mode, 1)
+    if per_sample:
+        a(f"{ind}ks = kk")
     a(f"{ind}for rep in range(nrep):")
     ind2 = ind + "    "
     for j in range(S):
@@ -195,14 +227,18 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     for j in range(S):
         a(f"{ind2}p{j} = n{j}")
         a.flush(ind2, f"p{j}", f"e{j}" if a.compensated else None)
+    if per_sample:
+        a(f"{ind2}ks += 1")
     _whole_state_sample(a, ind, ind2, mode, with_occupancy, [f"p{i}" for i in range(S)])
 
 
-def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
+def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int, per_sample: bool = False) -> None:
     """A propagated row shared by ``lanes`` threads, each holding C columns of D.
 
     The two halves of the pair's buffer alternate: the repetitions are unrolled by two so
-    that each half is a fixed slice, read and written at constant offsets.
+    that each half is a fixed slice, read and written at constant offsets. With
+    ``per_sample`` (an edge row) repetition j takes key ``kk`` + j, its columns loaded at
+    each product; its samples are counted by every lane alike, as stage-form samples are.
     """
     S, F = a.scheme.n_states, a.cast
     C = padded_states(S, lanes) // lanes
@@ -211,11 +247,19 @@ def _lanes_row(a: Emitter, ind: str, mode: str, lanes: int) -> None:
         a(f"{ind}o{k} = own0[{k}]")
         if a.compensated:
             a(f"{ind}oe{k} = {F}(0.0)")
-        for i in range(S):
-            a(f"{ind}d{i}_{k} = {F}(D[kk, {i}, U(col + {k}), c])")
+        if not per_sample:
+            for i in range(S):
+                a(f"{ind}d{i}_{k} = {F}(D[kk, {i}, U(col + {k}), c])")
     a.prefetch(ind, mode, 1)
+    if per_sample:
+        a(f"{ind}ks = kk")
 
     def sample(ind2: str, src: str, dst: str) -> None:
+        if per_sample:
+            for k in range(C):
+                for i in range(S):
+                    a(f"{ind2}d{i}_{k} = {F}(D[ks, {i}, U(col + {k}), c])")
+            a(f"{ind2}ks += 1")
         for i in range(S):
             a(f"{ind2}v{i} = {src}[{i}]")
         for k in range(C):
@@ -298,7 +342,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                         flush_below: float = 0.0, d_flush: float = 1e-150,
                         stage_rows: str = "all", n_windows: int = N_WINDOWS,
                         target: str = "cuda", span: int = 1, n_sections: int = 0,
-                        with_sum: bool = False) -> GeneratedCode:
+                        with_sum: bool = False, edge_rows: bool = False) -> GeneratedCode:
     """Python source of the propagator-form solver (``build_thread`` and ``run_thread``).
 
     Parameters
@@ -333,6 +377,10 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         The recording's filter and the extra sum, as for :func:`kingen.codegen.generate`.
         On the GPU a span's currents, computed by different lanes, pass through the
         filter in order: the lanes share them through the pair's shared memory.
+    edge_rows
+        Whether rows whose concentration varies take products too, one key per sample
+        (:attr:`kingen.solve.plan.PropagatorPlan.edge_rows`): one product per sample,
+        with lanes as without spans.
 
     Examples
     --------
@@ -359,7 +407,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                 n_sections=n_sections, with_sum=with_sum)
     a.legend()
     builder = Emitter(scheme, cast="F64")
-    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu")
+    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu", edge_rows)
     if span > 1 and target == "cpu":
         emit_span_build_cpu(builder, span, d_flush)
     elif span > 1:
@@ -386,7 +434,15 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     ind2 = ind + "    "
     a.step_sizes(ind2)
     a(f"{ind2}kk = row_key[r]")
-    a(f"{ind2}if kk >= 0:")
+    if edge_rows:
+        a(f"{ind2}if kk >= 0 and rows_i[r, 3] != 0:")
+        if lanes == 1:
+            _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target, per_sample=True)
+        else:
+            _lanes_row(a, ind2 + "    ", mode, lanes, per_sample=True)
+        a(f"{ind2}elif kk >= 0:")
+    else:
+        a(f"{ind2}if kk >= 0:")
     if span > 1 and target == "cpu":
         emit_span_row_cpu(a, ind2 + "    ", span)
     elif span > 1:

@@ -507,3 +507,30 @@ frequency (25 kHz) of sweeps sampled every 0.02 ms
 __all__ = ["AMPLITUDES", "FILTER_KINDS", "MAX_POLES", "MAX_RESPONSE_SAMPLES", "MIN_POLES",
            "OFFSETS", "SECTION_VALUES", "Chain", "Filter", "check_filter", "design_sos",
            "fir_sos", "parse_filter", "read_chain", "read_filter", "read_response"]
+
+
+def filter_sections(protocols: list, filters: list | None) -> np.ndarray | None:
+    """Each sweep's filter as the kernels read it: (n_sweeps, n_sections, 7), the sections
+    of :meth:`kingen.experiment.chain.Filter.sections` at the sweep's sampling interval,
+    padded with pass-through sections (b = 1, 0, 0; a = 1, 0, 0: exactly y = x) where a
+    sweep's filter has fewer, or it has none. None when no protocol has a filter.
+
+    >>> from kingen.experiment.protocol import standard_protocol
+    >>> p = [standard_protocol("deactivation"), standard_protocol("desensitization")]
+    >>> f = filter_sections(p, [Filter("bessel", 4, 2.0), None])
+    >>> f.shape, f[1].tolist()
+    ((2, 2, 7), [[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    """
+    if filters is None or all(f is None for f in filters):
+        return None
+    if len(filters) != len(protocols):
+        raise ValueError(f"{len(filters)} filters for {len(protocols)} protocols")
+    per_sweep = [None if f is None else f.sections(s.dt)
+                 for p, f in zip(protocols, filters, strict=True) for s in p.sweeps]
+    width = max(x.shape[0] for x in per_sweep if x is not None)
+    out = np.zeros((len(per_sweep), width, SECTION_VALUES))
+    out[:, :, 0] = 1.0
+    for k, x in enumerate(per_sweep):
+        if x is not None:
+            out[k, : x.shape[0]] = x
+    return out

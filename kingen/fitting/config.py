@@ -62,7 +62,9 @@ force = false               # lift the size limits of kingen.model.limits (as --
 [[protocols]]
 protocol = "deactivation"   # standard name, or a protocol TOML file
 name = "deactivation"       # default: the protocol's own name; must be unique
-exchange = 0.2              # standard protocols: 10-90 % exchange time, ms (default 0)
+exchange = 0.2              # standard protocols: 10-90 % exchange time, ms (default 0);
+                            #   any protocol: a measured waveform, { file = "tip.csv",
+                            #   mode = "template" | "sweep" } (time_ms, junction current)
 dt = 0.05                   # standard protocols: sampling interval, ms
                             #   (default: the recording's, else 0.02)
 recording = "deact.csv"     # CSV, NWB or ABF; or a list of files (sweeps in order)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from kingen.experiment.chain import check_filter, read_chain
+from kingen.experiment.exchange import apply_exchange, read_exchange_spec
 from kingen.experiment.protocol import (
     STANDARD_PROTOCOLS,
     check_size,
@@ -67,9 +68,12 @@ def read_protocol(c: ConfigFields, t: dict, i: int, base: Path, force: bool = Fa
                                   for k in range(r.n_sweeps)):
             raise c.error("empty recording: no sweeps", f"{w}.recording", str(p))
     standard = spec in STANDARD_PROTOCOLS
+    measured = None
+    if isinstance(t.get("exchange"), dict):  # a measured waveform, for any protocol
+        measured = read_exchange_spec(c, t["exchange"], f"{w}.exchange", base)
     if standard:
         dt_default = recording_dt(recs) or 0.02
-        exchange = c.number(t, "exchange", w, 0.0, ge=0.0)
+        exchange = 0.0 if measured else c.number(t, "exchange", w, 0.0, ge=0.0)
         dt = c.number(t, "dt", w, dt_default, gt=0.0)
         protocol = standard_protocol(spec, exchange=exchange, dt=dt, force=True)
         check_size(protocol, file=c.file, field=f"{w}.dt", value=dt, force=force)
@@ -79,10 +83,12 @@ def read_protocol(c: ConfigFields, t: dict, i: int, base: Path, force: bool = Fa
             raise c.error(f"not a standard protocol ({', '.join(STANDARD_PROTOCOLS)}) and no "
                           "such protocol file", f"{w}.protocol", spec)
         for key in ("exchange", "dt"):
-            if key in t:
+            if key in t and not (key == "exchange" and measured):
                 raise c.error("only for standard protocols (set it in the protocol file)",
                               f"{w}.{key}", t[key])
         protocol = load_protocol(p, force=force)
+    if measured is not None:
+        protocol = apply_exchange(protocol, measured)
     name = c.string(t, "name", w, None)
     if name is not None:
         protocol = replace(protocol, name=name)

@@ -22,7 +22,7 @@ import numpy as np
 from kingen._version import __version__
 from kingen.base.files import FITTED_MARK, atomic_write, check_replaceable
 from kingen.errors import KingenError
-from kingen.experiment.protocol import distinct_labels
+from kingen.experiment.protocol_file import distinct_labels
 from kingen.experiment.recordings import Recording, write_csv, write_nwb
 from kingen.model.fields import loads_toml
 from kingen.model.scheme import Scheme

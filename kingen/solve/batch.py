@@ -12,83 +12,33 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-import numba
 import numpy as np
 
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
 from kingen.codegen.propagator import padded_states
 from kingen.errors import KingenError
-from kingen.experiment.chain import SECTION_VALUES
+from kingen.experiment.chain import SECTION_VALUES, filter_sections
 from kingen.experiment.protocol import Protocol
 from kingen.model.scheme import Scheme
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
+from kingen.solve.cpu import run_on_cpu
 from kingen.solve.inputs import checked_transpose
 from kingen.solve.options import SolverOptions, options_from_keywords
 from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.rest import rest_occupancy_batch
-from kingen.solve.schedule import Schedule, build_schedule, protocol_sweeps
+from kingen.solve.results import BatchResult, ObjectiveInputs
+from kingen.solve.schedule import build_schedule, protocol_sweeps
 
 log = logging.getLogger("kingen")
 
 # Tolerance on probabilities (range and conservation) before a candidate is failed.
 TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
-# The CPU propagator builds its matrices in chunks of candidates of at most this many bytes.
-_CPU_D_BYTES = 64 * 2**20
 _BUILD_BLOCK = 128
 # matched from the message's start, which numba-cuda may open with a terminal's bold code
 _LOW_OCCUPANCY = r"(\x1b\[[0-9;]*m)?Grid size \d+ will likely result in GPU under-utilization"
-
-
-@dataclass
-class ObjectiveInputs:
-    """What the objective mode compares against, on the schedule's sample grid.
-
-    ``data`` and ``weight`` have one entry per sample of every sweep (sweeps concatenated);
-    ``windows`` (n_sweeps, 4, 3) int: first sample, last sample, op (0 peak, 1 sum, −1 none).
-    ``sum_g``: also reduce Σw·g per (candidate, sweep), which fitted offsets need.
-    """
-
-    data: np.ndarray
-    weight: np.ndarray
-    windows: np.ndarray
-    sum_g: bool = False
-
-
-@dataclass
-class BatchResult:
-    """What a batch returns.
-
-    Objective mode: ``sgg`` = Σ w·g², ``sgd`` = Σ w·g·d per (candidate, sweep), where g is
-    the current of one channel (pA), through the recording's filter when it has one, and d
-    the data; ``sg`` = Σ w·g when the inputs ask for it (else None); ``windows``
-    (N, n_sweeps, 4, 2) holds each window's value (peak or sum of g) and the sample index
-    of the peak.
-    Trace mode: ``traces`` (N, n_samples_total) current of one channel, pA, and
-    ``occupancy`` (N, n_samples_total, n_states) when asked for.
-    ``fail`` (N, n_sweeps): 0 ok, else a failure code (see :mod:`kingen.codegen`).
-    """
-
-    backend: str
-    device: str
-    precision: str
-    schedule: Schedule
-    fail: np.ndarray
-    sgg: np.ndarray | None = None
-    sgd: np.ndarray | None = None
-    sg: np.ndarray | None = None
-    windows: np.ndarray | None = None
-    traces: np.ndarray | None = None
-    occupancy: np.ndarray | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def sweep_trace(self, candidate: int, sweep: int) -> np.ndarray:
-        """The per-channel current of one candidate in one sweep, pA."""
-        assert self.traces is not None
-        a, b = self.schedule.sample_start[sweep], self.schedule.sample_start[sweep + 1]
-        return self.traces[candidate, a:b]
 
 
 class Simulator:
@@ -235,7 +185,8 @@ class Simulator:
                                    with_occupancy=with_occupancy, form=config.form,
                                    stage_rows=self.propagator_plan().stage_rows,
                                    n_windows=self._n_windows(mode), span=config.span,
-                                   n_sections=sections, with_sum=self._sums() == 3)
+                                   n_sections=sections, with_sum=self._sums() == 3,
+                                   edge_rows=self.propagator_plan().edge_rows)
             if while_solving is not None:
                 while_solving()
             t_compile = time.perf_counter()  # the callback's time is not the solve's
@@ -414,7 +365,8 @@ class Simulator:
                              lanes=config.lanes, block=config.block,
                              stage_rows=self.propagator_plan().stage_rows,
                              n_windows=self._n_windows(mode), span=config.span,
-                             n_sections=n_sections, with_sum=self._sums() == 3)
+                             n_sections=n_sections, with_sum=self._sums() == 3,
+                             edge_rows=self.propagator_plan().edge_rows)
 
     def _n_windows(self, mode: str) -> int:
         """Feature windows the objective uses (the kernel carries only these)."""
@@ -434,13 +386,14 @@ class Simulator:
 
     def _span_buffers(self, n: int, config) -> tuple:
         """The span arrays GV (key, row, sample, candidate) and DV (D's layout) on the
-        device, one pair per shape, rebuilt by every call."""
+        device, one pair per shape, rebuilt by every call; the constant keys have them
+        (one key's worth at least: a device array is never empty)."""
         from numba import cuda
 
-        plan = self.propagator_plan()
+        keys = max(1, self.propagator_plan().n_span_keys)
         S = self.scheme.n_states
-        shapes = ((plan.n_keys, S, config.span, n),
-                  (plan.n_keys, S, padded_states(S, config.lanes), n))
+        shapes = ((keys, S, config.span, n),
+                  (keys, S, padded_states(S, config.lanes), n))
         key = ("span", shapes, np.dtype(self.precision).str)
         d = self._device_arrays
         if key not in d:
@@ -463,77 +416,9 @@ class Simulator:
 
     def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                   fail: np.ndarray) -> None:
-        # Sweeps differ in cost by orders of magnitude (a recovery sweep runs seconds of
-        # protocol, a deactivation sweep milliseconds), and Numba's default static split
-        # hands whole blocks of the expensive ones to a few threads. Handing out one
-        # (candidate, sweep) pair at a time costs nothing next to a pair's work.
-        previous = numba.set_parallel_chunksize(1)
-        try:
-            if config.form == "stage":
-                module.launch(P.shape[1], self.n_sweeps, *self._common_args(P, S0),
-                              TOLERANCE[self.precision], *extra, fail)
-            else:
-                self._cpu_propagate(module, config, P, S0, extra, fail)
-        finally:
-            numba.set_parallel_chunksize(previous)
-
-    def _cpu_propagate(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
-                       fail: np.ndarray) -> None:
-        """The propagator form on the CPU, in chunks of candidates whose matrices stay
-        within a few tens of MB (they are rebuilt every call; memory, not time, bounds
-        them)."""
-        plan = self.propagator_plan()
-        n = P.shape[1]
-        S = self.scheme.n_states
-        span = config.span
-        per_candidate = int(np.prod(self._d_shape(1, 1)))
-        if span > 1:
-            per_candidate += plan.n_keys * S * (span + S)
-        per_candidate = max(1, per_candidate * P.itemsize)
-        chunk = max(1, min(n, _CPU_D_BYTES // per_candidate))
-        s = self.schedule
-        for a in range(0, n, chunk):
-            b = min(n, a + chunk)
-            Pc, Sc = np.ascontiguousarray(P[:, a:b]), np.ascontiguousarray(S0[:, a:b])
-            D = np.empty(self._d_shape(b - a, 1), dtype=P.dtype)
-            spans: tuple = ()
-            if span > 1:
-                spans = (np.empty((b - a, plan.n_keys, span, S), dtype=P.dtype),
-                         np.empty((b - a, plan.n_keys, S, S), dtype=P.dtype))
-            if plan.n_keys:
-                module.build(b - a, plan.n_keys, Pc, plan.keys_f, plan.keys_i, D)
-                if spans:
-                    module.build_span(b - a, plan.n_keys, D, *spans)
-            if b - a == n:
-                out_extra, out_fail = extra, fail
-            else:
-                out_extra, out_fail = self._chunk_outputs(extra, fail, a, b)
-            module.launch(b - a, self.n_sweeps, Pc, Sc, s.rows_f, s.rows_i, s.row_start,
-                          plan.row_key, s.conc, s.row_conc, self.drive, self._flt(),
-                          s.sample_start, TOLERANCE[self.precision], D, *spans, *out_extra,
-                          out_fail)
-            if b - a != n:
-                self._chunk_write_back(extra, fail, out_extra, out_fail, a, b)
-
-    @staticmethod
-    def _chunk_outputs(extra: tuple, fail: np.ndarray, a: int, b: int):
-        if extra[0].ndim == 1:  # objective: data, weight, win, out (value, N, n_sweeps)
-            return (extra[0], extra[1], extra[2], np.zeros_like(extra[3][:, a:b])), \
-                np.zeros_like(fail[:, a:b])
-        occ = extra[1] if extra[1].shape[0] == 1 else np.empty_like(extra[1][a:b])
-        return (np.empty_like(extra[0][a:b]), occ, extra[2], extra[3]), \
-            np.zeros_like(fail[:, a:b])
-
-    @staticmethod
-    def _chunk_write_back(extra: tuple, fail: np.ndarray, out_extra: tuple,
-                          out_fail: np.ndarray, a: int, b: int) -> None:
-        fail[:, a:b] = out_fail
-        if extra[0].ndim == 1:
-            extra[3][:, a:b] = out_extra[3]
-        else:
-            extra[0][a:b] = out_extra[0]
-            if extra[1].shape[0] != 1:
-                extra[1][a:b] = out_extra[1]
+        run_on_cpu(module, config, P, S0, extra, fail, plan=self.propagator_plan(),
+                   schedule=self.schedule, drive=self.drive, flt=self._flt(),
+                   tol=TOLERANCE[self.precision])
 
     def _cuda_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                    fail: np.ndarray, mode: str):
@@ -577,6 +462,7 @@ class Simulator:
                 d["row_key"] = cuda.to_device(plan.row_key)
                 d["keys_f"] = cuda.to_device(plan.keys_f)
                 d["keys_i"] = cuda.to_device(plan.keys_i)
+                d["keys_conc"] = cuda.to_device(plan.keys_conc)
             # D is rebuilt by every call before it is read: keep one buffer per shape
             # rather than paying a large allocation per generation
             d_key = ("D", self._d_shape(n, config.lanes), P.dtype.str)
@@ -594,18 +480,19 @@ class Simulator:
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
                 span_arrays + dev_extra + (dfail,)
             n_build = n * plan.n_keys * self.scheme.n_states
-            build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], dD)
+            build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], d["keys_conc"],
+                          d["conc"], dD)
             build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
         blocks = (total + config.block - 1) // config.block
 
         stages = []
         if build:
             stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
-            if span_arrays:
+            if span_arrays and plan.n_span_keys:
                 groups = module.SPAN_GROUPS
-                span_blocks = (n * plan.n_keys + groups - 1) // groups
+                span_blocks = (n * plan.n_span_keys + groups - 1) // groups
                 stages.append(("build_span", lambda: module.build_span[
-                    span_blocks, groups * self.scheme.n_states](n, plan.n_keys, dD,
+                    span_blocks, groups * self.scheme.n_states](n, plan.n_span_keys, dD,
                                                                 *span_arrays)))
         stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
 
@@ -619,34 +506,6 @@ class Simulator:
 
         call.stages = stages  # each kernel alone, in order, for timing them apart
         return call, list(dev_extra) + [dfail]
-
-
-def filter_sections(protocols: list[Protocol], filters: list | None) -> np.ndarray | None:
-    """Each sweep's filter as the kernels read it: (n_sweeps, n_sections, 7), the sections
-    of :meth:`kingen.experiment.chain.Filter.sections` at the sweep's sampling interval,
-    padded with pass-through sections (b = 1, 0, 0; a = 1, 0, 0: exactly y = x) where a
-    sweep's filter has fewer, or it has none. None when no protocol has a filter.
-
-    >>> from kingen.experiment.chain import Filter
-    >>> from kingen.experiment.protocol import standard_protocol
-    >>> p = [standard_protocol("deactivation"), standard_protocol("desensitization")]
-    >>> f = filter_sections(p, [Filter("bessel", 4, 2.0), None])
-    >>> f.shape, f[1].tolist()
-    ((2, 2, 7), [[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
-    """
-    if filters is None or all(f is None for f in filters):
-        return None
-    if len(filters) != len(protocols):
-        raise ValueError(f"{len(filters)} filters for {len(protocols)} protocols")
-    per_sweep = [None if f is None else f.sections(s.dt)
-                 for p, f in zip(protocols, filters, strict=True) for s in p.sweeps]
-    width = max(x.shape[0] for x in per_sweep if x is not None)
-    out = np.zeros((len(per_sweep), width, SECTION_VALUES))
-    out[:, :, 0] = 1.0
-    for k, x in enumerate(per_sweep):
-        if x is not None:
-            out[k, : x.shape[0]] = x
-    return out
 
 
 def simulate_batch(

@@ -117,11 +117,11 @@ def SHFL_XOR(mask, value, offset):
 _CPU_PROP_LAUNCH = """
 
 @njit(parallel=True, cache=True)
-def build(N, n_keys, P, keys_f, keys_i, D):
+def build(N, n_keys, P, keys_f, keys_i, keys_conc, conc, D):
     S = D.shape[2]
     for t in prange(N * n_keys * S):
         r = t // N
-        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
+        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, keys_conc, conc, D)
 
 {span_build}
 @njit(parallel=True, cache=True)
@@ -147,12 +147,12 @@ _CUDA_PROP_LAUNCH = """
 LANES = {lanes}
 
 @cuda.jit({options})
-def build(N, n_keys, P, keys_f, keys_i, D):
+def build(N, n_keys, P, keys_f, keys_i, keys_conc, conc, D):
     S = D.shape[1]
     t = cuda.grid(1)
     if t < N * n_keys * S:
         r = t // N
-        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, D)
+        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, keys_conc, conc, D)
 
 {span_build}
 @cuda.jit({options})
@@ -215,7 +215,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                   max_registers: int | None = None, form: str = "stage", lanes: int = 1,
                   block: int = 128, stage_rows: str = "all",
                   n_windows: int = N_WINDOWS, span: int = 1, n_sections: int = 0,
-                  with_sum: bool = False) -> ModuleType:
+                  with_sum: bool = False, edge_rows: bool = False) -> ModuleType:
     """The compiled solver module for a scheme, mode, precision, target (cpu or cuda) and form.
 
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
@@ -224,8 +224,9 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     every (candidate, key). ``block`` matters only to the CUDA propagator form with more
     than one lane, whose shared memory is sized per block; ``stage_rows`` says which rows
     the propagator form's code must also step in stage form (see
-    :func:`kingen.codegen.generate_propagator`). With ``span`` > 1 (CUDA, objective mode)
-    the module also has ``build_span``, which fills the span arrays from D (see
+    :func:`kingen.codegen.generate_propagator`), and ``edge_rows`` whether rows whose
+    concentration varies take products. With ``span`` > 1 (objective mode) the module also
+    has ``build_span``, which fills the span arrays from D (see
     :mod:`kingen.codegen.span`). ``n_sections`` (the recording filter's second-order
     sections, read from the ``flt`` argument) and ``with_sum`` (Σw·g) are as for
     :func:`kingen.codegen.generate`.
@@ -240,7 +241,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                                    compensated=precision == "float32", flush_below=flush,
                                    d_flush=D_FLUSH_BELOW[precision], stage_rows=stage_rows,
                                    n_windows=n_windows, target=target, span=span,
-                                   n_sections=n_sections, with_sum=with_sum)
+                                   n_sections=n_sections, with_sum=with_sum,
+                                   edge_rows=edge_rows)
     else:
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":

@@ -4,6 +4,13 @@ A key is one distinct (step h, concentration c, steps n) of the constant-concent
 every candidate builds D = R(hQ(c))ⁿ − I once per key. A key pays for itself when the rows
 that use it repeat often enough: building costs S·n RK4 steps (S unit vectors), and each use
 then costs one S×S product instead of n RK4 steps.
+
+Rows whose concentration varies (exchange edges) get one key per repetition (per sample):
+its matrix is the product of that sample's n RK4 steps at the stage concentrations the stage
+form reads (``conc``, from the key's first entry on), built the same way. The schedule gives
+every recurrence of an edge (same shape, same phase against the samples) the same entries
+of ``conc``; the edge's rows then share keys, and the same cost rule decides whether they
+pay. An edge that occurs once stays in stage form.
 """
 
 from __future__ import annotations
@@ -20,9 +27,13 @@ from kingen.solve.schedule import Schedule
 class PropagatorPlan:
     """The keys of a schedule and, per row, the key it uses (−1: stage form).
 
-    ``keys_f`` (n_keys, 2) = [h, c]; ``keys_i`` (n_keys,) = n. ``prop_samples`` and
-    ``stage_steps`` count, per candidate over all sweeps, the products the propagator takes
-    and the RK4 steps left in stage form.
+    ``keys_f`` (n_keys, 2) = [h, c]; ``keys_i`` (n_keys,) = n; ``keys_conc`` (n_keys,) = −1
+    for a constant-concentration key, else the index in the schedule's ``conc`` of its first
+    stage concentration (``c`` is then NaN). Constant keys come first. A row with a varying
+    concentration (``rows_i[r, 3]`` = 1) and key k takes key k + j at its repetition j.
+    ``prop_samples`` and ``stage_steps`` count, per candidate over all sweeps, the products
+    the propagator takes and the RK4 steps left in stage form; ``edge_samples`` is the part
+    of ``prop_samples`` on rows whose concentration varies (one product each, never a span).
     """
 
     row_key: np.ndarray
@@ -32,11 +43,23 @@ class PropagatorPlan:
     stage_steps: int
     key_uses: list[int] = field(default_factory=list)
     _stage_rows: str = "all"
+    keys_conc: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    edge_samples: int = 0
 
     @property
     def n_keys(self) -> int:
-        """Distinct (h, c, n) the propagator builds a matrix for."""
+        """Distinct matrices the propagator builds: (h, c, n), and samples of edges."""
         return int(self.keys_i.size)
+
+    @property
+    def n_span_keys(self) -> int:
+        """The constant-concentration keys (the first ones): only these have span arrays."""
+        return int((self.keys_conc < 0).sum())
+
+    @property
+    def edge_rows(self) -> bool:
+        """Whether rows whose concentration varies take products (their code is needed)."""
+        return bool((self.keys_conc >= 0).any())
 
     @property
     def stage_rows(self) -> str:
@@ -88,14 +111,35 @@ def flops_per_span_build(scheme: Scheme, span: int) -> int:
     return s * span * (2 * s * s + s + 2 * s)
 
 
+def _pays(scheme: Scheme, n: int, uses: int) -> bool:
+    """Whether a matrix of n RK4 steps used ``uses`` times costs less than the steps."""
+    step = flops_per_step(scheme)
+    return scheme.n_states * n * step + uses * flops_per_product(scheme) < uses * n * step
+
+
 def plan_propagator(scheme: Scheme, schedule: Schedule, *,
                     every_constant_row: bool = False) -> PropagatorPlan:
-    """Assign keys to the constant-concentration rows where a matrix pays for itself.
+    """Assign keys to the rows where a matrix pays for itself.
 
     With ``every_constant_row`` every constant row gets a key, used once or not: the GPU
     wants it, because a kernel that also holds the stage form's constant-row code is
     allocated that code's registers (255 for a 16-state scheme) and runs its products at
-    the occupancy they allow; building a few single-use matrices costs far less.
+    the occupancy they allow; building a few single-use matrices costs far less. Edge
+    samples get keys where they pay only: an edge's matrices are as many as its samples.
+
+    Examples
+    --------
+    Robert & Howe with 0.2 ms exchange: the edges at 10 mM recur 21 times in the standard
+    set and are propagated; the dose-response edges, once each, are stepped.
+
+    >>> from kingen.experiment.protocol import standard_set
+    >>> from kingen.model.scheme import Scheme
+    >>> from kingen.solve.schedule import build_schedule, protocol_sweeps
+    >>> scheme = Scheme.load("models/robert_howe_2003.toml")
+    >>> schedule = build_schedule(scheme, protocol_sweeps(standard_set(exchange=0.2))[0])
+    >>> plan = plan_propagator(scheme, schedule, every_constant_row=True)
+    >>> plan.edge_samples, plan.stage_steps, plan.stage_rows
+    (2016, 15008, 'smooth')
     """
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
     n_rows = rows_f.shape[0]
@@ -111,20 +155,21 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
             uses.append(0)
         row_key[r] = key_of[key]
         uses[row_key[r]] += int(rows_i[r, 1])
-    step = flops_per_step(scheme)
-    product = flops_per_product(scheme)
-    keep = []
-    for key, k in key_of.items():
-        n = key[2]
-        build = scheme.n_states * n * step
-        if every_constant_row or build + uses[k] * product < uses[k] * n * step:
-            keep.append(key)
+    keep = [key for key, k in key_of.items()
+            if every_constant_row or _pays(scheme, key[2], uses[k])]
     new_index = {key: i for i, key in enumerate(keep)}
     old_to_new = np.full(len(uses) + 1, -1, dtype=np.int64)
     for key, k in key_of.items():
         old_to_new[k] = new_index.get(key, -1)
     row_key = np.where(row_key >= 0, old_to_new[row_key], -1)
+    keys_f = [[h, c] for h, c, _ in keep]
+    keys_i = [n for _, _, n in keep]
+    keys_conc = [-1] * len(keep)
+    key_uses = [uses[key_of[key]] for key in keep]
+    _edge_keys(scheme, schedule, row_key, keys_f, keys_i, keys_conc, key_uses)
     prop_samples = int(sum(rows_i[r, 1] for r in range(n_rows) if row_key[r] >= 0))
+    edge_samples = int(sum(rows_i[r, 1] for r in range(n_rows)
+                           if row_key[r] >= 0 and rows_i[r, 3] != 0))
     stage_steps = int(sum(rows_i[r, 0] * rows_i[r, 1] for r in range(n_rows)
                           if row_key[r] < 0))
     left = rows_i[row_key < 0]
@@ -132,7 +177,30 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
     return PropagatorPlan(
         _stage_rows=kinds,
         row_key=row_key,
-        keys_f=np.array([[h, c] for h, c, _ in keep], dtype=np.float64).reshape(-1, 2),
-        keys_i=np.array([n for _, _, n in keep], dtype=np.int64),
-        prop_samples=prop_samples, stage_steps=stage_steps,
-        key_uses=[uses[key_of[key]] for key in keep])
+        keys_f=np.array(keys_f, dtype=np.float64).reshape(-1, 2),
+        keys_i=np.array(keys_i, dtype=np.int64),
+        keys_conc=np.array(keys_conc, dtype=np.int64),
+        prop_samples=prop_samples, stage_steps=stage_steps, edge_samples=edge_samples,
+        key_uses=key_uses)
+
+
+def _edge_keys(scheme: Scheme, schedule: Schedule, row_key: np.ndarray, keys_f: list,
+               keys_i: list, keys_conc: list, key_uses: list) -> None:
+    """Append the keys of the edge rows that pay, one per repetition, and set those rows'
+    ``row_key``. Rows of one edge share (h, n, repetitions, first ``conc`` entry): the
+    schedule gave every recurrence of a waveform the same entries."""
+    rows_f, rows_i = schedule.rows_f, schedule.rows_i
+    groups: dict[tuple[float, int, int, int], list[int]] = {}
+    for r in np.nonzero(rows_i[:, 3] != 0)[0]:
+        group = (float(rows_f[r, 1]), int(rows_i[r, 0]), int(rows_i[r, 1]),
+                 int(schedule.row_conc[r]))
+        groups.setdefault(group, []).append(int(r))
+    for (h, n, reps, start), rows in groups.items():
+        if not _pays(scheme, n, len(rows)):
+            continue
+        row_key[rows] = len(keys_i)
+        for j in range(reps):
+            keys_f.append([h, np.nan])
+            keys_i.append(n)
+            keys_conc.append(start + 3 * n * j)
+            key_uses.append(len(rows))

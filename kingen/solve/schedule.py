@@ -19,6 +19,12 @@ every candidate, so it is evaluated once here, at the three stage times (t, t + 
 of every step, and the solver reads ``conc[row_conc[r] + 3 * k + stage]`` for step k of row
 r. On the GPU the threads of a warp read the same word, one broadcast load where the
 waveform cost several error functions.
+
+A smooth row that repeats an earlier one (the same edge, at the same phase against the
+sample grid, at another pulse or in another sweep) shares that row's entries of ``conc`` and
+its step: its times differ only by rounding, and the two forms of the solver then read
+one waveform, so the propagator form can build each of its samples' matrices once
+(:mod:`kingen.solve.plan`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kingen.experiment.protocol import Protocol, Sweep
+from kingen.experiment.protocol import MAX_CONCENTRATION_MM, Protocol, Sweep
 from kingen.model.scheme import Scheme
 
 # RK4 is stable for real h·λ in (−2.785, 0); the default keeps h·ρ at 2.5, just inside
@@ -38,6 +44,16 @@ from kingen.model.scheme import Scheme
 RK4_STABILITY_LIMIT = 2.785
 DEFAULT_COURANT = 2.5
 _ON_SAMPLE = 1e-9  # ms: a boundary this close to a sample time is on it
+# Two smooth rows are one waveform when their steps agree to this fraction and their stage
+# concentrations to this fraction of the sweep's largest pulse or transient. Rounding of
+# times moves a 0.2 ms edge by ~1e-11 of its height at 2 s, and a stage time that rounds to
+# the other side of an edge's cut (EDGE_HALF_WIDTH_SIGMAS) by 1e-9 of it; an edge shifted by
+# 1e-6 ms differs by ~1e-5 and keeps its own values.
+_SAME_WAVEFORM = 1e-8
+# Rows are filed by their mean concentration in bins this wide (mM), at least the largest
+# tolerance above: a row that may match sits in its own bin or a neighbour, so that a
+# protocol of thousands of distinct edges compares each with a few rows, not with all.
+_WAVEFORM_BIN = _SAME_WAVEFORM * MAX_CONCENTRATION_MM
 
 
 @dataclass
@@ -118,6 +134,7 @@ def build_schedule(
     steps = []
     conc: list[np.ndarray] = []
     row_conc: list[int] = []
+    seen: dict[tuple[int, int, int], list[tuple[float, int, np.ndarray]]] = {}
     used = 0
     for sweep in sweeps:
         first = len(rows_f)
@@ -125,9 +142,17 @@ def build_schedule(
         for r in range(first, len(rows_f)):
             if rows_i[r][3]:
                 values = stage_concentrations(sweep, rows_f[r], rows_i[r])
-                row_conc.append(used)
-                conc.append(values)
-                used += values.size
+                earlier = _same_waveform(seen, rows_f[r], rows_i[r], values,
+                                         _SAME_WAVEFORM * _height(sweep))
+                if earlier is None:
+                    seen.setdefault(_waveform_bin(rows_i[r], values), []).append(
+                        (rows_f[r][1], used, values))
+                    row_conc.append(used)
+                    conc.append(values)
+                    used += values.size
+                else:
+                    rows_f[r][1], start = earlier
+                    row_conc.append(start)
             else:
                 row_conc.append(0)
         row_start.append(len(rows_f))
@@ -168,6 +193,31 @@ def stage_concentrations(sweep: Sweep, row_f: list[float], row_i: list[int]) -> 
     t = t0 + k * h
     times = np.stack([t, t + 0.5 * h, t + h], axis=1).ravel()
     return np.asarray(sweep.concentration(times, steps_at=mid), dtype=np.float64)
+
+
+def _height(sweep: Sweep) -> float:
+    """The largest concentration of one pulse or transient of a sweep, mM."""
+    return max([p.concentration for p in sweep.pulses] + [t.peak for t in sweep.transients]
+               + [0.0])
+
+
+def _waveform_bin(row_i: list[int], values: np.ndarray) -> tuple[int, int, int]:
+    """Where a smooth row is filed: its steps, repetitions and mean concentration's bin."""
+    return int(row_i[0]), int(row_i[1]), math.floor(float(values.mean()) / _WAVEFORM_BIN)
+
+
+def _same_waveform(seen: dict, row_f: list[float], row_i: list[int], values: np.ndarray,
+                   tol: float) -> tuple[float, int] | None:
+    """The step and ``conc`` offset of an earlier smooth row with this row's steps and
+    waveform, up to rounding (concentrations within ``tol``, mM), or None."""
+    h = row_f[1]
+    n, reps, b = _waveform_bin(row_i, values)
+    for near in (b, b - 1, b + 1):
+        for h_seen, start, other in seen.get((n, reps, near), ()):
+            if (abs(h - h_seen) <= _SAME_WAVEFORM * h_seen
+                    and float(np.abs(values - other).max()) <= tol):
+                return h_seen, start
+    return None
 
 
 def _plan_sweep(scheme: Scheme, sweep: Sweep, pmax: np.ndarray, step: float | None,

@@ -10,6 +10,7 @@ import math
 import h5py
 import numpy as np
 
+from kingen.experiment.exchange import restore_exchange
 from kingen.experiment.protocol import Protocol, Pulse, Sweep, Transient
 from kingen.experiment.recordings import (
     DoseResponseTable,
@@ -111,9 +112,11 @@ def read_protocol(g: h5py.Group) -> Protocol:
         out.append(Sweep(as_text(row["label"]), float(row["duration"]), float(row["dt"]), ps, ts,
                          float(row["holding"]), float(row["reversal"]),
                          None if math.isnan(x) else x))
-    return Protocol(as_text(g.attrs["name"]), as_text(g.attrs["kind"]), tuple(out),
-                    source=as_text(g.attrs.get("source", "<built-in>")),
-                    meta=json.loads(as_text(g.attrs.get("meta", "{}"))))
+    # measured exchange edges travel in the meta (kingen.experiment.exchange)
+    return restore_exchange(Protocol(as_text(g.attrs["name"]), as_text(g.attrs["kind"]),
+                                     tuple(out),
+                                     source=as_text(g.attrs.get("source", "<built-in>")),
+                                     meta=json.loads(as_text(g.attrs.get("meta", "{}")))))
 
 
 def write_recording(g: h5py.Group, name: str, rec: Recording) -> None:
