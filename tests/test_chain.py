@@ -186,8 +186,8 @@ def test_kernel_filter_in_float32_equals_scipy_under_the_cuda_simulator(config):
     protocols = _mini_protocols()
     filters = [BESSEL, BUTTER, None, Filter("bessel", 3, 4.0)]
     obj = _objective_case(RT, protocols, np.random.default_rng(3))
-    gpu = Simulator(RT, protocols, backend="cuda", precision="float32", objective=obj,
-                    filters=filters)
+    gpu = Simulator(RT, protocols, objective=obj, filters=filters,
+                    options=SolverOptions(backend="cuda", precision="float32"))
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
     raw = gpu.run(params, "traces", launch_config=config, filtered=False)
     want = _filtered_by_scipy(raw, protocols, filters)

@@ -29,6 +29,7 @@ from kingen.model.scheme import Scheme
 from kingen.runs.simulate import simulate
 from kingen.solve import Simulator, simulate_exact
 from kingen.solve.cuda import LaunchConfig
+from kingen.solve.options import SolverOptions
 from kingen.store.encode import read_protocol, write_protocol
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -156,7 +157,7 @@ def _measured_protocols(tip) -> list[Protocol]:
 def test_measured_edges_solve_as_the_exact_reference_in_stage_and_propagator_forms(
         tip, precision, tol):
     protocols = _measured_protocols(tip)
-    sim = Simulator(JONAS, protocols, backend="cpu", precision=precision)
+    sim = Simulator(JONAS, protocols, options=SolverOptions(backend="cpu", precision=precision))
     plan = sim.propagator_plan()
     assert plan.edge_samples > 0  # the train's measured edges recur: products
     exact = [c for p in protocols for c in simulate_exact(JONAS, p).currents]
@@ -173,7 +174,7 @@ def test_measured_edges_through_a_filter_equal_scipy_on_the_cpu(tip):
 
     protocols = _measured_protocols(tip)
     flt = Filter("bessel", 8, 5.0)
-    sim = Simulator(JONAS, protocols, backend="cpu", filters=[flt, flt])
+    sim = Simulator(JONAS, protocols, filters=[flt, flt], options=SolverOptions(backend="cpu"))
     assert sim.propagator_plan().edge_samples > 0
     raw = sim.run(JONAS.values[None], "traces", launch_config=PROP, filtered=False)
     got = sim.run(JONAS.values[None], "traces", launch_config=PROP)
@@ -191,8 +192,10 @@ def test_measured_edges_with_a_filter_under_the_cuda_simulator_match_the_cpu(
     filters = [Filter("bessel", 4, 4.0), Filter("butterworth", 2, 3.0)]
     obj = _objective_case(JONAS, protocols, np.random.default_rng(lanes + span))
     params = np.clip(np.vstack([JONAS.values, JONAS.values * 1.3]), JONAS.lower, JONAS.upper)
-    cpu = Simulator(JONAS, protocols, backend="cpu", objective=obj, filters=filters)
-    gpu = Simulator(JONAS, protocols, backend="cuda", objective=obj, filters=filters)
+    cpu = Simulator(JONAS, protocols, objective=obj, filters=filters,
+                    options=SolverOptions(backend="cpu"))
+    gpu = Simulator(JONAS, protocols, objective=obj, filters=filters,
+                    options=SolverOptions(backend="cuda"))
     assert gpu.propagator_plan().edge_samples > 0
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
     got = gpu.run(params, "objective", launch_config=config)

@@ -308,7 +308,7 @@ def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_st
         every_constant_row):
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
-    sim = Simulator(scheme, protocols, backend="cpu")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     schedule = sim.schedule
     plan = plan_propagator(scheme, schedule, every_constant_row=every_constant_row)
     rows_i = schedule.rows_i
@@ -340,7 +340,7 @@ def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_st
 def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_size():
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
-    sim = Simulator(scheme, protocols, backend="cpu")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     assert sim.propagator_plan().edge_samples > 0
     prop = sim.run(scheme.values[None], "traces", launch_config=PROP)
     stage = sim.run(scheme.values[None], "traces", launch_config=STAGE)
@@ -356,7 +356,7 @@ def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_si
     assert _peak_errors(prop, exact, scheme, protocols) <= 1e-6
     # the fit's path: spans of 16 on constant rows between the edges' single products
     obj = _objective_case(scheme, protocols, np.random.default_rng(3))
-    fit = Simulator(scheme, protocols, backend="cpu", objective=obj)
+    fit = Simulator(scheme, protocols, objective=obj, options=SolverOptions(backend="cpu"))
     assert fit.launch_config().span == 16
     params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
                      scheme.upper)
@@ -371,7 +371,7 @@ def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_si
 def test_float32_propagator_meets_its_bound_with_recurring_edges():
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol("recovery", exchange=0.2)]  # the 10 mM edges, 18 times
-    sim = Simulator(scheme, protocols, backend="cpu", precision="float32")
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu", precision="float32"))
     assert sim.propagator_plan().edge_samples > 0
     got = sim.run(scheme.values[None], "traces", launch_config=PROP)
     exact = simulate_exact(scheme, protocols[0]).currents
@@ -397,8 +397,8 @@ def test_cuda_propagated_edges_under_simulator_match_the_cpu_stage_form(lanes, s
     obj = _objective_case(scheme, protocols, np.random.default_rng(lanes + span))
     params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
                      scheme.upper)
-    cpu = Simulator(scheme, protocols, backend="cpu", objective=obj)
-    gpu = Simulator(scheme, protocols, backend="cuda", objective=obj)
+    cpu = Simulator(scheme, protocols, objective=obj, options=SolverOptions(backend="cpu"))
+    gpu = Simulator(scheme, protocols, objective=obj, options=SolverOptions(backend="cuda"))
     plan = gpu.propagator_plan()
     smooth = gpu.schedule.rows_i[:, 3] == 1
     train = np.arange(gpu.schedule.row_start[1])
