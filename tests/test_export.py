@@ -224,7 +224,7 @@ def test_a_run_whose_protocol_repeats_a_label_exports_readable_files(tmp_path: P
 
 
 def test_distinct_labels_keep_the_first_and_take_no_other_sweeps_label() -> None:
-    from kingen.experiment.protocol import distinct_labels
+    from kingen.experiment.protocol_file import distinct_labels
 
     assert distinct_labels(["5", "10"]) == ["5", "10"]
     assert distinct_labels(["a", "a", "a"]) == ["a", "a_2", "a_3"]

@@ -12,7 +12,8 @@ from test_scheme import TWO_STATE
 
 from kingen.cli import main
 from kingen.errors import KingenError
-from kingen.experiment.protocol import load_protocol, protocol_from_dict
+from kingen.experiment.protocol import load_protocol
+from kingen.experiment.protocol_file import protocol_from_dict
 from kingen.experiment.recordings import load_targets, read_csv
 from kingen.fitting.config import loads_config
 from kingen.model import limits

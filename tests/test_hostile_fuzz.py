@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kingen.cli import main
 from kingen.errors import KingenError
-from kingen.experiment.protocol import protocol_from_dict
+from kingen.experiment.protocol_file import protocol_from_dict
 from kingen.experiment.recordings import read_csv
 from kingen.fitting.config import loads_config
 from kingen.model import limits
