@@ -17,39 +17,7 @@ from kingen.outputs.interop import ImportProblems, export_text, import_text
 
 DATA = Path(__file__).parent / "data" / "nmodl_published"
 
-WARM = """
-[model]
-name = "warm"
-[states]
-C0 = { conductance = 0 }
-C1 = { conductance = 0 }
-O = { conductance = 10 }
-D = { conductance = 0 }
-[parameters]
-kon = { value = 5.0, unit = "mM^-1 ms^-1" }
-koff = 2.0
-beta = 4.0
-alpha = 1.0
-d = 0.2
-r = 0.01
-[transitions]
-"C0 -> C1" = "kon * glu"
-"C1 -> C0" = "koff"
-"C1 -> O" = "beta"
-"O -> C1" = "alpha"
-"O -> D" = "d"
-"D -> O" = "r"
-[temperature]
-reference_c = 21
-[temperature.binding]
-rates = ["kon", "koff"]
-q10 = 2.4
-[temperature.gating]
-rates = ["beta", "alpha"]
-q10 = 3.0
-[temperature.d]
-ea_kj_mol = 60
-"""
+WARM = (Path(__file__).parent / "data" / "warm_four_state.toml").read_text()
 
 
 def _imported(name: str, **kwargs) -> tuple[Scheme, list[str]]:
@@ -73,7 +41,7 @@ def test_kingen_export_imports_back_with_the_same_q10s_and_activation_energy(tmp
     mod = tmp_path / "warm.mod"
     mod.write_text(export_text(scheme, "neuron"))
     back = Scheme.loads(import_text(mod))
-    assert back.temperature.reference_c == pytest.approx(21.0, abs=1e-9)
+    assert back.temperature.reference_c == pytest.approx(22.0, abs=1e-9)
     got = _groups(back)
     assert got["binding"][0] == "q10" and got["binding"][1] == pytest.approx(2.4, rel=1e-12)
     assert got["binding"][2] == ["kon", "koff"]
@@ -209,7 +177,7 @@ def test_myokit_export_carries_the_temperature_and_imports_back(tmp_path):
             pacing.schedule(seg.concentration, seg.start, seg.end - seg.start)
     log = markov.AnalyticalSimulation(linear, pacing).run(sweep.duration + sweep.dt,
                                                           log_times=ours.times[0])
-    got = np.asarray(log["kingen_warm.i"]) * scheme.channels
+    got = np.asarray(log["kingen_warm.i"])  # the export scales by the channel count
     assert np.max(np.abs(got - ref)) <= 1e-6 * np.max(np.abs(ref))
     mmt = tmp_path / "warm.mmt"
     mmt.write_text(text)
@@ -218,4 +186,4 @@ def test_myokit_export_carries_the_temperature_and_imports_back(tmp_path):
     assert got_groups["binding"][1] == pytest.approx(2.4, rel=1e-12)
     assert got_groups["gating"][1] == pytest.approx(3.0, rel=1e-12)
     assert got_groups["d"][0] == "ea" and got_groups["d"][1] == pytest.approx(60, rel=1e-9)
-    assert back.temperature.reference_c == pytest.approx(21, abs=1e-9)
+    assert back.temperature.reference_c == pytest.approx(22, abs=1e-9)

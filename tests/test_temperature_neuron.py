@@ -21,40 +21,7 @@ from kingen.runs.simulate import simulate
 
 pytest.importorskip("neuron")
 
-FOUR_STATE = """
-[model]
-name = "four-state with temperature"
-channels = 50
-[states]
-C0 = { conductance = 0 }
-C1 = { conductance = 0 }
-O = { conductance = 10 }
-D = { conductance = 0 }
-[parameters]
-kon = { value = 5.0, unit = "mM^-1 ms^-1" }
-koff = 2.0
-beta = 4.0
-alpha = 1.0
-d = 0.2
-r = 0.01
-[transitions]
-"C0 -> C1" = "kon * glu"
-"C1 -> C0" = "koff"
-"C1 -> O" = "beta"
-"O -> C1" = "alpha"
-"O -> D" = "d"
-"D -> O" = "r"
-[temperature]
-reference_c = 22
-[temperature.binding]
-rates = ["kon", "koff"]
-q10 = 2.4
-[temperature.gating]
-rates = ["beta", "alpha"]
-q10 = 3.0
-[temperature.d]
-ea_kj_mol = 60
-"""
+FOUR_STATE = (Path(__file__).parent / "data" / "warm_four_state.toml").read_text()
 # a cycle closed by a derived rate whose temperature factor is
 # tadj_binding * tadj_fast^2 / tadj_slow^2
 CYCLE = """
