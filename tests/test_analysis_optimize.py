@@ -356,7 +356,9 @@ def test_solver_variant_checks_under_the_simulator():
     assert cpu_error(prob, cfg, rows=2) <= 1e-12
     case = variant_case(prob, cfg)
     assert case.name == "rk4_jonas_1993_float64_b32"
-    assert case.flops == 2 * flops_per_step(prob.scheme, "float64") * prob.total_steps
+    # two candidates: every RK4 step and every recorded sample's current
+    assert case.flops == 2 * prob.flop_count(cfg).total
+    assert prob.flop_count(cfg).stage == flops_per_step(prob.scheme, "float64") * prob.total_steps
     assert case.worker_args[:4] == ["--target", "rk4", "--model", str(prob.path)]
     assert json.loads(case.worker_args[-1]) == {"block": 32, "max_registers": None,
                                                 "form": "stage", "lanes": 1, "span": 1}
@@ -373,26 +375,6 @@ def test_thresholds_are_shared_with_classify():
     c = Context(m, 16, False, None, thresholds=Thresholds(occupancy_pct=40.0))
     assert not c.low_occupancy()
     assert np.isclose(occupancy_pct(200, 128), 12.5)
-
-
-def test_propagator_flop_model():
-    from types import SimpleNamespace
-
-    from kingen.analysis.solver_cases import flops_per_candidate, flops_per_step
-    from kingen.model.scheme import Scheme
-    from kingen.model.shipped import resolve_model
-
-    scheme = Scheme.load(resolve_model("robert_howe_2003"))
-    s, fps = scheme.n_states, flops_per_step(scheme, "float64")
-    assert (s, fps) == (16, 4 * (16 + 2 * 42) + 13 * 16)
-    plan = SimpleNamespace(n_keys=2, key_steps=[100, 200], prop_samples=5000, stage_steps=300)
-    got = flops_per_candidate(scheme, "float64", 10**6, "propagator", plan)
-    assert got == s * 300 * fps + 5000 * (2 * s * s + s) + 300 * fps
-    assert flops_per_candidate(scheme, "float64", 10**6) == 10**6 * fps
-    from kingen.errors import KingenError
-
-    with pytest.raises(KingenError, match="propagator plan"):
-        flops_per_candidate(scheme, "float64", 10, "propagator", None)
 
 
 @sim
