@@ -503,3 +503,40 @@ def test_a_variant_that_cannot_run_is_a_failed_variant(monkeypatch):
     m = evaluate(LaunchConfig(64, 32))
     assert refine is None and not m.ok
     assert m.note == "RuntimeError: ptxas: too many resources requested for launch"
+
+
+def test_from_the_stage_form_the_standard_set_climbs_to_spans_of_16():
+    """The climb on the standard set, with each variant's time its own flops (the bound
+    model's count on Robert & Howe, ideal steps) and lanes hiding latency: from ``b128``
+    the loop takes the propagator, then spans, and ends at the fits' default launch."""
+    from kingen.analysis.bound import variant_flops
+    from kingen.analysis.solver_cases import protocol_set
+    from kingen.model.scheme import Scheme
+    from kingen.model.shipped import resolve_model
+    from kingen.solve.plan import plan_propagator
+    from kingen.solve.schedule import build_schedule, protocol_sweeps
+
+    scheme = Scheme.load(resolve_model("robert_howe_2003"))
+    schedule = build_schedule(scheme, protocol_sweeps(protocol_set("standard"))[0])
+    plan = plan_propagator(scheme, schedule, every_constant_row=True)
+
+    def flops(cfg):
+        return variant_flops(scheme, schedule, cfg,
+                             plan=plan if cfg.form == "propagator" else None).total
+
+    class Times(dict):
+        def __missing__(self, name):
+            cfg = LaunchConfig.parse(name)
+            return flops(cfg) / 1e6 * (1 + 0.5 / cfg.lanes) * (1.2 if cfg.max_registers else 1)
+
+    latency = type("Every", (), {"__contains__": lambda self, n: n.startswith("prop")})()
+    evaluate, calls = synthetic(Times(), latency=latency)
+    ratio = flops(LaunchConfig(form="propagator")) / flops(LaunchConfig())
+    best, log = optimize(evaluate, LaunchConfig.parse("b128"), n_states=16,
+                         n_candidates=16384, propagator=True, flops_ratio=ratio,
+                         echo=lambda *a: None)
+    assert ratio < 0.05
+    assert [r.variant for r in log.rows if r.kept] == ["b128", "prop-l8-b128",
+                                                       "prop-l8-s16-b128"]
+    assert best.config.name == "prop-l8-s16-b128"
+

@@ -22,11 +22,13 @@ import numpy as np
 from kingen.analysis.bound import FlopCount, variant_flops
 from kingen.analysis.kernels.base import KernelCase
 from kingen.errors import KingenError
+from kingen.experiment.protocol import STANDARD_PROTOCOLS
 from kingen.solve.plan import flops_per_step  # noqa: F401 (the flop model's unit, re-exported)
 
 PROTOCOL_SETS = {
     "desensitization": ("desensitization",),
-    "standard": ("deactivation", "desensitization", "recovery", "dose_response"),
+    # the set benchmarks.propagator and fits of the standard recordings run
+    "standard": STANDARD_PROTOCOLS,
 }
 # Largest error of a variant's traces against the exact solution, as a fraction of the
 # peak current of the sweep (the solver tests' tolerance).
