@@ -23,6 +23,15 @@ written for the first time since the allocator got them), in each place:
         --name rh03_32768
 
 (``benchmarks/results/<device>/host_work/rh03_32768.json``; ``--out FILE`` to choose).
+
+``--generations N`` times instead the host's side of N generations of the GA loop at
+``--population`` (μ = λ), with a stand-in evaluator that returns kernel sums solved once
+beforehand (a few candidates' sums, tiled): per generation the variation, the selection, genes
+to rates (the engine's ``to_params`` and the objective's guard) and the scoring (the
+objective's reduction of the sums to fitness), medians in ms::
+
+    python -m benchmarks host_work --config /tmp/rh03/fit.toml --population 65536 \
+        --generations 12 --name ga_65536
 Each place runs in a fresh process (a worker: a one-worker ``LocalCluster``), ``--rounds``
 times in turn, so that the host's drifts fall on every place alike; medians over the
 evaluations after ``--warm-up``.
@@ -147,6 +156,72 @@ def _child(argv: list[str]) -> int:
     return 0
 
 
+def generation_parts(config: str, population: int, generations: int, warm_up: int = 2,
+                     solved: int = 16, seed: int = 0) -> dict[str, Any]:
+    """The host's side of ``generations`` GA generations at μ = λ = ``population``: per
+    generation, ms of variation, selection, genes to rates and scoring (the hall of fame
+    apart); the kernel sums are those of ``solved`` candidates, solved once and tiled."""
+    from dataclasses import replace
+
+    from kingen.base.allocator import keep_freed_memory
+    from kingen.fitting.config import load_config
+    from kingen.fitting.engine import Engine
+    from kingen.fitting.evaluator import FromFunction
+    from kingen.fitting.objective import Objective
+    from kingen.fitting.progress import Progress
+
+    keep_freed_memory()
+    cfg = load_config(config, overrides={"population": population, "backend": "cpu",
+                                         "generations": generations + warm_up,
+                                         "output": "unused.h5", "seed": seed})
+    objective = Objective(cfg.scheme, cfg.protocols, cfg.solver)
+    start = cfg.pmap.start_genes()
+    genes = start + np.random.default_rng(seed).normal(0.0, 0.2, (solved, start.size))
+    once = objective.simulator.run(objective.guard(cfg.pmap.to_params(genes)), "objective",
+                                   complete=False)
+    rows = np.arange(population) % solved
+    sums = replace(once, **{k: getattr(once, k).take(rows, axis=0) for k in (
+        "fail", "sgg", "sgd", "sg", "windows") if getattr(once, k) is not None})
+    clock: dict[str, float] = {}
+
+    def evaluate(params: np.ndarray):
+        t = time.perf_counter()
+        p = objective.guard(params, complete=False)
+        clock["guard"] = time.perf_counter() - t
+        n = p.shape[0]
+        t = time.perf_counter()
+        ev = objective.reduce(sums.sgg[:n], sums.sgd[:n], sums.windows[:n], sums.fail[:n],
+                              None if sums.sg is None else sums.sg[:n])
+        clock["scoring"] = time.perf_counter() - t
+        return ev, {}
+
+    class _NoStore:
+        def append_generation(self, **_fields) -> None:
+            pass
+
+    engine = Engine(cfg, objective, _NoStore(), Progress(generations, enabled=False),
+                    evaluate=FromFunction(evaluate))
+    engine.algorithm.warm_up()
+    state = engine.start()
+    per = []
+    for _ in range(generations + warm_up):
+        engine._eval_clock.clear()
+        clock.clear()
+        state = engine.generation(state)
+        c = engine._eval_clock
+        per.append({"variation": c.get("variation_s", 0.0) * 1e3,
+                    "selection": c.get("select_s", 0.0) * 1e3,
+                    "genes_to_rates": (c.get("params_s", 0.0) + clock.get("guard", 0.0)) * 1e3,
+                    "scoring": clock.get("scoring", 0.0) * 1e3,
+                    "hall_of_fame": c.get("hof_s", 0.0) * 1e3})
+    kept = per[warm_up:]
+    median = {k: float(np.median([r[k] for r in kept])) for k in kept[0]}
+    median["total"] = float(np.median([sum(r.values()) for r in kept]))
+    return {"generations": generations, "warm_up": warm_up, "solved": solved,
+            "algorithm": type(engine.algorithm).__name__, "median_ms": median,
+            "per_generation_ms": per}
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a fit configuration")
@@ -160,6 +235,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--pause-s", type=float, default=0.05,
                     help="seconds slept before each evaluation (a worker idles between "
                          "shards while the driver runs the GA)")
+    ap.add_argument("--generations", type=int, default=0,
+                    help="time the host's side of this many GA generations instead (a "
+                         "stand-in evaluator returns precomputed kernel sums)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_output_options(ap, "host_work")
     return ap
@@ -170,6 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.child:
         return _child(argv)
+    if args.generations:
+        out = {"benchmark": "host_work", "provenance": provenance("host_work", argv),
+               "config": args.config, "population": args.population,
+               **generation_parts(args.config, args.population, args.generations,
+                                  args.warm_up)}
+        print(", ".join(f"{k} {v:.2f} ms" for k, v in out["median_ms"].items()))
+        print(f"wrote {write(out, output_path(args, 'host_work'))}")
+        return 0
     places = [p.strip() for p in args.places.split(",") if p.strip()]
     unknown = sorted(set(places) - set(PLACES))
     if unknown:

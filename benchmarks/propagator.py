@@ -12,8 +12,10 @@ requested variant (``stage-b128``, ``prop-l4-b128``, ...) is:
 
 Figures: candidates/s (the headline), seconds per generation at that population,
 model-steps/s (stage-form RK4 steps × candidates / s, for comparison with earlier tables),
-and the share of the FP64 (or FP32) arithmetic bound of the propagator form,
-(2S² + S) flops per sample at the device's measured peak.
+and the share of the variant's FP64 (or FP32) arithmetic bound at the device's measured peak:
+its own flops per candidate, term by term (RK4 steps, products, currents, matrix and span
+builds; :mod:`kingen.analysis.bound`), so that spans of 16 count 65 flops a sample for
+Robert & Howe, not the 534 of one product per sample. Each row records the terms.
 
     python -m benchmarks propagator --model robert_howe_2003 \\
         --variants stage-b128,prop-l4-b128 --populations 16384,65536 --name rh03
@@ -46,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates, objective_inputs  # noqa: E402
+from kingen.analysis.bound import variant_flops  # noqa: E402
 from kingen.experiment.chain import parse_filter  # noqa: E402
 from kingen.experiment.exchange import ExchangeSpec, apply_exchange  # noqa: E402
 from kingen.experiment.protocol import standard_protocol  # noqa: E402
@@ -53,7 +56,6 @@ from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
 from kingen.solve.cuda import LaunchConfig  # noqa: E402
 from kingen.solve.options import SolverOptions  # noqa: E402
-from kingen.solve.plan import flops_per_product, flops_per_step  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
 
@@ -181,20 +183,23 @@ def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: 
     check = candidates(scheme, args.check, seed=7)
     ref = cpu.run(check, "objective", launch_config=LaunchConfig())
     peak = args.peak_fp64 if prec == "float64" else args.peak_fp32
-    # the matrices' builds count: an edge has as many keys as samples
     built = S * sum(plan.key_steps)
-    bound = peak / (plan.prop_samples * flops_per_product(scheme)
-                    + (plan.stage_steps + built) * flops_per_step(scheme, prec))
     log(f"== {args.model} {prec}, exchange {exchange} ms: {S} states, {steps} RK4 "
         f"steps and {sim.schedule.n_samples} samples per candidate; {plan.n_keys} keys, "
         f"{plan.prop_samples} propagated samples ({plan.edge_samples} on edges), "
-        f"{built} RK4 steps to build them, {plan.stage_steps} stage steps left; "
-        f"arithmetic bound {bound:.0f} candidates/s")
+        f"{built} RK4 steps to build them, {plan.stage_steps} stage steps left")
     for text in args.variants.split(","):
         config = LaunchConfig.parse(text)
+        # the variant's own arithmetic: spans, builds and stage rows each as they are
+        flops = variant_flops(scheme, sim.schedule, config, prec,
+                              plan if config.form == "propagator" else None)
+        bound = flops.bound(peak, args.peak_fp64)  # the builds run in float64
+        log(f"  {config.name}: {flops.total:.3e} flops per candidate, arithmetic bound "
+            f"{bound:.0f} candidates/s")
         row = {"precision": prec, "exchange_ms": exchange, "filter": args.filter,
                "variant": config.name,
                "config": config.__dict__, "bound_candidates_per_s": bound,
+               "peak_flops": peak, "flops_per_candidate": flops.to_json(),
                "plan": plan_counts(plan, S)}
         t0 = time.perf_counter()
         got = sim.run(check, "objective", launch_config=config)

@@ -91,3 +91,16 @@ def test_tune_model_errors_are_one_line(capsys):
     assert "give the scheme once" in capsys.readouterr().out
     # the positional MODEL still works (the old form of the command)
     assert parse_tune(["tune", "jonas_1993"]).model_pos == "jonas_1993"
+
+
+def test_tune_measures_the_standard_set_by_default():
+    import inspect
+
+    from benchmarks.propagator import STANDARD
+    from kingen.analysis.optimize import run_tune
+    from kingen.analysis.solver_cases import protocol_set
+
+    assert parse_tune(["tune"]).protocols == "standard"
+    assert parse_tune(["tune", "--protocols", "desensitization"]).protocols == "desensitization"
+    assert inspect.signature(run_tune).parameters["protocols"].default == "standard"
+    assert [p.name for p in protocol_set("standard")] == list(STANDARD)

@@ -356,7 +356,9 @@ def test_solver_variant_checks_under_the_simulator():
     assert cpu_error(prob, cfg, rows=2) <= 1e-12
     case = variant_case(prob, cfg)
     assert case.name == "rk4_jonas_1993_float64_b32"
-    assert case.flops == 2 * flops_per_step(prob.scheme, "float64") * prob.total_steps
+    # two candidates: every RK4 step and every recorded sample's current
+    assert case.flops == 2 * prob.flop_count(cfg).total
+    assert prob.flop_count(cfg).stage == flops_per_step(prob.scheme, "float64") * prob.total_steps
     assert case.worker_args[:4] == ["--target", "rk4", "--model", str(prob.path)]
     assert json.loads(case.worker_args[-1]) == {"block": 32, "max_registers": None,
                                                 "form": "stage", "lanes": 1, "span": 1}
@@ -373,26 +375,6 @@ def test_thresholds_are_shared_with_classify():
     c = Context(m, 16, False, None, thresholds=Thresholds(occupancy_pct=40.0))
     assert not c.low_occupancy()
     assert np.isclose(occupancy_pct(200, 128), 12.5)
-
-
-def test_propagator_flop_model():
-    from types import SimpleNamespace
-
-    from kingen.analysis.solver_cases import flops_per_candidate, flops_per_step
-    from kingen.model.scheme import Scheme
-    from kingen.model.shipped import resolve_model
-
-    scheme = Scheme.load(resolve_model("robert_howe_2003"))
-    s, fps = scheme.n_states, flops_per_step(scheme, "float64")
-    assert (s, fps) == (16, 4 * (16 + 2 * 42) + 13 * 16)
-    plan = SimpleNamespace(n_keys=2, key_steps=[100, 200], prop_samples=5000, stage_steps=300)
-    got = flops_per_candidate(scheme, "float64", 10**6, "propagator", plan)
-    assert got == s * 300 * fps + 5000 * (2 * s * s + s) + 300 * fps
-    assert flops_per_candidate(scheme, "float64", 10**6) == 10**6 * fps
-    from kingen.errors import KingenError
-
-    with pytest.raises(KingenError, match="propagator plan"):
-        flops_per_candidate(scheme, "float64", 10, "propagator", None)
 
 
 @sim
@@ -521,3 +503,40 @@ def test_a_variant_that_cannot_run_is_a_failed_variant(monkeypatch):
     m = evaluate(LaunchConfig(64, 32))
     assert refine is None and not m.ok
     assert m.note == "RuntimeError: ptxas: too many resources requested for launch"
+
+
+def test_from_the_stage_form_the_standard_set_climbs_to_spans_of_16():
+    """The climb on the standard set, with each variant's time its own flops (the bound
+    model's count on Robert & Howe, ideal steps) and lanes hiding latency: from ``b128``
+    the loop takes the propagator, then spans, and ends at the fits' default launch."""
+    from kingen.analysis.bound import variant_flops
+    from kingen.analysis.solver_cases import protocol_set
+    from kingen.model.scheme import Scheme
+    from kingen.model.shipped import resolve_model
+    from kingen.solve.plan import plan_propagator
+    from kingen.solve.schedule import build_schedule, protocol_sweeps
+
+    scheme = Scheme.load(resolve_model("robert_howe_2003"))
+    schedule = build_schedule(scheme, protocol_sweeps(protocol_set("standard"))[0])
+    plan = plan_propagator(scheme, schedule, every_constant_row=True)
+
+    def flops(cfg):
+        return variant_flops(scheme, schedule, cfg,
+                             plan=plan if cfg.form == "propagator" else None).total
+
+    class Times(dict):
+        def __missing__(self, name):
+            cfg = LaunchConfig.parse(name)
+            return flops(cfg) / 1e6 * (1 + 0.5 / cfg.lanes) * (1.2 if cfg.max_registers else 1)
+
+    latency = type("Every", (), {"__contains__": lambda self, n: n.startswith("prop")})()
+    evaluate, calls = synthetic(Times(), latency=latency)
+    ratio = flops(LaunchConfig(form="propagator")) / flops(LaunchConfig())
+    best, log = optimize(evaluate, LaunchConfig.parse("b128"), n_states=16,
+                         n_candidates=16384, propagator=True, flops_ratio=ratio,
+                         echo=lambda *a: None)
+    assert ratio < 0.05
+    assert [r.variant for r in log.rows if r.kept] == ["b128", "prop-l8-b128",
+                                                       "prop-l8-s16-b128"]
+    assert best.config.name == "prop-l8-s16-b128"
+

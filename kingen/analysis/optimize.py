@@ -391,7 +391,7 @@ def roofline_plot(dev: Any, log: OptimizationLog, out_dir: Path) -> Path:
 
 
 def run_tune(model: str | None, out_dir: Path, *, precision: str = "float64",
-             n_candidates: int = 16384, protocols: str = "desensitization",
+             n_candidates: int = 16384, protocols: str = "standard",
              use_ncu: bool = True, full: bool = False, references: Path | None = None,
              max_steps: int = 6, gain: float = GAIN, record: bool = True,
              budget_s: float = 2.0, thresholds: Thresholds | None = None,

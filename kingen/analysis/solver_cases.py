@@ -19,18 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from kingen.analysis.bound import FlopCount, variant_flops
 from kingen.analysis.kernels.base import KernelCase
 from kingen.errors import KingenError
-from kingen.solve.plan import (
-    flops_per_product,
-    flops_per_span_build,
-    flops_per_span_sample,
-    flops_per_step,
-)
+from kingen.experiment.protocol import STANDARD_PROTOCOLS
+from kingen.solve.plan import flops_per_step  # noqa: F401 (the flop model's unit, re-exported)
 
 PROTOCOL_SETS = {
     "desensitization": ("desensitization",),
-    "standard": ("deactivation", "desensitization", "recovery", "dose_response"),
+    # the set benchmarks.propagator and fits of the standard recordings run
+    "standard": STANDARD_PROTOCOLS,
 }
 # Largest error of a variant's traces against the exact solution, as a fraction of the
 # peak current of the sweep (the solver tests' tolerance).
@@ -46,34 +44,6 @@ def propagator_available(sim: Any = None) -> bool:
 
         sim = Simulator
     return hasattr(sim, "propagator_plan")
-
-
-def flops_per_candidate(scheme, precision: str, total_steps: int, form: str = "stage",
-                        plan: Any = None, span: int = 1) -> float:
-    """Declared flops of one candidate's solve (all sweeps) in ``form``.
-
-    Stage form: ``total_steps`` RK4 steps. Propagator form (needs ``plan``, the object of
-    ``Simulator.propagator_plan()``): building each M = R(hQ)ⁿ advances the S unit rows n
-    steps, each propagator sample is one S×S vector-matrix product plus the add of p + p·D,
-    and the rows left in stage form cost their RK4 steps. With ``span`` > 1 a sample costs
-    :func:`~kingen.solve.plan.flops_per_span_sample` and every constant key also builds
-    its span arrays; edge samples (``plan.edge_samples``) are one product each whatever the span.
-    """
-    fps = flops_per_step(scheme, precision)
-    if form != "propagator":
-        return float(fps * total_steps)
-    if plan is None:
-        raise KingenError("the propagator form needs the solver's propagator plan",
-                          field="form", value=form)
-    build = sum(scheme.n_states * int(n) * fps for n in plan.key_steps)
-    if span > 1:
-        build += int(plan.n_span_keys) * flops_per_span_build(scheme, span)
-        edges = int(plan.edge_samples)
-        samples = ((int(plan.prop_samples) - edges) * flops_per_span_sample(scheme, span)
-                   + edges * flops_per_product(scheme))
-    else:
-        samples = int(plan.prop_samples) * flops_per_product(scheme)
-    return float(build + samples + int(plan.stage_steps) * fps)
 
 
 def protocol_set(name: str) -> list:
@@ -131,11 +101,19 @@ class SolverProblem:
         sim = self.simulator("cuda")
         return sim.propagator_plan() if propagator_available(sim) else None
 
+    def flop_count(self, config) -> FlopCount:
+        """Declared flops of one candidate with ``config``, by term
+        (:func:`~kingen.analysis.bound.variant_flops`)."""
+        plan = self.plan() if config.form == "propagator" else None
+        if config.form == "propagator" and plan is None:
+            raise KingenError("the propagator form needs the solver's propagator plan",
+                              field="form", value=config.form)
+        return variant_flops(self.scheme, self.simulator("cpu").schedule, config,
+                             self.precision, plan)
+
     def flops(self, config) -> float:
         """Declared flops of one launch of the whole batch with ``config``."""
-        plan = self.plan() if config.form == "propagator" else None
-        return self.n_candidates * flops_per_candidate(
-            self.scheme, self.precision, self.total_steps, config.form, plan, config.span)
+        return self.n_candidates * self.flop_count(config).total
 
     def bytes(self, config) -> float:
         """Fewest DRAM bytes of one launch: parameters and initial state in, results out;

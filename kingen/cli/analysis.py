@@ -9,7 +9,8 @@ from kingen.analysis.gpu import NO_GPU
 from kingen.errors import KingenError
 
 
-def _model_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
+def _model_args(p: argparse.ArgumentParser, positional: bool = False,
+                protocols: str = "desensitization") -> None:
     """``--model`` (and an optional positional MODEL): a scheme file or a shipped name."""
     if positional:
         p.add_argument("model_pos", nargs="?", metavar="MODEL",
@@ -21,10 +22,11 @@ def _model_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
                    help="solver precision (analyze: both by default; tune: float64)")
     p.add_argument("--candidates", type=int, default=16384, metavar="N",
                    help="candidates in the solver's batch (default 16384)")
-    p.add_argument("--protocols", default="desensitization",
+    p.add_argument("--protocols", default=protocols,
                    choices=["desensitization", "standard"],
-                   help="protocol set of the batch: desensitization (one sweep, default) or "
-                   "standard (deactivation, desensitization, recovery, dose-response)")
+                   help="protocol set of the batch: desensitization (one sweep) or standard "
+                   "(deactivation, desensitization, recovery, dose-response: the set the "
+                   f"benchmarks and the fits run); default {protocols}")
 
 
 def _model(args: argparse.Namespace) -> str | None:
@@ -100,7 +102,8 @@ def add_tune_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         "Writes optimization_log.md/.json and roofline.png to --out and records the choice "
         "for this device, scheme and precision; later fits use it. Prints a line per step. "
         "Without a usable GPU it says so in one line and exits 0.")
-    _model_args(p, positional=True)
+    # tuning records the launch later fits use: measure it on the set they run
+    _model_args(p, positional=True, protocols="standard")
     p.add_argument("--out", type=Path, default=Path("kingen-tune"),
                    help="output folder (default: ./kingen-tune)")
     p.add_argument("--no-ncu", action="store_true",
