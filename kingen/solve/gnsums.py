@@ -54,6 +54,18 @@ from kingen.codegen import N_WINDOWS
 
 THREADS = 128  # GPU threads per group (pass 2) and per block of the other kernels
 OP_NONE, OP_PEAK = -1, 0
+cuda = None  # numba.cuda, imported with the first GPU kernel (a global: see _numba_cuda)
+
+
+def _numba_cuda():
+    """numba.cuda, as this module's global ``cuda`` that the kernels name (Numba's CUDA
+    simulator swaps a kernel's globals, not its closure's)."""
+    global cuda
+    if cuda is None:
+        from numba import cuda as module
+
+        cuda = module
+    return cuda
 
 
 def n_pairs(m: int) -> int:
@@ -76,8 +88,7 @@ def scale_sums(traces, samples: np.ndarray, bstart: np.ndarray, weight: np.ndarr
     ``samples``."""
     g, b, m = first.size, bstart.size - 1, int(count.max(initial=0))
     if is_device_array(traces):
-        from numba import cuda
-
+        cuda = _numba_cuda()
         out = cuda.to_device(np.zeros((g, b, 3, m + 1)))
         total = g * b * (m + 1)
         if total:
@@ -142,8 +153,7 @@ def gn_sums(traces, samples: np.ndarray, sblock: np.ndarray, cw: np.ndarray,
     g, m = first.size, max(ak.shape[2], 0)
     p = n_pairs(m)
     if is_device_array(traces):
-        from numba import cuda
-
+        cuda = _numba_cuda()
         mmax = max(4, -(-m // 4) * 4)  # one kernel per multiple of 4 columns
         out = cuda.to_device(np.zeros((g, n_pairs(mmax))))
         if g:
@@ -215,8 +225,7 @@ def window_values(traces, sample_start: np.ndarray, windows: np.ndarray) -> np.n
     computes them (non-finite currents read 0), on the traces where they are."""
     n, k = traces.shape[0], windows.shape[0]
     if is_device_array(traces):
-        from numba import cuda
-
+        cuda = _numba_cuda()
         out = cuda.to_device(np.zeros((n, k, N_WINDOWS, 2)))
         if n * k:
             _cuda_kernels()[1][(n * k + THREADS - 1) // THREADS, THREADS](
@@ -264,8 +273,7 @@ def _windows_row(tr, i, k, sample_start, windows, out):  # pragma: no cover
 def _cuda_kernels():
     """The GPU's pass 1 (one thread per group, block and column) and window kernels (one
     thread per candidate and sweep)."""
-    from numba import cuda
-
+    _numba_cuda()
     scale_row = cuda.jit(device=True)(_windows_row.py_func)
 
     @cuda.jit
@@ -314,8 +322,8 @@ def _gn_kernel(mmax: int):
     :data:`THREADS` threads per group. The threads form (r₀, e₁ … e_m) of a tile of
     consecutive samples in shared memory (coalesced reads of the traces), then each
     accumulates its own pairs over the tile in registers."""
-    from numba import cuda, float64
-
+    _numba_cuda()
+    float64 = numba.float64
     rows = mmax + 1
     pairs = n_pairs(mmax)
     per_thread = -(-pairs // THREADS)
