@@ -9,12 +9,16 @@ rate on that side, and the parameter is not identifiable. A profile that stays b
 threshold everywhere is flat.
 
 :class:`ProfileEngine` holds every (parameter, grid point) sub-problem, plus the optimum
-itself, and advances them together: every :meth:`ProfileEngine.step` makes ONE call of
-:meth:`~kingen.identify.likelihood.Likelihood.residuals` holding, for every sub-problem
-still at work,
+itself, and advances them together: every :meth:`ProfileEngine.step` makes ONE solver call
+(:meth:`~kingen.identify.likelihood.Likelihood.gauss_newton`) holding, for every
+sub-problem still at work,
 
 - a batched Levenberg–Marquardt step: the trial point and its forward-difference
-  perturbations (the Jacobian's columns), whose JᵀJ and Jᵀr give the next step;
+  perturbations (the Jacobian's columns), whose JᵀJ and Jᵀr give the next step. They are
+  summed where the traces are made (on the GPU by kernels reading the traces the solver
+  left there, on the CPU in Numba loops parallel over groups; see
+  :mod:`kingen.identify.gauss_newton`): only JᵀJ, Jᵀr and χ² of each sub-problem come
+  back, never a residual trace;
 - or the candidates of its warm start: the optimum with x_j = v, the quadratic (Fisher)
   prediction of the other genes at x_j = v, the nearest point already solved on the same
   profile, and the run's hall of fame with x_j = v;
