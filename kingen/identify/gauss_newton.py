@@ -22,6 +22,7 @@ residual of 0 (its column is −r(x)/hₖ); a base that fails has χ² = inf.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,6 +157,7 @@ def gauss_newton(lik, genes: np.ndarray, count: np.ndarray, steps: np.ndarray
     >>> bool(abs(chi2[0] / c[0] - 1) < 1e-9), jtj.shape, jtr.shape
     (True, (1, 1, 1), (1, 1))
     """
+    t0 = time.perf_counter()
     lay = layout(lik)
     g = np.atleast_2d(np.asarray(genes, dtype=float))
     count = np.asarray(count, dtype=np.int64)
@@ -212,6 +214,7 @@ def gauss_newton(lik, genes: np.ndarray, count: np.ndarray, steps: np.ndarray
     chi2 = np.where(base_ok, chi2, FAILED)
     jtj[~base_ok] = 0.0
     jtr[~base_ok] = 0.0
+    lik.steps_s = getattr(lik, "steps_s", 0.0) + time.perf_counter() - t0
     return chi2, jtj, jtr
 
 
