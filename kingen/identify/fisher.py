@@ -2,7 +2,8 @@
 
 With χ²(θ) = Σ r² = −2 log L + const (:mod:`kingen.identify.likelihood`) and genes x = log10
 of the rates, the Fisher information is F = JᵀJ (J = ∂r/∂x, by forward differences, every
-column a candidate of the same batched solver call), the covariance of x is F⁻¹, and the
+column a candidate of the same batched solver call; JᵀJ is summed where the traces are
+made, :mod:`kingen.identify.gauss_newton`), the covariance of x is F⁻¹, and the
 standard error of a gene is √(F⁻¹)ᵢᵢ in decades. Directions F cannot see (eigenvalues below
 :data:`RCOND` × the largest, where the eigen-decomposition itself is noise) have infinite
 standard errors; nearly flat directions give large finite ones. This is the quadratic
@@ -47,10 +48,29 @@ def perturbations(x: np.ndarray, upper: np.ndarray, h: float, free: np.ndarray
     return rows, steps
 
 
+def embed(jtj: np.ndarray, jtr: np.ndarray, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """JᵀJ (n, n) and Jᵀr (n,) from those over the ``free`` genes (m × m and m, in order;
+    entries beyond m are unread); rows and columns of the others are 0.
+
+    >>> a, g = embed(np.array([[2.0]]), np.array([1.0]), np.array([False, True]))
+    >>> a.tolist(), g.tolist()
+    ([[0.0, 0.0], [0.0, 2.0]], [0.0, 1.0])
+    """
+    n = free.size
+    cols = np.flatnonzero(free)
+    m = cols.size
+    a = np.zeros((n, n))
+    g = np.zeros(n)
+    a[np.ix_(cols, cols)] = jtj[:m, :m]
+    g[cols] = jtr[:m]
+    return a, g
+
+
 def normal_equations(r0: np.ndarray, r_cols: np.ndarray, steps: np.ndarray,
                      free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """JᵀJ (n, n) and Jᵀr (n,) from the base residuals r0 (R,) and the perturbed rows
-    (m, R); rows and columns of genes not ``free`` are 0."""
+    (m, R); rows and columns of genes not ``free`` are 0. The steps form them without
+    the residual vectors (:mod:`kingen.identify.gauss_newton`); this is their reference."""
     n = free.size
     jac_t = (r_cols - r0[None, :]) / steps[:, None]  # (m, R)
     cols = np.flatnonzero(free)

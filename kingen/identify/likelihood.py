@@ -18,7 +18,9 @@ scatter says nothing). The protocols' fit weights do not enter:
 they are a choice of the search, not a property of the data.
 
 :class:`Likelihood` gives, for a batch of genes, the residual vectors r whose Σ r² is
-χ²(θ) = −2 log L(θ) + const, in ONE solver call (trace mode).
+χ²(θ) = −2 log L(θ) + const, in ONE solver call (trace mode); for the Levenberg–Marquardt
+steps, the χ², JᵀJ and Jᵀr of groups of candidates reduced where their traces are made,
+without the residual vectors (:mod:`kingen.identify.gauss_newton`).
 """
 
 from __future__ import annotations
@@ -111,6 +113,40 @@ class Likelihood:
         return sum(x[1].size for x in self._rec) + sum(
             len(p.targets) for p in self.objective.plans)
 
+    def solve(self, genes: np.ndarray, *, count: bool = True, on_device: bool = True):
+        """The traces of a batch of genes: ONE solver call in trace mode, left on the GPU
+        where the solver runs there (``on_device``; see
+        :mod:`kingen.identify.gauss_newton`)."""
+        from kingen.solve.batch import Simulator
+
+        obj = self.objective
+        g = np.atleast_2d(np.asarray(genes, dtype=float))
+        sim = obj.simulator
+        kw = ({"on_device": True} if on_device and isinstance(sim, Simulator)
+              and sim.backend == "cuda" else {})
+        t0 = time.perf_counter()
+        # to_params computes the derived rates, the guard checks them: taken as they are
+        res = sim.run(obj.guard(self.pmap.to_params(g, clip=True), complete=False),
+                      "traces", complete=False, **kw)
+        if count:
+            self.calls += 1
+            self.candidates += g.shape[0]
+            self.solver_s += time.perf_counter() - t0
+        return res
+
+    def gauss_newton(self, genes: np.ndarray, count: np.ndarray, steps: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """χ², JᵀJ and Jᵀr of groups of candidates in ONE solver call, reduced where the
+        traces are made: :func:`kingen.identify.gauss_newton.gauss_newton`."""
+        from kingen.identify.gauss_newton import gauss_newton
+
+        return gauss_newton(self, genes, count, steps)
+
+    def chi2(self, genes: np.ndarray) -> np.ndarray:
+        """χ² of a batch of genes (``inf`` where one fails), in ONE solver call."""
+        n = np.atleast_2d(genes).shape[0]
+        return self.gauss_newton(genes, np.zeros(n, np.int64), np.zeros((n, 0)))[0]
+
     def residuals(self, genes: np.ndarray, *, _count: bool = True
                   ) -> tuple[np.ndarray, np.ndarray]:
         """Residual vectors of a batch of genes: ONE solver call.
@@ -124,14 +160,7 @@ class Likelihood:
         obj = self.objective
         scaled = [not obj._plain(q) for q in range(obj.n_protocols)]
         g = np.atleast_2d(np.asarray(genes, dtype=float))
-        t0 = time.perf_counter()
-        # to_params computes the derived rates, the guard checks them: taken as they are
-        res = obj.simulator.run(obj.guard(self.pmap.to_params(g, clip=True), complete=False),
-                                "traces", complete=False)
-        if _count:
-            self.calls += 1
-            self.candidates += g.shape[0]
-            self.solver_s += time.perf_counter() - t0
+        res = self.solve(g, count=_count, on_device=False)
         traces = res.traces
         n = g.shape[0]
         failed = np.any(res.fail != 0, axis=1)

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from kingen.identify.fisher import fd_step, local_uncertainty, normal_equations, perturbations
+from kingen.identify.fisher import embed, fd_step, local_uncertainty
+from kingen.identify.gauss_newton import Groups
 from kingen.identify.likelihood import Likelihood
 from kingen.identify.noise import NoiseModel, estimate_noise
 from kingen.identify.table import local_rows
@@ -34,9 +35,10 @@ def local_at_best(objective, pmap, best_genes: np.ndarray, level: float = LEVEL,
         noise = estimate_noise(objective, pmap.to_params(x[None, :]))
     lik = Likelihood(objective, pmap, noise, x)
     free = np.ones(pmap.n_genes, dtype=bool)
-    pert, steps = perturbations(x, pmap.upper, fd_step(objective.simulator.precision), free)
-    r, chi2 = lik.residuals(np.vstack([x[None, :], pert]))
-    a, _ = normal_equations(r[0], r[1:], steps, free)
+    batch = Groups()
+    batch.add_lm(x, pmap.upper, fd_step(objective.simulator.precision), free)
+    chi2, jtj, jtr = batch.evaluate(lik)
+    a, _ = embed(jtj[0], jtr[0], free)
     out = local_uncertainty(a, pmap.gene_names)
     out.update(best_log10=[float(v) for v in x], chi2=float(chi2[0]),
                noise=noise.to_dict(), log=[bool(v) for v in pmap.log], level=level)

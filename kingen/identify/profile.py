@@ -9,12 +9,16 @@ rate on that side, and the parameter is not identifiable. A profile that stays b
 threshold everywhere is flat.
 
 :class:`ProfileEngine` holds every (parameter, grid point) sub-problem, plus the optimum
-itself, and advances them together: every :meth:`ProfileEngine.step` makes ONE call of
-:meth:`~kingen.identify.likelihood.Likelihood.residuals` holding, for every sub-problem
-still at work,
+itself, and advances them together: every :meth:`ProfileEngine.step` makes ONE solver call
+(:meth:`~kingen.identify.likelihood.Likelihood.gauss_newton`) holding, for every
+sub-problem still at work,
 
 - a batched Levenberg–Marquardt step: the trial point and its forward-difference
-  perturbations (the Jacobian's columns), whose JᵀJ and Jᵀr give the next step;
+  perturbations (the Jacobian's columns), whose JᵀJ and Jᵀr give the next step. They are
+  summed where the traces are made (on the GPU by kernels reading the traces the solver
+  left there, on the CPU in Numba loops parallel over groups; see
+  :mod:`kingen.identify.gauss_newton`): only JᵀJ, Jᵀr and χ² of each sub-problem come
+  back, never a residual trace;
 - or the candidates of its warm start: the optimum with x_j = v, the quadratic (Fisher)
   prediction of the other genes at x_j = v, the nearest point already solved on the same
   profile, and the run's hall of fame with x_j = v;
@@ -36,12 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from kingen.identify.fisher import (
-    covariance,
-    fd_step,
-    normal_equations,
-    perturbations,
-)
+from kingen.identify.fisher import covariance, embed, fd_step
+from kingen.identify.gauss_newton import Groups
 
 MAX_WIDEN = 3          # times a side of a profile is widened
 MAX_ITER = 30          # Levenberg–Marquardt iterations of the optimum
@@ -226,34 +226,31 @@ class ProfileEngine:
             if not self._next_round():
                 self.phase = "done"
                 return False
-        rows: list[np.ndarray] = []
-        jobs: list[tuple[str, int, int, int, np.ndarray | None]] = []
+        batch = Groups()
+        jobs: list[tuple[str, int, int, int]] = []
         for b in np.flatnonzero(self.status == WAIT):
-            cands = self._warm_candidates(int(b))
-            jobs.append(("warm", int(b), len(rows), len(rows) + len(cands), None))
-            rows.extend(cands)
+            lo = batch.add_points(self._warm_candidates(int(b)))
+            jobs.append(("warm", int(b), lo, batch.groups))
         for b in np.flatnonzero(self.status == ACTIVE):
-            y = self.y[b] if self.have[b] else self.x[b]
             free = np.ones(self.n, dtype=bool)
             if self.param[b] >= 0:
                 free[self.param[b]] = False
-            pert, steps = perturbations(y, self.upper, self.h, free)
-            jobs.append(("lm", int(b), len(rows), len(rows) + 1 + len(pert), steps))
-            rows.append(y)
-            rows.extend(pert)
+            lo = batch.add_lm(self.y[b] if self.have[b] else self.x[b], self.upper, self.h,
+                              free)
+            jobs.append(("lm", int(b), lo, lo + 1))
         if self._neighbour_jobs is not None:
             for b, cands in self._neighbour_jobs:
-                jobs.append(("neighbour", b, len(rows), len(rows) + len(cands), None))
-                rows.extend(cands)
+                lo = batch.add_points(cands)
+                jobs.append(("neighbour", b, lo, batch.groups))
             self._neighbour_jobs = None
-        r, chi2 = self.lik.residuals(np.array(rows))
+        chi2, jtj, jtr = batch.evaluate(self.lik)
         self.calls += 1
-        self.candidates += len(rows)
+        self.candidates += len(batch.rows)
         restarted = False
-        for kind, b, lo, hi, steps in jobs:
+        for kind, b, lo, hi in jobs:
             if kind == "warm":
                 k = lo + int(np.argmin(chi2[lo:hi]))
-                self.x[b] = rows[k]
+                self.x[b] = batch.rows[batch.first[k]]
                 self.chi2[b] = chi2[k]
                 self.status[b] = ACTIVE
                 self.have[b] = False
@@ -261,7 +258,7 @@ class ProfileEngine:
             elif kind == "neighbour":
                 k = lo + int(np.argmin(chi2[lo:hi]))
                 if chi2[k] < self.chi2[b] - NEIGHBOUR_GAIN:
-                    self.x[b] = rows[k]
+                    self.x[b] = batch.rows[batch.first[k]]
                     self.chi2[b] = chi2[k]
                     self.status[b] = ACTIVE
                     self.have[b] = False
@@ -269,7 +266,7 @@ class ProfileEngine:
                     self.iters[b] = 0
                     restarted = True
             else:
-                self._lm_update(b, r[lo], chi2[lo], r[lo + 1: hi], steps)
+                self._lm_update(b, chi2[lo], jtj[lo], jtr[lo])
         if any(kind == "neighbour" for kind, *_ in jobs) and not restarted:
             self.passes = NEIGHBOUR_PASSES  # nothing to gain from neighbours: go on
         self.steps += 1
@@ -277,13 +274,14 @@ class ProfileEngine:
             self._start_grid()
         return True
 
-    def _lm_update(self, b: int, r0: np.ndarray, c0: float, r_cols: np.ndarray,
-                   steps: np.ndarray) -> None:
+    def _lm_update(self, b: int, c0: float, jtj: np.ndarray, jtr: np.ndarray) -> None:
+        """One sub-problem's Levenberg–Marquardt update from χ², JᵀJ and Jᵀr at its trial
+        point (over its free genes, in order; padding beyond them unread)."""
         free = np.ones(self.n, dtype=bool)
         if self.param[b] >= 0:
             free[self.param[b]] = False
         y = self.y[b] if self.have[b] else self.x[b]
-        a, g = normal_equations(r0, r_cols, steps, free)
+        a, g = embed(jtj, jtr, free)
         converged, why = False, ""
         if not self.have[b]:
             accept = math.isfinite(c0)
@@ -391,20 +389,15 @@ class ProfileEngine:
         active = np.flatnonzero(self.status == ACTIVE)
         if not active.size:
             return False
-        rows: list[np.ndarray] = []
-        jobs = []
+        batch = Groups()
         free = np.ones(self.n, dtype=bool)
         for b in active:
-            y = self.y[b] if self.have[b] else self.x[b]
-            pert, steps = perturbations(y, self.upper, self.h, free)
-            jobs.append((int(b), len(rows), len(rows) + 1 + len(pert), steps))
-            rows.append(y)
-            rows.extend(pert)
-        r, chi2 = self.lik.residuals(np.array(rows))
+            batch.add_lm(self.y[b] if self.have[b] else self.x[b], self.upper, self.h, free)
+        chi2, jtj, jtr = batch.evaluate(self.lik)
         self.calls += 1
-        self.candidates += len(rows)
-        for b, lo, hi, steps in jobs:
-            self._lm_update(b, r[lo], chi2[lo], r[lo + 1: hi], steps)
+        self.candidates += len(batch.rows)
+        for i, b in enumerate(active):
+            self._lm_update(int(b), chi2[i], jtj[i], jtr[i])
         self.steps += 1
         return True
 

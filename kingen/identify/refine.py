@@ -121,7 +121,7 @@ def finish(objective: Any, pmap: Any, hof_genes: np.ndarray, *, starts: int = ST
         noise, last = estimate, key
         lik = Likelihood(objective, pmap, noise, hof[0])
         objective.set_noise(noise_weights(lik))
-        _, chi2 = lik.residuals(hof)
+        chi2 = lik.chi2(hof)
         if not report["passes"]:
             before = float(chi2[0])  # the search's best, on this noise model
         order = np.argsort(chi2, kind="stable")
@@ -147,7 +147,7 @@ def finish(objective: Any, pmap: Any, hof_genes: np.ndarray, *, starts: int = ST
                       converged=converged)
     # the search's best on the final likelihood: what the refinement gained
     report["chi2_before"] = (before if report["passes"] == 1 else
-                             float(lik.residuals(first)[1][0]))
+                             float(lik.chi2(first)[0]))
     report["chi2_after"] = float(chi2[0])
     report["noise"] = noise.to_dict()
     return Finish(genes=hof[0].copy(), chi2=float(chi2[0]), hof_genes=hof, hof_chi2=chi2,

@@ -296,4 +296,6 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
         warnings=warnings, results=results, noise=noise.to_dict(), steps=engine.steps,
         solver_calls=engine.calls, candidates=engine.candidates,
         wall_s=time.perf_counter() - t0, resumed=state is not None,
-        extra={"solver_s": lik.solver_s, "finished": finished})
+        extra={"solver_s": lik.solver_s, "finished": finished,
+               "steps_s": getattr(lik, "steps_s", 0.0),
+               "device": str(getattr(lik.objective.simulator, "device", ""))})

@@ -125,7 +125,7 @@ class Simulator:
     def run(self, params: np.ndarray, mode: str = "objective", *,
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
             while_solving: Callable[[], object] | None = None,
-            filtered: bool = True) -> BatchResult:
+            filtered: bool = True, on_device: bool = False) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -152,6 +152,11 @@ class Simulator:
         filtered
             Pass the current through the protocols' filters (default); False gives the
             model's own current (a plot shows both).
+        on_device
+            Trace mode on the GPU: leave the traces on the device (``traces`` is then a
+            device array, valid until the next call; a failed candidate's samples are not
+            NaN, its ``fail`` code says so) for a reduction there
+            (:mod:`kingen.solve.gnsums`). Ignored on the CPU.
         """
         import time
 
@@ -172,7 +177,11 @@ class Simulator:
                    else np.empty((0, 0, 0)))
             extra = (obj.data, obj.weight, obj.windows, out)
         else:
-            traces = np.full((n, self.schedule.n_samples), np.nan, dtype=np.float64)
+            shape = (n, self.schedule.n_samples)
+            if on_device and self.backend == "cuda":
+                traces = np.empty(shape)  # kept on the GPU: only its shape is read
+            else:
+                traces = np.full(shape, np.nan, dtype=np.float64)
             occ_shape = ((n, self.schedule.n_samples, self.scheme.n_states) if with_occupancy
                          else (1, 1, 1))
             occ = np.full(occ_shape, np.nan, dtype=np.float64)
@@ -200,7 +209,8 @@ class Simulator:
             # one call at a time: the device buffers are the simulator's, not the call's
             with self._gpu_lock:
                 t_compile = time.perf_counter()
-                call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode)
+                call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode,
+                                                on_device)
                 try:
                     call()
                     if while_solving is not None:
@@ -211,6 +221,8 @@ class Simulator:
                 if mode == "objective":  # the inputs (data, weights, windows) stay there
                     results = [*extra[:3], dev_out[3].copy_to_host(),
                                dev_out[4].copy_to_host()]
+                elif on_device:  # the traces stay; the failure codes come back
+                    results = [*dev_out[:-1], dev_out[-1].copy_to_host()]
                 else:
                     results = [x.copy_to_host() for x in dev_out]
         fail = results[-1].T.copy()
@@ -231,7 +243,7 @@ class Simulator:
             res.traces = results[0]
             if with_occupancy:
                 res.occupancy = results[1]
-            for k in range(self.n_sweeps):
+            for k in range(self.n_sweeps if isinstance(res.traces, np.ndarray) else 0):
                 a, b = self.schedule.sample_start[k], self.schedule.sample_start[k + 1]
                 res.traces[fail[:, k] != 0, a:b] = np.nan
         t_end = time.perf_counter()
@@ -421,7 +433,7 @@ class Simulator:
                    tol=TOLERANCE[self.precision])
 
     def _cuda_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
-                   fail: np.ndarray, mode: str):
+                   fail: np.ndarray, mode: str, on_device: bool = False):
         """Upload what changes per call; return the launch and the device outputs."""
         from numba import cuda
 
@@ -446,6 +458,11 @@ class Simulator:
             dev_extra = (d["data"], d["weight"], d["win"],
                          self._device_buffer("out", self._out_shape(n), np.float64))
             dfail = self._device_buffer("fail", fail.shape, fail.dtype)
+        elif on_device:
+            # the traces are written by the kernel and reduced there: no host array, no copy
+            dev_extra = (self._device_buffer("traces", extra[0].shape, np.float64),
+                         *(cuda.to_device(x) for x in extra[1:]))
+            dfail = cuda.to_device(fail)
         else:
             dev_extra = tuple(cuda.to_device(x) for x in extra)
             dfail = cuda.to_device(fail)

@@ -1,0 +1,177 @@
+"""JᵀJ, Jᵀr and χ² of Levenberg–Marquardt groups summed where the traces are made equal
+those of the full residual vectors (the reference), on the CPU and, under Numba's CUDA
+simulator, with the GPU kernels."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+import kingen
+from kingen.experiment.chain import Chain
+from kingen.identify.fisher import normal_equations
+from kingen.identify.gauss_newton import Groups
+from kingen.identify.likelihood import Likelihood
+from kingen.identify.noise import estimate_noise
+
+ROOT = Path(__file__).resolve().parents[1]
+RTOL = 1e-9
+
+
+def _likelihood(chains=None, tau=None):
+    cfg = kingen.load_config(kingen.demo_config())
+    items = cfg.protocols
+    if chains:
+        items = [replace(it, chain=chains[i]) if i in chains else it
+                 for i, it in enumerate(items)]
+    obj = kingen.Objective(cfg.scheme, items, cfg.solver.replace(backend="cpu"))
+    x = cfg.pmap.to_genes(cfg.scheme.values[None, :])[0]
+    noise = estimate_noise(obj, cfg.pmap.to_params(x[None, :]))
+    if tau is not None:
+        noise.tau[:] = tau
+    return Likelihood(obj, cfg.pmap, noise, x), cfg.pmap, x
+
+
+def _compare(lik, pmap, x, fail_row: int | None = None):
+    """Three groups (all genes free; one held; a candidate alone) against the reference."""
+    rng = np.random.default_rng(1)
+    frees = [np.ones(pmap.n_genes, bool), np.ones(pmap.n_genes, bool)]
+    frees[1][2] = False
+    batch = Groups()
+    ys = [np.clip(x + 0.05 * rng.normal(size=x.size), pmap.lower, pmap.upper)
+          for _ in frees]
+    for y, free in zip(ys, frees, strict=True):
+        batch.add_lm(y, np.asarray(pmap.upper), 1e-5, free)
+    batch.add_points([x.copy()])
+    if fail_row is not None:
+        batch.rows[fail_row] = np.full(x.size, np.nan)  # a candidate the solver fails
+    chi2, jtj, jtr = batch.evaluate(lik)
+    r, c = lik.residuals(np.array(batch.rows))
+    for i, free in enumerate(frees + [None]):
+        lo = batch.first[i]
+        np.testing.assert_allclose(chi2[i], c[lo], rtol=RTOL)
+        if free is None:
+            continue
+        m = int(free.sum())
+        a, g = normal_equations(r[lo], r[lo + 1: lo + 1 + m], batch.steps[i], free)
+        cols = np.flatnonzero(free)
+        a, g = a[np.ix_(cols, cols)], g[cols]
+        assert np.abs(jtj[i, :m, :m] - a).max() <= RTOL * np.abs(a).max()
+        assert np.abs(jtr[i, :m] - g).max() <= RTOL * np.abs(g).max()
+        assert not jtj[i, m:].any() and not jtr[i, m:].any()
+
+
+def test_demo_sums_equal_the_residual_vectors():
+    lik, pmap, x = _likelihood()
+    _compare(lik, pmap, x)
+
+
+def test_offsets_amplitudes_per_sweep_and_correlated_noise():
+    lik, pmap, x = _likelihood(
+        {0: Chain(offset="per-sweep", amplitude="per-sweep"),
+         1: Chain(offset="per-protocol", amplitude="rundown"),
+         2: Chain(offset="per-protocol")}, tau=3.5)
+    assert not any(lik.objective._plain(q) for q in range(3))
+    _compare(lik, pmap, x)
+
+
+def test_a_failed_perturbation_counts_as_residuals_of_zero():
+    lik, pmap, x = _likelihood()
+    _compare(lik, pmap, x, fail_row=3)
+
+
+def _tiny_inputs():
+    rng = np.random.default_rng(3)
+    n, t = 8, 50  # groups of 3, 0 and 2 perturbations
+    traces = rng.normal(size=(n, t))
+    traces[1:4] = traces[0] + 1e-3 * rng.normal(size=(3, t))
+    traces[6:8] = traces[5] + 1e-3 * rng.normal(size=(2, t))
+    samples = np.concatenate([np.arange(2, 20), np.arange(25, 48)]).astype(np.int64)
+    sblock = (samples >= 25).astype(np.int64)
+    bstart = np.array([0, 18, samples.size], dtype=np.int64)
+    w, d = rng.uniform(0.5, 1, samples.size), rng.normal(size=samples.size)
+    first, count = np.array([0, 4, 5], np.int64), np.array([3, 0, 2], np.int64)
+    use = np.ones((3, 4), bool)
+    use[2, 1] = False
+    coef = [rng.normal(size=(3, 2)) for _ in range(2)] + [
+        rng.normal(size=(3, 2, 3)) for _ in range(3)]
+    return traces, samples, sblock, bstart, w, d, first, count, use, coef
+
+
+def test_the_cpu_reduction_equals_numpy():
+    from kingen.solve.gnsums import gn_sums, scale_sums, unpack
+
+    traces, samples, sblock, bstart, w, d, first, count, use, coef = _tiny_inputs()
+    s1 = scale_sums(traces, samples, bstart, w, d, first, count)
+    for gi, (f, m) in enumerate(zip(first, count, strict=True)):
+        for blk in range(2):
+            s = samples[bstart[blk]:bstart[blk + 1]]
+            g0 = traces[f, s]
+            ws, ds = w[bstart[blk]:bstart[blk + 1]], d[bstart[blk]:bstart[blk + 1]]
+            for k in range(m + 1):
+                g = traces[f + k, s]
+                want = [ws @ (g * g), ws @ (g * ds), ws @ g]
+                if k:
+                    want = [a - b for a, b in zip(want, [ws @ (g0 * g0), ws @ (g0 * ds),
+                                                         ws @ g0], strict=True)]
+                np.testing.assert_allclose(s1[gi, blk, :, k], want, rtol=1e-9, atol=1e-12)
+    a0, c0, ak, dak, dck = coef
+    chi2, jtr, jtj = unpack(gn_sums(traces, samples, sblock, w, d, first, count, use, a0, c0,
+                                    ak, dak, dck), count)
+    for gi, (f, m) in enumerate(zip(first, count, strict=True)):
+        b = sblock
+        r0 = a0[gi, b] * traces[f, samples] + c0[gi, b] - d
+        e = np.array([(ak[gi, b, k] * (traces[f + 1 + k, samples] - traces[f, samples])
+                       + dak[gi, b, k] * traces[f, samples] + dck[gi, b, k]) * use[gi, k + 1]
+                      for k in range(m)]).reshape(m, samples.size)
+        np.testing.assert_allclose(chi2[gi], (w * r0) @ r0, rtol=1e-12)
+        np.testing.assert_allclose(jtr[gi, :m], e @ (w * r0), rtol=1e-12)
+        np.testing.assert_allclose(jtj[gi, :m, :m], (e * w) @ e.T, rtol=1e-12, atol=1e-15)
+
+
+def test_window_values_equal_the_host_windows():
+    from kingen.fitting.targets import host_windows
+    from kingen.solve.gnsums import window_values
+
+    rng = np.random.default_rng(4)
+    traces = rng.normal(size=(3, 40))
+    traces[1, 5] = np.nan
+    start = np.array([0, 20, 40], dtype=np.int64)
+    windows = np.array([[[0, 9, 0], [3, 15, 1], [0, 0, -1], [0, 0, -1]],
+                        [[2, 19, 1], [0, 19, 0], [0, 0, -1], [4, 6, 0]]], dtype=np.int64)
+    want = host_windows(np.where(np.isfinite(traces), traces, 0.0), start, windows)
+    np.testing.assert_allclose(window_values(traces, start, windows), want, rtol=1e-12)
+
+
+CUDASIM = """
+import numpy as np
+from numba import cuda
+import test_gauss_newton as t
+from kingen.solve.gnsums import gn_sums, scale_sums, window_values
+traces, samples, sblock, bstart, w, d, first, count, use, coef = t._tiny_inputs()
+dev = cuda.to_device(traces)
+np.testing.assert_allclose(scale_sums(dev, samples, bstart, w, d, first, count),
+                           scale_sums(traces, samples, bstart, w, d, first, count), rtol=1e-12)
+args = (samples, sblock, w, d, first, count, use, *coef)
+np.testing.assert_allclose(gn_sums(dev, *args), gn_sums(traces, *args), rtol=1e-12,
+                           atol=1e-15)
+start = np.array([0, 25, 50], dtype=np.int64)
+windows = np.array([[[0, 9, 0], [3, 15, 1], [0, 0, -1], [0, 0, -1]]] * 2, dtype=np.int64)
+np.testing.assert_allclose(window_values(dev, start, windows),
+                           window_values(traces, start, windows), rtol=1e-12)
+print("same")
+"""
+
+
+def test_the_gpu_kernels_equal_the_cpu_under_the_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    out = subprocess.run([sys.executable, "-c", CUDASIM], env=env, capture_output=True,
+                         text=True, timeout=280)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "same" in out.stdout
