@@ -1,6 +1,6 @@
 """Write a SYNTHETIC fit problem on the standard protocol set, for timing fit generations.
 
-For a shipped scheme, the four standard protocols (ideal steps, 50 kHz, 20 sweeps) are
+For a shipped scheme, the four standard protocols (ideal steps or ``--exchange`` ms, 50 kHz) are
 simulated at the file's rates with the batched solver, Gaussian noise of 2 % of the largest
 current is added (seeded), and one CSV per protocol is written with a fit configuration
 that names them. The ``fit_gpu`` suite with ``--config DIR/fit.toml`` then times the fit's
@@ -8,6 +8,7 @@ generations on this problem (the issue's "one fit generation of 16,384 R&H candi
 the standard set, GA included"). A helper, not a suite::
 
     python -m benchmarks.make_fit_problem --model robert_howe_2003 --out /tmp/rh03
+    python -m benchmarks.make_fit_problem --model robert_howe_2003 --exchange 0.2 --out /tmp/rh03x
     python -m benchmarks fit_gpu --config /tmp/rh03/fit.toml --population 16384 \\
         --generations 5 --name rh03_16384
 """
@@ -38,11 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="folder to write")
     ap.add_argument("--noise", type=float, default=0.02, help="SD as a fraction of the peak")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--exchange", type=float, default=0.0,
+                    help="10-90 %% solution exchange time, ms (0: ideal steps)")
     args = ap.parse_args(argv)
 
     model = ROOT / "models" / f"{args.model}.toml"
     scheme = Scheme.load(model)
-    protocols = [standard_protocol(n) for n in STANDARD]
+    protocols = [standard_protocol(n, exchange=args.exchange) for n in STANDARD]
     sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     traces = sim.run(scheme.values[None], "traces").traces[0] * scheme.channels
     sd = args.noise * float(np.abs(traces).max())
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "seed": args.seed,
                                   "comments": [f"SYNTHETIC {args.model} currents"]}),
                   args.out / f"{name}.csv")
-        lines += ["[[protocols]]", f'protocol = "{name}"', f'recording = "{name}.csv"', ""]
+        lines += ["[[protocols]]", f'protocol = "{name}"', f'recording = "{name}.csv"']
+        lines += [f"exchange = {args.exchange}", ""] if args.exchange else [""]
     (args.out / "fit.toml").write_text("\n".join(lines))
     print(f"wrote {args.out / 'fit.toml'} and {len(STANDARD)} recordings (noise SD {sd:.3g} pA)")
     return 0
