@@ -103,8 +103,7 @@ def _sosfilt(flt: Filter, x: np.ndarray, dt: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize("lanes, span, precision", [
-    (2, 4, "float64"), (4, 8, "float64"), (8, 8, "float64"), (8, 16, "float64"),
-    (4, 8, "float32"),
+    (2, 4, "float64"), (4, 8, "float64"), (8, 16, "float64"), (4, 8, "float32"),
 ])
 def test_folded_spans_equal_scipy_under_the_cuda_simulator(lanes, span, precision):
     protocols = _protocols()
@@ -125,7 +124,8 @@ def test_folded_spans_equal_scipy_under_the_cuda_simulator(lanes, span, precisio
     assert gpu._cuda_module("objective", config, False, gpu.n_sections).FOLD_ORDER == 8
 
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
-    raw = gpu.run(params, "traces", launch_config=config, filtered=False)  # one product
+    one = LaunchConfig(block=32, form="propagator", lanes=1)  # one product per sample
+    raw = gpu.run(params, "traces", launch_config=one, filtered=False)
     starts = sched.sample_start
     want = np.empty_like(raw.traces)
     w = 0
