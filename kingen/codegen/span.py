@@ -23,12 +23,11 @@ from memory (a few samples per row).
 
 Only the objective mode uses spans: a trace needs every sample's current written anyway.
 
-The recording filter, folded into the span (GPU)
-------------------------------------------------
-The filter's cascade of second-order sections in transposed direct form II is a linear
-state-space system of order N = 2 × sections, in the very coordinates of the kernel's
-``fz{q}_0``, ``fz{q}_1``: z' = A·z + B·u, y = C·z + D·u (:func:`filter_state_space`). For a
-span that starts at state p and filter state z, with inputs uₛ = drv·p·Gₛ (s = 1 … B):
+**The recording filter, folded into the span (GPU).** The filter's cascade of second-order
+sections in transposed direct form II is a linear state-space system of order
+N = 2 × sections, in the very coordinates of the kernel's ``fz{q}_0``, ``fz{q}_1``:
+z' = A·z + B·u, y = C·z + D·u (:func:`filter_state_space`). For a span that starts at state
+p and filter state z, with inputs uₛ = drv·p·Gₛ (s = 1 … B):
 
 - sample t's filtered current is yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ, with
   G̃ₜ = Σₛ₌₁..ₜ hₜ₋ₛ·Gₛ and h₀ = D, hₖ = C·Aᵏ⁻¹·B (the impulse response);
@@ -36,16 +35,17 @@ span that starts at state p and filter state z, with inputs uₛ = drv·p·Gₛ 
 
 So with a filter ``GV`` holds G̃ in place of G (built from G by a short convolution in
 ``build_span``), ``WV[f, n, i, c]`` holds W, and C·Aᵗ⁻¹ and A^B are per-sweep constants
-(``FC``, :func:`fold_constants`). Each lane's J = B/L currents cost J·(S + N) multiply-adds,
-and the lanes share the N components of the next filter state (⌈N/L⌉ each, S + N
-multiply-adds per component), exchanged through the pair's shared memory after the span's
-barrier: for Robert & Howe (S = 16) with an 8-pole filter (N = 8) on 8 lanes and B = 16,
-72 multiply-adds per lane per span on top of the propagator's 64, instead of the 16 samples
-× 20 dependent multiply-adds of a serial pass through the sections on every lane. The
-filter state stays in the sections' coordinates, so stage-form and edge rows, which run the
-sections one sample at a time (:meth:`kingen.codegen.emit.Emitter.filter_sample`),
-alternate with span rows within a sweep; so do a row's last nrep mod B samples, which take
-single products and pass their currents through the sections on every lane alike.
+(``FC``, :func:`fold_constants`). A lane's J = B/L currents cost J·(S + N) multiply-adds
+instead of J·S, and the lanes share out the N components of the next filter state
+(⌈N/L⌉ each, S + N multiply-adds per component), which they exchange through the pair's
+shared memory at the span's barrier. Robert & Howe (S = 16) with an 8-pole filter (N = 8)
+on 8 lanes, B = 16: 104 multiply-adds per lane per span, against 64 without a filter and
+384 with the serial pass below (its 16 samples × 4 sections, one long dependent chain on
+every lane). The filter state stays in the sections' coordinates, so stage-form and edge
+rows, which run the sections one sample at a time
+(:meth:`kingen.codegen.emit.Emitter.filter_sample`), alternate with span rows within a
+sweep; so do a row's last nrep mod B samples, which take single products and pass their
+currents through the sections on every lane alike.
 
 A constant key can serve sweeps with different filters (two protocols of one batch), and
 G̃ and W depend on the filter: the span arrays are indexed by fold entries, one per
