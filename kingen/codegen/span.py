@@ -38,7 +38,9 @@ So with a filter ``GV`` holds G̃ in place of G (built from G by a short convolu
 (``FC``, :func:`fold_constants`). A lane's J = B/L currents cost J·(S + N) multiply-adds
 instead of J·S, and the lanes share out the N components of the next filter state
 (⌈N/L⌉ each, S + N multiply-adds per component), which they exchange through the pair's
-shared memory at the span's barrier. Robert & Howe (S = 16) with an 8-pole filter (N = 8)
+shared memory at the span's barrier (a lane with one component holds its constants in
+registers; with fewer lanes, which hold more columns of M^B each, they are read from the
+cache at every span). Robert & Howe (S = 16) with an 8-pole filter (N = 8)
 on 8 lanes, B = 16: 104 multiply-adds per lane per span, against 64 without a filter and
 384 with the serial pass below (its 16 samples × 4 sections, one long dependent chain on
 every lane). The filter state stays in the sections' coordinates, so stage-form and edge
@@ -350,18 +352,32 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     a(f"{ind}rem = nrep - nb * {span}")
 
     SP = C * lanes
+    # the weights of the starting filter state in this lane's samples (C·Aᵗ), and this
+    # lane's components of the state after a span (rows of A^B and of W): in registers
+    # when a lane has one component; with more (fewer lanes, which already hold more
+    # columns of M^B each) read at every span, from the cache
+    held = NZ == 1
+
+    def zc(q: int, n: int) -> str:
+        return f"zc{q}_{n}" if held else f"FC[w, U(first + {q}), {n}]"
+
+    def za(k: int, n: int) -> str:
+        return f"za{k}_{n}" if held else f"FC[w, U({span} + zr + {k}), {n}]"
+
+    def zw(i: int, k: int) -> str:
+        return f"zw{i}_{k}" if held else f"{F}(WV[kf, U(zr + {k}), {i}, c])"
+
     if order:
-        # the weights of the starting filter state in this lane's samples (C·Aᵗ), and this
-        # lane's components of the state after a span (rows of A^B and of W)
+        a(f"{ind}zr = lane * {NZ}")
+    if order and held:
         for q in range(J):
             for n in range(order):
                 a(f"{ind}zc{q}_{n} = FC[w, U(first + {q}), {n}]")
-        a(f"{ind}zr = lane * {NZ}")
-        for k in range(NZ):
-            for n in range(order):
-                a(f"{ind}za{k}_{n} = FC[w, U({span} + zr + {k}), {n}]")
-            for i in range(S):
-                a(f"{ind}zw{i}_{k} = {F}(WV[kf, U(zr + {k}), {i}, c])")
+        for n in range(order):
+            a(f"{ind}za0_{n} = FC[w, U({span} + zr), {n}]")
+        for i in range(S):
+            a(f"{ind}zw{i}_0 = {F}(WV[kf, U(zr), {i}, c])")
+    if order:
         # the filter state's two halves, which alternate with the state's
         NP = NZ * lanes
         a(f"{ind}zh0 = sh[U(base + {2 * SP + 1}):U(base + {2 * SP + 1 + NP})]")
@@ -395,12 +411,12 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         # barrier (the two halves alternate, so no lane overwrites one still being read)
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv + "
-              f"({dot([f'zc{q}_{n} * {x}' for n, x in enumerate(z)])})")
+              f"({dot([f'{zc(q, n)} * {x}' for n, x in enumerate(z)])})")
             _span_sample(a, ind3, f"smp + first + {q + 1}")
         for k in range(NZ):
-            a(f"{ind3}{zdst}[zr + {k}] = "
-              f"{dot([f'za{k}_{n} * {x}' for n, x in enumerate(z)])} + "
-              f"float({dot([f'v{i} * zw{i}_{k}' for i in range(S)])}) * drv")
+            a(f"{ind3}{zdst}[U(zr + {k})] = "
+              f"{dot([f'{za(k, n)} * {x}' for n, x in enumerate(z)])} + "
+              f"float({dot([f'v{i} * {zw(i, k)}' for i in range(S)])}) * drv")
 
     def filtered_currents(ind3: str, partial: bool) -> None:
         # A filter runs through the samples in order: each lane puts its J currents in the
@@ -433,7 +449,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         advance(ind2, dst, "span")
         a(f"{ind2}if rec == 1:")
         for n, x in enumerate(z):
-            a(f"{ind2}    {x} = {zdst}[{n}]")
+            a(f"{ind2}    {x} = float({zdst}[{n}])")
         a(f"{ind2}    smp += {span}")
 
     # the two halves alternate span by span, unrolled by two so each is a fixed slice
