@@ -201,6 +201,20 @@ def fold_keys(row_key: np.ndarray, row_start: np.ndarray, n_span_keys: int,
     return row_fold, fold_key, fold_sweep
 
 
+def fold_arrays(row_key: np.ndarray, row_start: np.ndarray, n_span_keys: int,
+                sections: np.ndarray, span: int, lanes: int) -> tuple[np.ndarray, ...]:
+    """What the GPU reads of a folded filter: ``row_fold`` and ``fold_key``
+    (:func:`fold_keys`; one entry at least, as a device array is never empty), the build's
+    constants per entry (entry, 1 + N', B) and the run's per sweep (sweep, B + N', N), as
+    :func:`fold_constants` gives them."""
+    row_fold, fold_key, fold_sweep = fold_keys(row_key, row_start, n_span_keys, sections)
+    per_sweep = [fold_constants(x, span, lanes) for x in sections]
+    if not fold_key.size:
+        fold_key = fold_sweep = np.zeros(1, dtype=np.int64)
+    build = np.ascontiguousarray([per_sweep[w][1] for w in fold_sweep])
+    return row_fold, fold_key, build, np.ascontiguousarray([x[0] for x in per_sweep])
+
+
 def span_check(n_states: int, lanes: int, span: int, target: str = "cuda") -> None:
     """Reject spans the generated code cannot lay out."""
     if span < 2 or span & (span - 1):

@@ -18,7 +18,7 @@ import numpy as np
 
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
 from kingen.codegen.propagator import padded_states
-from kingen.codegen.span import fold_constants, fold_keys, fold_padded
+from kingen.codegen.span import fold_arrays, fold_padded
 from kingen.errors import KingenError
 from kingen.experiment.chain import SECTION_VALUES, filter_sections
 from kingen.experiment.protocol import Protocol
@@ -394,9 +394,8 @@ class Simulator:
         state component, row, candidate) follows (see :mod:`kingen.codegen.span`)."""
         from numba import cuda
 
-        keys = max(1, self.propagator_plan().n_span_keys)
-        if fold:
-            keys = max(1, self._fold_arrays(config)[1].size)
+        keys = max(1, self._fold_arrays(config)[1].size if fold
+                   else self.propagator_plan().n_span_keys)
         S = self.scheme.n_states
         shapes = ((keys, S, config.span, n),
                   (keys, S, padded_states(S, config.lanes), n))
@@ -411,25 +410,14 @@ class Simulator:
         return d[key]
 
     def _fold_arrays(self, config) -> tuple:
-        """A folded filter's host arrays (:mod:`kingen.codegen.span`): ``row_fold``,
-        ``fold_key``, the build's constants per entry (entry, 1 + N', B) and the run's per
-        sweep (sweep, B + N', N)."""
+        """A folded filter's host arrays (:func:`kingen.codegen.span.fold_arrays`)."""
         key = (config.lanes, config.span)
-        d = self._fold_host
-        if key not in d:
-            assert self.sections is not None
+        if key not in self._fold_host:
             plan = self.propagator_plan()
-            row_fold, fold_key, fold_sweep = fold_keys(
-                plan.row_key, self.schedule.row_start, plan.n_span_keys, self.sections)
-            per_sweep = [fold_constants(self.sections[w], config.span, config.lanes)
-                         for w in range(self.n_sweeps)]
-            run = np.ascontiguousarray([x[0] for x in per_sweep])
-            # one entry at least: a device array is never empty (no build reads it then)
-            fold_sweep = fold_sweep if fold_key.size else np.zeros(1, dtype=np.int64)
-            fold_key = fold_key if fold_key.size else np.zeros(1, dtype=np.int64)
-            build = np.ascontiguousarray([per_sweep[w][1] for w in fold_sweep])
-            d[key] = (row_fold, fold_key, build, run)
-        return d[key]
+            self._fold_host[key] = fold_arrays(plan.row_key, self.schedule.row_start,
+                                               plan.n_span_keys, self.sections, config.span,
+                                               config.lanes)
+        return self._fold_host[key]
 
     def _device_buffer(self, name: str, shape: tuple[int, ...], dtype):
         """One device array per name, kept while the batch keeps its size: a generation's
@@ -504,17 +492,14 @@ class Simulator:
             fold = getattr(module, "FOLD_ORDER", 0) if config.span > 1 else 0
             if config.span > 1:
                 span_arrays = self._span_buffers(n, config, fold)
-            build_extra: tuple = ()
-            launch_extra: tuple = ()
-            n_span = plan.n_span_keys
-            if fold:
-                dev_key = ("fold", config.lanes, config.span)
+            build_extra, launch_extra, n_span = (), (), plan.n_span_keys
+            if fold:  # built by fold entries (key, filter), each row reading its own
+                host, dev_key = self._fold_arrays(config), ("fold", config.lanes, config.span)
                 if dev_key not in d:
-                    d[dev_key] = tuple(cuda.to_device(x) for x in self._fold_arrays(config))
+                    d[dev_key] = tuple(map(cuda.to_device, host))
                 row_fold, fold_key, hk, fc = d[dev_key]
-                n_span = int(self._fold_arrays(config)[0].max()) + 1
-                build_extra = (fold_key, hk)
-                launch_extra = (fc, row_fold)
+                build_extra, launch_extra = (fold_key, hk), (fc, row_fold)
+                n_span = int(host[0].max()) + 1
             total = n * self.n_sweeps * config.lanes
             common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "conc",
                                           "row_conc", "drive", "flt", "sample_start"))
