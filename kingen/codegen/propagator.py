@@ -33,12 +33,15 @@ import math
 from kingen.codegen.emit import N_WINDOWS, Emitter
 from kingen.codegen.span import (
     SPAN_ARGS,
+    SPAN_ARGS_FOLDED,
     emit_span_build,
     emit_span_build_cpu,
     emit_span_reduce,
     emit_span_row,
     emit_span_row_cpu,
     emit_window_bounds,
+    fold_order,
+    fold_padded,
     span_check,
 )
 from kingen.codegen.stage import (
@@ -375,8 +378,10 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         see :mod:`kingen.codegen.span`): 1 is one product per sample.
     n_sections, with_sum
         The recording's filter and the extra sum, as for :func:`kingen.codegen.generate`.
-        On the GPU a span's currents, computed by different lanes, pass through the
-        filter in order: the lanes share them through the pair's shared memory.
+        On the GPU spans fold a filter of up to four sections into their arrays, which are
+        then indexed by (key, filter) entries (``row_fold``); a longer filter's span
+        currents pass through it in order, shared by the lanes through the pair's shared
+        memory (:mod:`kingen.codegen.span`).
     edge_rows
         Whether rows whose concentration varies take products too, one key per sample
         (:attr:`kingen.solve.plan.PropagatorPlan.edge_rows`): one product per sample,
@@ -406,15 +411,17 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows,
                 n_sections=n_sections, with_sum=with_sum)
     a.legend()
+    fold = fold_order(n_sections, target) if span > 1 else 0
     builder = Emitter(scheme, cast="F64")
     _build(builder, d_flush, "gpu" if target == "cuda" else "cpu", edge_rows)
     if span > 1 and target == "cpu":
         emit_span_build_cpu(builder, span, d_flush)
     elif span > 1:
-        emit_span_build(builder, span, d_flush)
+        emit_span_build(builder, span, d_flush, fold_padded(fold, lanes) if fold else 0)
     a.lines.extend(builder.lines)
     a("@DEVICE")
-    a(f"def run_thread({PROP_ARGS}{SPAN_ARGS if span > 1 else ''}")
+    span_args = "" if span == 1 else SPAN_ARGS_FOLDED if fold else SPAN_ARGS
+    a(f"def run_thread({PROP_ARGS}{span_args}")
     a(f"               {MODE_ARGS[mode]}):")
     thread_start(a, mode)
     ind = "    "
@@ -446,6 +453,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     if span > 1 and target == "cpu":
         emit_span_row_cpu(a, ind2 + "    ", span)
     elif span > 1:
+        a(f"{ind2}    kf = {'row_fold[r]' if fold else 'kk'}")
         emit_span_row(a, ind2 + "    ", lanes, span,
                       padded_states(scheme.n_states, lanes) // lanes)
     elif lanes == 1:

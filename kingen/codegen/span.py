@@ -22,13 +22,197 @@ take their currents from GV too, and the state crosses them by single products w
 from memory (a few samples per row).
 
 Only the objective mode uses spans: a trace needs every sample's current written anyway.
+
+**The recording filter, folded into the span (GPU).** The filter's cascade of second-order
+sections in transposed direct form II is a linear state-space system of order
+N = 2 × sections, in the very coordinates of the kernel's ``fz{q}_0``, ``fz{q}_1``:
+z' = A·z + B·u, y = C·z + D·u (:func:`filter_state_space`). For a span that starts at state
+p and filter state z, with inputs uₛ = drv·p·Gₛ (s = 1 … B):
+
+- sample t's filtered current is yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ, with
+  G̃ₜ = Σₛ₌₁..ₜ hₜ₋ₛ·Gₛ and h₀ = D, hₖ = C·Aᵏ⁻¹·B (the impulse response);
+- the filter's state after the span is A^B·z + drv·W·p, with W = Σₛ (A^(B−s)·B)·Gₛᵀ.
+
+So with a filter ``GV`` holds G̃ in place of G (built from G by a short convolution in
+``build_span``), ``WV[f, n, i, c]`` holds W, and C·Aᵗ⁻¹ and A^B are per-sweep constants
+(``FC``, :func:`fold_constants`). A lane's J = B/L currents cost J·(S + N) multiply-adds
+instead of J·S, and the lanes share out the N components of the next filter state
+(⌈N/L⌉ each, S + N multiply-adds per component), which they exchange through the pair's
+shared memory at the span's barrier (a lane with one component holds its constants in
+registers; with fewer lanes, which hold more columns of M^B each, they are read from the
+cache at every span). Robert & Howe (S = 16) with an 8-pole filter (N = 8)
+on 8 lanes, B = 16: 104 multiply-adds per lane per span, against 64 without a filter and
+384 with the serial pass below (its 16 samples × 4 sections, one long dependent chain on
+every lane). The filter state stays in the sections' coordinates, so stage-form and edge
+rows, which run the sections one sample at a time
+(:meth:`kingen.codegen.emit.Emitter.filter_sample`), alternate with span rows within a
+sweep; so do a row's last nrep mod B samples, which take single products and pass their
+currents through the sections on every lane alike.
+
+A constant key can serve sweeps with different filters (two protocols of one batch), and
+G̃ and W depend on the filter: the span arrays are indexed by fold entries, one per
+(key, filter) pair that some row uses (``row_fold[r]``, :func:`fold_keys`), not by key.
+Filters of more than :data:`~kingen.codegen.emit.SECTIONS_IN_REGISTERS` sections (long
+measured responses) keep the serial pass: each lane puts its J currents in the pair's
+buffer and every lane runs all B of them through the sections. The CPU backend always runs
+the sections serially: one thread holds the whole pair there.
 """
 
 from __future__ import annotations
 
-from kingen.codegen.emit import Emitter
+import math
+
+import numpy as np
+
+from kingen.codegen.emit import SECTIONS_IN_REGISTERS, Emitter
 
 SPAN_ARGS = " GV, DV,"
+# with a folded filter: its arrays and each row's fold entry (see the module's docstring)
+SPAN_ARGS_FOLDED = " GV, DV, WV, FC, row_fold,"
+
+
+def fold_order(n_sections: int, target: str = "cuda") -> int:
+    """The filter state's order N when spans fold the filter in (0: they do not).
+
+    >>> fold_order(4), fold_order(0), fold_order(5), fold_order(4, "cpu")
+    (8, 0, 0, 0)
+    """
+    if target != "cuda" or not 0 < n_sections <= SECTIONS_IN_REGISTERS:
+        return 0
+    return 2 * n_sections
+
+
+def fold_padded(order: int, lanes: int) -> int:
+    """Filter state components once padded to a multiple of ``lanes`` (⌈N/L⌉ per lane)."""
+    return math.ceil(order / lanes) * lanes
+
+
+def span_shared_extra(n_sections: int, lanes: int, span: int) -> int:
+    """Shared-memory words per pair a span row needs beyond the state's two buffers: two
+    halves of the filter state when the filter is folded, else the span's currents for
+    the serial pass (none without a filter or spans)."""
+    if not n_sections or span < 2:
+        return 0
+    order = fold_order(n_sections)
+    return 2 * fold_padded(order, lanes) if order else span
+
+
+def filter_state_space(sections: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                      float]:
+    """(A, B, C, D) of a cascade of second-order sections in transposed direct form II.
+
+    ``sections`` has rows b0, b1, b2, a1, a2 (the kernels' ``flt`` layout; more columns are
+    ignored). The state is the sections' own, ``[z⁰₀, z⁰₁, z¹₀, z¹₁, …]`` as
+    :func:`scipy.signal.sosfilt` keeps it, so that z' = A·z + B·u and y = C·z + D·u give
+    its output and its state sample for sample.
+
+    Examples
+    --------
+    >>> from scipy import signal
+    >>> sos = signal.butter(4, 0.2, output="sos")
+    >>> A, B, C, D = filter_state_space(sos[:, [0, 1, 2, 4, 5]])
+    >>> h = signal.sosfilt(sos, np.eye(1, 5)[0])
+    >>> bool(np.allclose(h, [D, C @ B, C @ A @ B, C @ A @ A @ B, C @ A @ A @ A @ B]))
+    True
+    """
+    n = sections.shape[0]
+    A = np.zeros((2 * n, 2 * n))
+    B = np.zeros(2 * n)
+    cx, dx = np.zeros(2 * n), 1.0  # a section's input x = cx·z + dx·u
+    for q in range(n):
+        b0, b1, b2, a1, a2 = (float(v) for v in sections[q, :5])
+        cy, dy = b0 * cx, b0 * dx  # y = b0·x + z₀
+        cy[2 * q] += 1.0
+        A[2 * q] = b1 * cx - a1 * cy  # z₀' = b1·x − a1·y + z₁
+        A[2 * q, 2 * q + 1] += 1.0
+        B[2 * q] = b1 * dx - a1 * dy
+        A[2 * q + 1] = b2 * cx - a2 * cy  # z₁' = b2·x − a2·y
+        B[2 * q + 1] = b2 * dx - a2 * dy
+        cx, dx = cy, dy
+    return A, B, cx, dx
+
+
+def fold_constants(sections: np.ndarray, span: int, lanes: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The constants of one filter folded into spans of ``span`` samples.
+
+    Returns ``run`` (B + N', N): rows C·Aᵗ (t = 0 … B − 1, the weight of the span's
+    starting filter state in its sample t + 1), then the rows of A^B (padded with zero
+    rows to N' = :func:`fold_padded`); and ``build`` (1 + N', B): the impulse response
+    h₀ … h_(B−1), then row n holds (A^(B−1−s)·B)ₙ for s = 0 … B − 1.
+
+    Examples
+    --------
+    >>> from scipy import signal
+    >>> sos = signal.bessel(2, 0.3, output="sos")
+    >>> run, build = fold_constants(sos[:, [0, 1, 2, 4, 5]], 4, 4)
+    >>> run.shape, build.shape
+    ((8, 2), (5, 4))
+    >>> bool(np.allclose(build[0], signal.sosfilt(sos, np.eye(1, 4)[0])))
+    True
+    """
+    A, B, C, D = filter_state_space(sections)
+    order = A.shape[0]
+    padded = fold_padded(order, lanes)
+    run = np.zeros((span + padded, order))
+    build = np.zeros((1 + padded, span))
+    ca = C.copy()
+    for t in range(span):
+        run[t] = ca
+        build[0, t] = D if t == 0 else float(run[t - 1] @ B)
+        ca = ca @ A
+    run[span:span + order] = np.linalg.matrix_power(A, span)
+    ab = B.copy()  # A^(B−1−s)·B, from s = B − 1 down
+    for s in range(span - 1, -1, -1):
+        build[1:1 + order, s] = ab
+        ab = A @ ab
+    return run, build
+
+
+def fold_keys(row_key: np.ndarray, row_start: np.ndarray, n_span_keys: int,
+              sections: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fold entries: one per (span key, filter) pair that some row uses.
+
+    Returns ``row_fold`` (per schedule row: its entry, −1 for a row without spans),
+    ``fold_key`` (per entry: its key, whose D the span build reads) and ``fold_sweep``
+    (per entry: a sweep with its filter). Sweeps whose sections are equal share a filter.
+
+    Examples
+    --------
+    Key 0 used by two sweeps with different filters, key 1 by one:
+
+    >>> flt = np.zeros((2, 1, 7))
+    >>> flt[:, 0, 0] = [1.0, 0.5]
+    >>> [x.tolist() for x in fold_keys(np.array([0, 1, 0, -1]), np.array([0, 2, 4]), 2, flt)]
+    [[0, 1, 2, -1], [0, 1, 0], [0, 0, 1]]
+    """
+    filter_of: dict[bytes, int] = {}
+    fid = [filter_of.setdefault(np.ascontiguousarray(sections[w, :, :5]).tobytes(), w)
+           for w in range(sections.shape[0])]
+    entries: dict[tuple[int, int], int] = {}
+    row_fold = np.full(row_key.shape, -1, dtype=np.int64)
+    for w in range(row_start.size - 1):
+        for r in range(int(row_start[w]), int(row_start[w + 1])):
+            k = int(row_key[r])
+            if 0 <= k < n_span_keys:
+                row_fold[r] = entries.setdefault((k, fid[w]), len(entries))
+    fold_key = np.array([k for k, _ in entries], dtype=np.int64)
+    fold_sweep = np.array([w for _, w in entries], dtype=np.int64)
+    return row_fold, fold_key, fold_sweep
+
+
+def fold_arrays(row_key: np.ndarray, row_start: np.ndarray, n_span_keys: int,
+                sections: np.ndarray, span: int, lanes: int) -> tuple[np.ndarray, ...]:
+    """What the GPU reads of a folded filter: ``row_fold`` and ``fold_key``
+    (:func:`fold_keys`; one entry at least, as a device array is never empty), the build's
+    constants per entry (entry, 1 + N', B) and the run's per sweep (sweep, B + N', N), as
+    :func:`fold_constants` gives them."""
+    row_fold, fold_key, fold_sweep = fold_keys(row_key, row_start, n_span_keys, sections)
+    per_sweep = [fold_constants(x, span, lanes) for x in sections]
+    if not fold_key.size:
+        fold_key = fold_sweep = np.zeros(1, dtype=np.int64)
+    build = np.ascontiguousarray([per_sweep[w][1] for w in fold_sweep])
+    return row_fold, fold_key, build, np.ascontiguousarray([x[0] for x in per_sweep])
 
 
 def span_check(n_states: int, lanes: int, span: int, target: str = "cuda") -> None:
@@ -66,20 +250,42 @@ def _span_rows(a: Emitter, ind: str, span: int, d_flush: float, d_entry: str, gv
         a(f"{ind}{dv.format(j=j)} = x if abs(x) >= {d_flush!r} else F64(0.0)")
 
 
-def emit_span_build(a: Emitter, span: int, d_flush: float) -> None:
+def emit_span_build(a: Emitter, span: int, d_flush: float, fold: int = 0) -> None:
     """``span_thread(c, k, i, Ms, GV, DV)``: row i of Mʲ for j = 1 … B, in float64.
 
     ``a`` must cast to ``F64``. ``Ms`` is D = M − I of (key k, candidate c) in shared
     memory, loaded by the S threads of the group, so that the B products of every row read
     it from there rather than from device memory. Row i of Mʲ is e_i advanced by j products
     with M = I + D; its dot product with g is ``GV[k, i, j − 1, c]``.
+
+    With ``fold`` (N' = :func:`fold_padded` filter state components) it is
+    ``span_thread(c, k, i, Ms, GV, DV, WV, HK)`` and k is a fold entry: the B currents stay
+    in a local array, and ``GV`` takes their convolution with the filter's impulse response
+    ``HK[k, 0]`` (G̃), ``WV[k, n, i, c]`` their weights into state component n
+    (``HK[k, 1 + n]``; see :func:`fold_constants`).
     """
     S = a.scheme.n_states
     a("@DEVICE")
-    a("def span_thread(c, k, i, Ms, GV, DV):")
-    ind = "    "
-    _span_rows(a, ind, span, d_flush, "Ms[{i}, {j}]", "GV[k, i, jj, c]",
-               "DV[k, i, {j}, c]")
+    if not fold:
+        a("def span_thread(c, k, i, Ms, GV, DV):")
+        ind = "    "
+        _span_rows(a, ind, span, d_flush, "Ms[{i}, {j}]", "GV[k, i, jj, c]",
+                   "DV[k, i, {j}, c]")
+    else:
+        a("def span_thread(c, k, i, Ms, GV, DV, WV, HK):")
+        ind = "    "
+        a(f"{ind}gl = cuda.local.array({span}, F64)")
+        _span_rows(a, ind, span, d_flush, "Ms[{i}, {j}]", "gl[jj]", "DV[k, i, {j}, c]")
+        a(f"{ind}for t in range({span}):")
+        a(f"{ind}    acc = F64(0.0)")
+        a(f"{ind}    for s in range(t + 1):")
+        a(f"{ind}        acc += F64(HK[k, 0, t - s]) * gl[s]")
+        a(f"{ind}    GV[k, i, t, c] = acc")
+        a(f"{ind}for n in range({fold}):")
+        a(f"{ind}    acc = F64(0.0)")
+        a(f"{ind}    for s in range({span}):")
+        a(f"{ind}        acc += F64(HK[k, 1 + n, s]) * gl[s]")
+        a(f"{ind}    WV[k, n, i, c] = acc")
     a(f"{ind}for j in range({S}, DV.shape[2]):")
     a(f"{ind}    DV[k, i, j, c] = 0.0")
     a("")
@@ -130,8 +336,10 @@ def _span_sample(a: Emitter, ind: str, s: str) -> None:
 def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> None:
     """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads.
 
-    Entered with the full state in ``p{i}`` on every lane; left the same way, after the
-    row's checks. ``n_cols`` is C, the state columns each lane carries.
+    Entered with the full state in ``p{i}`` on every lane (and the filter's in ``fz``);
+    left the same way, after the row's checks. ``n_cols`` is C, the state columns each lane
+    carries. The span arrays are read at ``kf``: the row's fold entry with a folded filter
+    (``row_fold[r]``), else its key.
     """
     from kingen.codegen.propagator import (
         alternating,
@@ -142,28 +350,64 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
 
     S, F = a.scheme.n_states, a.cast
     C, J = n_cols, span // lanes
+    order = fold_order(a.n_sections)
+    NZ = fold_padded(order, lanes) // lanes if order else 0
+    z = [f"fz{n // 2}_{n % 2}" for n in range(order)]
     lanes_row_enter(a, ind, C, lanes)
     a(f"{ind}first = lane * {J}")
     for k in range(C):
         a(f"{ind}o{k} = own0[{k}]")
         for i in range(S):
-            a(f"{ind}m{i}_{k} = {F}(DV[kk, {i}, U(col + {k}), c])")
+            a(f"{ind}m{i}_{k} = {F}(DV[kf, {i}, U(col + {k}), c])")
     for q in range(J):
         for i in range(S):
-            a(f"{ind}u{i}_{q} = {F}(GV[kk, {i}, U(first + {q}), c])")
+            a(f"{ind}u{i}_{q} = {F}(GV[kf, {i}, U(first + {q}), c])")
     a(f"{ind}nb = nrep // {span}")
     a(f"{ind}rem = nrep - nb * {span}")
 
-    if a.n_sections:
+    SP = C * lanes
+    # the weights of the starting filter state in this lane's samples (C·Aᵗ), and this
+    # lane's components of the state after a span (rows of A^B and of W): in registers
+    # when a lane has one component; with more (fewer lanes, which already hold more
+    # columns of M^B each) read at every span, from the cache
+    held = NZ == 1
+
+    def zc(q: int, n: int) -> str:
+        return f"zc{q}_{n}" if held else f"FC[w, U(first + {q}), {n}]"
+
+    def za(k: int, n: int) -> str:
+        return f"za{k}_{n}" if held else f"FC[w, U({span} + zr + {k}), {n}]"
+
+    def zw(i: int, k: int) -> str:
+        return f"zw{i}_{k}" if held else f"{F}(WV[kf, U(zr + {k}), {i}, c])"
+
+    if order:
+        a(f"{ind}zr = lane * {NZ}")
+    if order and held:
+        for q in range(J):
+            for n in range(order):
+                a(f"{ind}zc{q}_{n} = FC[w, U(first + {q}), {n}]")
+        for n in range(order):
+            a(f"{ind}za0_{n} = FC[w, U({span} + zr), {n}]")
+        for i in range(S):
+            a(f"{ind}zw{i}_0 = {F}(WV[kf, U(zr), {i}, c])")
+    if order:
+        # the filter state's two halves, which alternate with the state's
+        NP = NZ * lanes
+        a(f"{ind}zh0 = sh[U(base + {2 * SP + 1}):U(base + {2 * SP + 1 + NP})]")
+        a(f"{ind}zh1 = sh[U(base + {2 * SP + 1 + NP}):U(base + {2 * SP + 1 + 2 * NP})]")
+    elif a.n_sections:
         # the span's currents, in sample order, for the filter (after the two halves)
-        SP = C * lanes
         a(f"{ind}fb = sh[U(base + {2 * SP + 1}):U(base + {2 * SP + 1 + span})]")
 
-    def currents(ind2: str, src: str, partial: bool) -> None:
+    def currents(ind2: str, src: str, partial: bool, zdst: str = "") -> None:
         for i in range(S):
             a(f"{ind2}v{i} = {src}[{i}]")
         a(f"{ind2}if rec == 1:")
         ind3 = ind2 + "    "
+        if order:
+            folded_currents(ind3, zdst)
+            return
         if a.n_sections:
             filtered_currents(ind3, partial)
             return
@@ -174,6 +418,19 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
                 _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}")
             else:
                 _span_sample(a, ind3, f"smp + first + {q + 1}")
+
+    def folded_currents(ind3: str, zdst: str) -> None:
+        # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of
+        # the next filter state A^B·z + drv·W·p; the lanes read it all after the advance's
+        # barrier (the two halves alternate, so no lane overwrites one still being read)
+        for q in range(J):
+            a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv + "
+              f"({dot([f'{zc(q, n)} * {x}' for n, x in enumerate(z)])})")
+            _span_sample(a, ind3, f"smp + first + {q + 1}")
+        for k in range(NZ):
+            a(f"{ind3}{zdst}[U(zr + {k})] = "
+              f"{dot([f'{za(k, n)} * {x}' for n, x in enumerate(z)])} + "
+              f"float({dot([f'v{i} * {zw(i, k)}' for i in range(S)])}) * drv")
 
     def filtered_currents(ind3: str, partial: bool) -> None:
         # A filter runs through the samples in order: each lane puts its J currents in the
@@ -201,17 +458,21 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         a(f"{ind2}WARP_SYNC(gmask)")
 
     def full_span(ind2: str, src: str, dst: str) -> None:
-        currents(ind2, src, False)
+        zdst = "zh1" if dst == "own1" else "zh0"
+        currents(ind2, src, False, zdst)
         advance(ind2, dst, "span")
         a(f"{ind2}if rec == 1:")
+        for n, x in enumerate(z):
+            a(f"{ind2}    {x} = float({zdst}[{n}])")
         a(f"{ind2}    smp += {span}")
 
     # the two halves alternate span by span, unrolled by two so each is a fixed slice
     alternating(a, ind, "nb", full_span)
     a(f"{ind}if rem > 0:")
     ind2 = ind + "    "
-    a(f"{ind2}cur = half1 if nb % 2 == 1 else half0")
-    currents(ind2, "cur", True)
+    if not order:
+        a(f"{ind2}cur = half1 if nb % 2 == 1 else half0")
+        currents(ind2, "cur", True)
     a(f"{ind2}for t in range(rem):")
     ind3 = ind2 + "    "
     a(f"{ind3}src = half1 if (nb + t) % 2 == 1 else half0")
@@ -219,6 +480,20 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
     for i in range(S):
         a(f"{ind3}v{i} = src[{i}]")
     advance(ind3, "dst", "single")
+    if order:
+        # a few samples per row: each current summed over the lanes, and passed through
+        # the sections on every lane alike (their state stays the same on every lane)
+        a(f"{ind3}if rec == 1:")
+        ind4 = ind3 + "    "
+        a(f"{ind4}gp = " + " + ".join(f"gc{k} * o{k}" for k in range(C)))
+        off = 1
+        while off < lanes:
+            a(f"{ind4}gp += SHFL_XOR(gmask, gp, {off})")
+            off *= 2
+        a(f"{ind4}g = float(gp) * drv")
+        a.filter_sample(ind4)
+        a(f"{ind4}if lane == 0:")
+        _span_sample(a, ind4 + "    ", "smp + t + 1")
     a(f"{ind2}if rec == 1:")
     a(f"{ind2}    smp += rem")
     a(f"{ind}last = half1 if (nb + rem) % 2 == 1 else half0")

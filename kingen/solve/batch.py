@@ -18,6 +18,7 @@ import numpy as np
 
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
 from kingen.codegen.propagator import padded_states
+from kingen.codegen.span import fold_arrays, fold_padded
 from kingen.errors import KingenError
 from kingen.experiment.chain import SECTION_VALUES, filter_sections
 from kingen.experiment.protocol import Protocol
@@ -96,6 +97,7 @@ class Simulator:
                 raise ValueError("windows must be (n_sweeps, 4, 3)")
         self.sections = filter_sections(self.protocols, filters)
         self._device_arrays: dict[str | tuple, object] = {}
+        self._fold_host: dict[tuple, tuple] = {}  # a folded filter's arrays, per launch
         self._gpu_lock = threading.Lock()
         self._config = None
         self._plan: PropagatorPlan | None = None
@@ -396,16 +398,21 @@ class Simulator:
             return (n, plan.n_keys, S, S)
         return (plan.n_keys, S, padded_states(S, lanes), n)
 
-    def _span_buffers(self, n: int, config) -> tuple:
+    def _span_buffers(self, n: int, config, fold: int = 0) -> tuple:
         """The span arrays GV (key, row, sample, candidate) and DV (D's layout) on the
-        device, one pair per shape, rebuilt by every call; the constant keys have them
-        (one key's worth at least: a device array is never empty)."""
+        device, one set per shape, rebuilt by every call; the constant keys have them
+        (one key's worth at least: a device array is never empty). With a folded filter
+        of order ``fold`` they are indexed by (key, filter) entries, and WV (entry, filter
+        state component, row, candidate) follows (see :mod:`kingen.codegen.span`)."""
         from numba import cuda
 
-        keys = max(1, self.propagator_plan().n_span_keys)
+        keys = max(1, self._fold_arrays(config)[1].size if fold
+                   else self.propagator_plan().n_span_keys)
         S = self.scheme.n_states
         shapes = ((keys, S, config.span, n),
                   (keys, S, padded_states(S, config.lanes), n))
+        if fold:
+            shapes += ((keys, fold_padded(fold, config.lanes), S, n),)
         key = ("span", shapes, np.dtype(self.precision).str)
         d = self._device_arrays
         if key not in d:
@@ -413,6 +420,16 @@ class Simulator:
                 del d[old]
             d[key] = tuple(cuda.device_array(shape, dtype=self.precision) for shape in shapes)
         return d[key]
+
+    def _fold_arrays(self, config) -> tuple:
+        """A folded filter's host arrays (:func:`kingen.codegen.span.fold_arrays`)."""
+        key = (config.lanes, config.span)
+        if key not in self._fold_host:
+            plan = self.propagator_plan()
+            self._fold_host[key] = fold_arrays(plan.row_key, self.schedule.row_start,
+                                               plan.n_span_keys, self.sections, config.span,
+                                               config.lanes)
+        return self._fold_host[key]
 
     def _device_buffer(self, name: str, shape: tuple[int, ...], dtype):
         """One device array per name, kept while the batch keeps its size: a generation's
@@ -489,13 +506,22 @@ class Simulator:
                 d[d_key] = cuda.device_array(d_key[1], dtype=P.dtype)
             dD = d[d_key]
             span_arrays: tuple = ()
+            fold = getattr(module, "FOLD_ORDER", 0) if config.span > 1 else 0
             if config.span > 1:
-                span_arrays = self._span_buffers(n, config)
+                span_arrays = self._span_buffers(n, config, fold)
+            build_extra, launch_extra, n_span = (), (), plan.n_span_keys
+            if fold:  # built by fold entries (key, filter), each row reading its own
+                host, dev_key = self._fold_arrays(config), ("fold", config.lanes, config.span)
+                if dev_key not in d:
+                    d[dev_key] = tuple(map(cuda.to_device, host))
+                row_fold, fold_key, hk, fc = d[dev_key]
+                build_extra, launch_extra = (fold_key, hk), (fc, row_fold)
+                n_span = int(host[0].max()) + 1
             total = n * self.n_sweeps * config.lanes
             common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "conc",
                                           "row_conc", "drive", "flt", "sample_start"))
             args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
-                span_arrays + dev_extra + (dfail,)
+                span_arrays + launch_extra + dev_extra + (dfail,)
             n_build = n * plan.n_keys * self.scheme.n_states
             build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], d["keys_conc"],
                           d["conc"], dD)
@@ -505,12 +531,12 @@ class Simulator:
         stages = []
         if build:
             stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
-            if span_arrays and plan.n_span_keys:
+            if span_arrays and n_span:
                 groups = module.SPAN_GROUPS
-                span_blocks = (n * plan.n_span_keys + groups - 1) // groups
+                span_blocks = (n * n_span + groups - 1) // groups
                 stages.append(("build_span", lambda: module.build_span[
-                    span_blocks, groups * self.scheme.n_states](n, plan.n_span_keys, dD,
-                                                                *span_arrays)))
+                    span_blocks, groups * self.scheme.n_states](n, n_span, dD, *span_arrays,
+                                                                *build_extra)))
         stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
 
         def call() -> None:

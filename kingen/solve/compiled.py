@@ -16,7 +16,7 @@ from types import ModuleType
 
 from kingen.codegen import N_WINDOWS, generate, generate_propagator
 from kingen.codegen.propagator import shared_stride
-from kingen.codegen.span import span_groups
+from kingen.codegen.span import fold_order, span_groups, span_shared_extra
 from kingen.model.scheme import Scheme
 
 _LOADED: dict[str, ModuleType] = {}
@@ -145,6 +145,7 @@ def build_span(N, n_keys, D, GV, DV):
 _CUDA_PROP_LAUNCH = """
 
 LANES = {lanes}
+FOLD_ORDER = {fold}
 
 @cuda.jit({options})
 def build(N, n_keys, P, keys_f, keys_i, keys_conc, conc, D):
@@ -176,8 +177,9 @@ SPAN_GROUPS = {groups}
 
 
 @cuda.jit({options})
-def build_span(N, n_keys, D, GV, DV):
-    # the S threads of one (key, candidate) are neighbours in a block and share its D
+def build_span(N, n_keys, D, GV, DV{fold_args}):
+    # the S threads of one (key, candidate) are neighbours in a block and share its D;
+    # with a folded filter k counts (key, filter) entries, and fold_key[k] is the key
     Ms = cuda.shared.array(({groups}, {states}, {states}), dtype=F64)
     grp = cuda.threadIdx.x // {states}
     i = cuda.threadIdx.x % {states}
@@ -186,11 +188,12 @@ def build_span(N, n_keys, D, GV, DV):
     c = m % N
     k = m // N
     if active:
+        kd = {key_of_k}
         for j in range({states}):
-            Ms[grp, i, j] = F64(D[k, i, j, c])
+            Ms[grp, i, j] = F64(D[kd, i, j, c])
     cuda.syncthreads()
     if active:
-        span_thread(c, k, i, Ms[grp], GV, DV)
+        span_thread(c, k, i, Ms[grp], GV, DV{thread_args})
 
 """
 
@@ -264,16 +267,21 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         if form == "stage":
             launch = _CUDA_LAUNCH.format(options=", ".join(options))
         else:
-            # a filtered span shares its currents through the pair's shared memory
+            # a filtered span shares the filter's state (or its currents) through the
+            # pair's shared memory
             stride = shared_stride(scheme.n_states, lanes,
-                                   span if n_sections and span > 1 else 0)
+                                   span_shared_extra(n_sections, lanes, span))
+            fold = fold_order(n_sections) if span > 1 else 0
             span_build = _CUDA_SPAN_BUILD.format(
                 options=", ".join(options), groups=span_groups(scheme.n_states),
-                states=scheme.n_states) if span > 1 else ""
+                states=scheme.n_states, fold_args=", WV, fold_key, HK" if fold else "",
+                key_of_k="fold_key[k]" if fold else "k",
+                thread_args=", WV, HK" if fold else "") if span > 1 else ""
             launch = _CUDA_PROP_LAUNCH.format(
-                options=", ".join(options), lanes=lanes, stride=stride,
+                options=", ".join(options), lanes=lanes, stride=stride, fold=fold,
                 full=(1 << lanes) - 1, span_build=span_build,
-                span_args=", GV, DV" if span > 1 else "",
+                span_args=("" if span == 1 else ", GV, DV, WV, FC, row_fold" if fold
+                           else ", GV, DV"),
                 shared=max(1, (block // lanes) * stride) if lanes > 1 else 1)
         source = code.source
         if form != "stage" and simulator:
