@@ -30,7 +30,7 @@ from kingen.solve.inputs import checked_transpose
 from kingen.solve.options import SolverOptions, options_from_keywords
 from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.rest import rest_occupancy_batch
-from kingen.solve.results import BatchResult, ObjectiveInputs
+from kingen.solve.results import BatchResult, ObjectiveInputs, window_values
 from kingen.solve.schedule import build_schedule, protocol_sweeps
 
 log = logging.getLogger("kingen")
@@ -144,13 +144,11 @@ class Simulator:
             ``kingen tune`` recorded for this device, else 128 threads per block.
         complete
             Recompute the derived rates (default). False: ``params`` holds them already
-            (:meth:`kingen.model.scheme.Scheme.complete` has run on it), and they are taken as
-            they are.
+            (:meth:`kingen.model.scheme.Scheme.complete` has run on it).
         while_solving
-            Called once while the solver runs: on the GPU once its kernels are launched
-            (the host is idle until they finish), on the CPU before the solve. Work this
-            starts on other threads then no longer competes with the host's preparation
-            of the solve for the interpreter's lock.
+            Called once while the solver runs (on the GPU after the launch, on the CPU
+            before the solve), so that work it starts elsewhere does not compete with the
+            solve's preparation for the interpreter's lock.
         filtered
             Pass the current through the protocols' filters (default); False gives the
             model's own current (a plot shows both).
@@ -192,12 +190,12 @@ class Simulator:
         config = self._config_for(launch_config, with_occupancy, mode)
         sections = self.n_sections if filtered else 0
         if self.backend == "cpu":
+            plan = self.propagator_plan()
             module = solver_module(self.scheme, mode, self.precision, "cpu",
                                    with_occupancy=with_occupancy, form=config.form,
-                                   stage_rows=self.propagator_plan().stage_rows,
+                                   stage_rows=plan.stage_rows, edge_rows=plan.edge_rows,
                                    n_windows=self._n_windows(mode), span=config.span,
-                                   n_sections=sections, with_sum=self._sums() == 3,
-                                   edge_rows=self.propagator_plan().edge_rows)
+                                   n_sections=sections, with_sum=self._sums() == 3)
             if while_solving is not None:
                 while_solving()
             t_compile = time.perf_counter()  # the callback's time is not the solve's
@@ -234,7 +232,7 @@ class Simulator:
             out = results[3]
             # fresh arrays every call: the result may keep views of them
             res.sgg, res.sgd = out[0], out[1]
-            res.windows = self._window_values(out, n)
+            res.windows = window_values(out, n, self.n_sweeps, self._sums())
             failed = fail != 0
             res.sgg[failed] = np.inf
             res.sgd[failed] = 0.0
@@ -262,21 +260,6 @@ class Simulator:
     def _sums(self) -> int:
         """Sums per pair the objective mode reduces: Σw·g², Σw·g·d (and Σw·g)."""
         return 3 if self.objective is not None and self.objective.sum_g else 2
-
-    def _window_values(self, out: np.ndarray, n: int) -> np.ndarray:
-        """``BatchResult.windows`` (N, n_sweeps, 4, 2) from the kernel's results; windows the
-        batch does not use read 0 with index −1. With none used it is a read-only view of
-        one pair's values, not an array of the batch's size that nobody reads."""
-        sums = self._sums()
-        used = (out.shape[0] - sums) // 2
-        empty = np.zeros((N_WINDOWS, 2))
-        empty[:, 1] = -1.0
-        if used == 0:
-            return np.broadcast_to(empty, (n, self.n_sweeps, N_WINDOWS, 2))
-        win = np.empty((n, self.n_sweeps, N_WINDOWS, 2))
-        win[:, :, used:] = empty[used:]
-        win[:, :, :used] = out[sums:].reshape(used, 2, n, self.n_sweeps).transpose(2, 3, 0, 1)
-        return win
 
     def prepare_launch(self, params: np.ndarray, launch_config=None):
         """A function that launches the objective solve once on data already on the GPU,

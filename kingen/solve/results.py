@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kingen.codegen import N_WINDOWS
 from kingen.solve.schedule import Schedule
 
 
@@ -56,3 +57,28 @@ class BatchResult:
         assert self.traces is not None
         a, b = self.schedule.sample_start[sweep], self.schedule.sample_start[sweep + 1]
         return self.traces[candidate, a:b]
+
+
+def window_values(out: np.ndarray, n: int, n_sweeps: int, sums: int) -> np.ndarray:
+    """``BatchResult.windows`` (N, n_sweeps, 4, 2) from the objective kernel's results ``out``
+    (value, candidate, sweep), whose first ``sums`` values are the pair's sums; windows the
+    batch does not use read 0 with index −1. With none used it is a read-only view of one
+    pair's values, not an array of the batch's size that nobody reads.
+
+    Examples
+    --------
+    >>> out = np.zeros((2 + 2, 3, 1))  # two sums, then window 0's value and index
+    >>> out[2], out[3] = 5.0, 7.0
+    >>> w = window_values(out, 3, 1, 2)
+    >>> w.shape, float(w[0, 0, 0, 0]), float(w[0, 0, 0, 1]), float(w[0, 0, 1, 1])
+    ((3, 1, 4, 2), 5.0, 7.0, -1.0)
+    """
+    used = (out.shape[0] - sums) // 2
+    empty = np.zeros((N_WINDOWS, 2))
+    empty[:, 1] = -1.0
+    if used == 0:
+        return np.broadcast_to(empty, (n, n_sweeps, N_WINDOWS, 2))
+    win = np.empty((n, n_sweeps, N_WINDOWS, 2))
+    win[:, :, used:] = empty[used:]
+    win[:, :, :used] = out[sums:].reshape(used, 2, n, n_sweeps).transpose(2, 3, 0, 1)
+    return win
