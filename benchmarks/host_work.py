@@ -28,7 +28,9 @@ written for the first time since the allocator got them), in each place:
 ``--population`` (μ = λ), with a stand-in evaluator that returns kernel sums solved once
 beforehand (a few candidates' sums, tiled): per generation the variation, the selection, genes
 to rates (the engine's ``to_params`` and the objective's guard) and the scoring (the
-objective's reduction of the sums to fitness), medians in ms::
+objective's reduction of the sums to fitness), medians in ms, with the next generation's
+random numbers drawn ahead during the stand-in solve, as a fit draws them, and the numba
+threads it ran on (``numba_threads``)::
 
     python -m benchmarks host_work --config /tmp/rh03/fit.toml --population 65536 \
         --generations 12 --name ga_65536
@@ -46,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +166,8 @@ def generation_parts(config: str, population: int, generations: int, warm_up: in
     apart); the kernel sums are those of ``solved`` candidates, solved once and tiled."""
     from dataclasses import replace
 
+    import numba
+
     from kingen.base.allocator import keep_freed_memory
     from kingen.fitting.config import load_config
     from kingen.fitting.engine import Engine
@@ -185,6 +190,9 @@ def generation_parts(config: str, population: int, generations: int, warm_up: in
     clock: dict[str, float] = {}
 
     def evaluate(params: np.ndarray):
+        # The solve: a fit's next random numbers are drawn during it, on the drawing thread
+        # (FromFunction has started them); waiting here keeps them out of the parts timed.
+        drawer.submit(lambda: None).result()
         t = time.perf_counter()
         p = objective.guard(params, complete=False)
         clock["guard"] = time.perf_counter() - t
@@ -202,6 +210,8 @@ def generation_parts(config: str, population: int, generations: int, warm_up: in
     engine = Engine(cfg, objective, _NoStore(), Progress(generations, enabled=False),
                     evaluate=FromFunction(evaluate))
     engine.algorithm.warm_up()
+    drawer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kingen-draws")
+    engine.randoms.executor = drawer  # as Engine.run lends it
     state = engine.start()
     per = []
     for _ in range(generations + warm_up):
@@ -214,10 +224,14 @@ def generation_parts(config: str, population: int, generations: int, warm_up: in
                     "genes_to_rates": (c.get("params_s", 0.0) + clock.get("guard", 0.0)) * 1e3,
                     "scoring": clock.get("scoring", 0.0) * 1e3,
                     "hall_of_fame": c.get("hof_s", 0.0) * 1e3})
+    engine.randoms.executor = None
+    engine.randoms.settle()
+    drawer.shutdown()
     kept = per[warm_up:]
     median = {k: float(np.median([r[k] for r in kept])) for k in kept[0]}
     median["total"] = float(np.median([sum(r.values()) for r in kept]))
     return {"generations": generations, "warm_up": warm_up, "solved": solved,
+            "numba_threads": numba.get_num_threads(),
             "algorithm": type(engine.algorithm).__name__, "median_ms": median,
             "per_generation_ms": per}
 

@@ -58,7 +58,7 @@ def test_genes_to_rates_match_powers_of_ten_and_clip_on_request():
     assert not np.array_equal(pmap.to_params(genes), p)  # no clipping by default
 
 
-def test_a_large_batch_cut_across_threads_is_the_same_bit_for_bit(monkeypatch):
+def test_a_large_batch_on_threads_is_the_same_bit_for_bit_as_the_schemes_arithmetic(monkeypatch):
     s = apply_overrides(SCHEME, {"k2o": {"scale": "linear", "bounds": [1.0, 20.0]}})
     s = apply_ties(s, {"k12": ("k01", 2.0)})
     pmap = ParameterMap(s, {"k12": ("k01", 2.0)})
@@ -69,15 +69,21 @@ def test_a_large_batch_cut_across_threads_is_the_same_bit_for_bit(monkeypatch):
     read = [int(np.flatnonzero(pmap.free_index == j)[0]) for j in np.flatnonzero(rule.exponents)
             if j in pmap.free_index]
     genes[::11, read[0]] = -np.inf  # a rate of 0 that the rule reads: its rate NaN
-    one_piece = pmap.to_params(genes, clip=False)
-    monkeypatch.setattr(params_module, "ROWS_PER_PIECE", 500)
-    monkeypatch.setattr(params_module, "_cores", lambda: 4)
-    assert len(params_module._row_pieces(genes.shape[0])) == 4
+    monkeypatch.setattr(params_module, "PARALLEL_FROM_ROWS", 1 << 40)
+    one_thread = pmap.to_params(genes, clip=False)
+    monkeypatch.setattr(params_module, "PARALLEL_FROM_ROWS", 0)
     for clip in (False, True):
         rows = np.vstack([pmap.to_params(g[None, :], clip=clip) for g in genes])
         np.testing.assert_array_equal(pmap.to_params(genes, clip=clip), rows)
-    np.testing.assert_array_equal(pmap.to_params(genes), one_piece)
-    assert np.isnan(one_piece[::11, rule.param]).all()
+        # the arithmetic of the scheme's own completion, bit for bit
+        values = np.where(pmap.log, np.exp((pmap.clip(genes) if clip else genes) * np.log(10.0)),
+                          pmap.clip(genes) if clip else genes)
+        expected = np.repeat(s.values[None, :], genes.shape[0], axis=0)
+        expected[:, pmap.free_index] = values
+        expected[:, s.param_names.index("k12")] = 2.0 * expected[:, s.param_names.index("k01")]
+        np.testing.assert_array_equal(rows, s.complete(expected))
+    np.testing.assert_array_equal(pmap.to_params(genes), one_thread)
+    assert np.isnan(one_thread[::11, rule.param]).all()
 
 
 def test_fixed_linear_and_tied_parameters():

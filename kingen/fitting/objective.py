@@ -42,6 +42,7 @@ from kingen.experiment.chain import Chain, check_filter
 from kingen.experiment.features import fit_hill_batch
 from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
+from kingen.fitting.params import rows_outside
 from kingen.fitting.placement import BASELINES, place_recording
 from kingen.fitting.scales import first_failure, recording_errors, solve_scales
 from kingen.fitting.scores import Evaluation, NoiseWeights
@@ -402,14 +403,10 @@ class Objective(TraceScoring):
         if complete:
             p = self.scheme.complete(p)
         if self.derived.any():
-            inside = np.ones(p.shape[0], dtype=bool)
-            # column by column: a boolean column mask of a (65k, P) array costs more
-            for j in np.flatnonzero(self.derived):
-                d = p[:, j]
-                inside &= (d >= self.scheme.lower[j] * (1 - 1e-9)) & (
-                    d <= self.scheme.upper[j] * (1 + 1e-9))
-            out = ~inside
-            if out.any():
+            j = np.flatnonzero(self.derived)
+            out = rows_outside(p, j, self.scheme.lower[j] * (1 - 1e-9),
+                               self.scheme.upper[j] * (1 + 1e-9))
+            if out is not None:
                 if not complete:
                     p = p.copy()
                 p[out] = np.nan

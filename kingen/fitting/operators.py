@@ -67,55 +67,64 @@ def _threads_for(n_genes_written: int):
         numba.set_num_threads(previous)
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _sbx_gene(x: float, y: float, lo: float, hi: float, u_cross: float, r: float,
+              u_swap: float, eta: float) -> float:
+    """The first child's gene of ``cxSimulatedBinaryBounded`` (see :func:`np_sbx_bounded`)."""
+    if not (u_cross <= 0.5 and abs(x - y) > 1e-14):
+        return x
+    x1, x2 = min(x, y), max(x, y)
+    span = x2 - x1
+    # Only the child that ends up first is built: DEAP's second child (c2) when the pair
+    # swaps, else its first (c1); both use the same random number.
+    swap = u_swap <= 0.5
+    beta = 1.0 + 2.0 * ((hi - x2) if swap else (x1 - lo)) / span
+    alpha = 2.0 - beta ** -(eta + 1.0)
+    ra = r * alpha
+    beta_q = (ra if r <= 1.0 / alpha else 1.0 / (2.0 - ra)) ** (1.0 / (eta + 1.0))
+    step = beta_q * span
+    c = 0.5 * (x1 + x2 + (step if swap else -step))
+    return min(max(c, lo), hi)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _poly_gene(v: float, lo: float, hi: float, indpb: float, u_mutate: float, r: float,
+               eta: float) -> float:
+    """A gene of ``mutPolynomialBounded`` (see :func:`np_poly_bounded`)."""
+    if not u_mutate <= indpb:
+        return v
+    mut_pow = 1.0 / (eta + 1.0)
+    if r < 0.5:
+        xy = 1.0 - (v - lo) / (hi - lo)
+        val = 2.0 * r + (1.0 - 2.0 * r) * xy ** (eta + 1.0)
+        delta_q = val ** mut_pow - 1.0
+    else:
+        xy = 1.0 - (hi - v) / (hi - lo)
+        val = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * xy ** (eta + 1.0)
+        delta_q = 1.0 - val ** mut_pow
+    return min(max(v + delta_q * (hi - lo), lo), hi)
+
+
 @numba.njit(**_KERNEL)
 def _sbx_kernel(pop: np.ndarray, first: np.ndarray, second: np.ndarray, eta: float,
                 low: np.ndarray, up: np.ndarray, draws: np.ndarray, out: np.ndarray,
                 rows: np.ndarray) -> None:
-    e1 = 1.0 / (eta + 1.0)
     for k in numba.prange(first.size):
         p, q, i = first[k], second[k], rows[k]
         for j in range(pop.shape[1]):
-            x, y = pop[p, j], pop[q, j]
-            if not (draws[0, k, j] <= 0.5 and abs(x - y) > 1e-14):
-                out[i, j] = x
-                continue
-            x1, x2 = min(x, y), max(x, y)
-            lo, hi, r = low[j], up[j], draws[1, k, j]
-            span = x2 - x1
-            # Only the child that ends up first is built: DEAP's second child (c2) when the
-            # pair swaps, else its first (c1); both use the same random number.
-            swap = draws[2, k, j] <= 0.5
-            beta = 1.0 + 2.0 * ((hi - x2) if swap else (x1 - lo)) / span
-            alpha = 2.0 - beta ** -(eta + 1.0)
-            ra = r * alpha
-            beta_q = (ra if r <= 1.0 / alpha else 1.0 / (2.0 - ra)) ** e1
-            step = beta_q * span
-            c = 0.5 * (x1 + x2 + (step if swap else -step))
-            out[i, j] = min(max(c, lo), hi)
+            out[i, j] = _sbx_gene(pop[p, j], pop[q, j], low[j], up[j], draws[0, k, j],
+                                  draws[1, k, j], draws[2, k, j], eta)
 
 
 @numba.njit(**_KERNEL)
 def _poly_kernel(pop: np.ndarray, parents: np.ndarray, eta: float, low: np.ndarray,
                  up: np.ndarray, indpb: float, draws: np.ndarray, out: np.ndarray,
                  rows: np.ndarray) -> None:
-    mut_pow = 1.0 / (eta + 1.0)
     for k in numba.prange(parents.size):
         p, i = parents[k], rows[k]
         for j in range(pop.shape[1]):
-            v = pop[p, j]
-            if not draws[0, k, j] <= indpb:
-                out[i, j] = v
-                continue
-            lo, hi, r = low[j], up[j], draws[1, k, j]
-            if r < 0.5:
-                xy = 1.0 - (v - lo) / (hi - lo)
-                val = 2.0 * r + (1.0 - 2.0 * r) * xy ** (eta + 1.0)
-                delta_q = val ** mut_pow - 1.0
-            else:
-                xy = 1.0 - (hi - v) / (hi - lo)
-                val = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * xy ** (eta + 1.0)
-                delta_q = 1.0 - val ** mut_pow
-            out[i, j] = min(max(v + delta_q * (hi - lo), lo), hi)
+            out[i, j] = _poly_gene(pop[p, j], low[j], up[j], indpb, draws[0, k, j],
+                                   draws[1, k, j], eta)
 
 
 def _uniforms(rng: np.random.Generator | None, draws: np.ndarray | None,
@@ -363,6 +372,80 @@ def take_survivors(parents: np.ndarray, offspring: np.ndarray, chosen: np.ndarra
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def _pool_origin(mu: int, source: np.ndarray) -> np.ndarray:
+    origin = np.empty(mu + source.size, dtype=np.int64)
+    new = 0
+    for i in range(mu):
+        origin[i] = i
+    for i in range(source.size):
+        if source[i] >= 0:
+            origin[mu + i] = source[i]
+        else:
+            origin[mu + i] = -1 - new
+            new += 1
+    return origin
+
+
+def pool_origin(mu: int, source: np.ndarray) -> np.ndarray:
+    """Where each of the (μ + λ) pool's rows lives, as :func:`np_var_or_new` leaves them:
+    ``r >= 0`` the parents' row r (a parent, or a copy of one), ``-1 - r`` the new
+    offspring's row r.
+
+    Examples
+    --------
+    >>> pool_origin(2, np.array([-1, 0, -1])).tolist()
+    [0, 1, -1, 0, -2]
+    """
+    source = np.asarray(source, dtype=np.int64)
+    if source.size and source.max() >= mu:
+        raise IndexError(f"source out of range [0, {mu})")
+    return _pool_origin(int(mu), source)
+
+
+# On the calling thread, as kingen.solve.inputs' pass and for its reason: a copy with no
+# arithmetic gains little from cores that must first wake from the solve's idling.
+@numba.njit(cache=True, nogil=True)
+def _rows_through(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray,
+                  new: np.ndarray, out: np.ndarray) -> None:
+    for i in range(rows.size):
+        o = origin[rows[i]]
+        if o >= 0:
+            for j in range(out.shape[1]):
+                out[i, j] = parents[o, j]
+        else:
+            for j in range(out.shape[1]):
+                out[i, j] = new[-1 - o, j]
+
+
+def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np.ndarray
+              ) -> np.ndarray:
+    """Rows ``rows`` of the pool whose rows ``origin`` (:func:`pool_origin`) places in
+    ``parents`` and ``new``: :func:`take_survivors` of the pool with the copies never
+    built (one copy of the rows taken, in the dtype concatenating them gives).
+
+    Examples
+    --------
+    >>> origin = pool_origin(2, np.array([-1, 0]))
+    >>> take_pool(origin, np.array([3, 2, 1]), np.array([1.0, 2.0]), np.array([9.0])).tolist()
+    [1.0, 9.0, 2.0]
+    """
+    dtype = np.result_type(parents, new)
+    a = np.ascontiguousarray(parents, dtype=dtype)
+    b = np.ascontiguousarray(new, dtype=dtype)
+    if a.shape[1:] != b.shape[1:]:
+        raise ValueError(f"parents {a.shape} and new rows {b.shape} differ in shape")
+    rows = _indices(rows, origin.size, "rows")
+    low = int(origin.min()) if origin.size else 0
+    if origin.size and (low < -b.shape[0] or origin.max() >= a.shape[0]):
+        raise IndexError("origin out of range of the parents and new rows")
+    out = np.empty((rows.size,) + a.shape[1:], dtype=dtype)
+    width = int(np.prod(a.shape[1:], dtype=np.int64))
+    _rows_through(origin, rows, a.reshape(a.shape[0], width), b.reshape(b.shape[0], width),
+                  out.reshape(rows.size, width))
+    return out
+
+
 @dataclass(frozen=True)
 class VariationDraws:
     """The random numbers of one :func:`np_var_or` call, in the order they are drawn.
@@ -405,6 +488,95 @@ def draw_variation(rng: np.random.Generator, mu: int, lambda_: int, cxpb: float,
     return VariationDraws(mu, u, first, second, cx_uniforms, parents, mut_uniforms, copied)
 
 
+@numba.njit(cache=True, nogil=True)
+def _variation_plan(u: np.ndarray, cxpb: float, cx_or_mut: float, compact: bool,
+                    kind: np.ndarray, slot: np.ndarray, dest: np.ndarray
+                    ) -> tuple[int, int, int]:
+    """Per offspring: its operator (``kind``: 0 crossover, 1 mutation, 2 copy, as
+    :func:`draw_variation` compares ``u``), its rank among the offspring of that operator
+    (``slot``) and the row it is written to (``dest``: its own; with ``compact`` its rank
+    among the crossed and mutated ones, -1 for a copy). Returns the numbers of each."""
+    count = np.zeros(3, dtype=np.int64)
+    for i in range(u.size):
+        k = 0 if u[i] < cxpb else (1 if u[i] < cx_or_mut else 2)
+        kind[i], slot[i] = k, count[k]
+        count[k] += 1
+        if not compact:
+            dest[i] = i
+        else:
+            dest[i] = -1 if k == 2 else count[0] + count[1] - 1
+    return count[0], count[1], count[2]
+
+
+def _var_or_rows(pop: np.ndarray, kind: np.ndarray, slot: np.ndarray, dest: np.ndarray,
+                 first: np.ndarray, second: np.ndarray, cx_draws: np.ndarray,
+                 parents: np.ndarray, mut_draws: np.ndarray, copied: np.ndarray,
+                 eta_cx: float, eta_mut: float, indpb: float, low: np.ndarray, up: np.ndarray,
+                 out: np.ndarray, source: np.ndarray) -> None:
+    """Every offspring in one pass, crossed, mutated or copied as ``kind`` says (a copy's
+    row is written only where ``dest`` gives it one)."""
+    for i in numba.prange(kind.size):
+        k, d = slot[i], dest[i]
+        if kind[i] == 0:
+            source[i] = -1
+            p, q = first[k], second[k]
+            for j in range(pop.shape[1]):
+                out[d, j] = _sbx_gene(pop[p, j], pop[q, j], low[j], up[j], cx_draws[0, k, j],
+                                      cx_draws[1, k, j], cx_draws[2, k, j], eta_cx)
+        elif kind[i] == 1:
+            source[i] = -1
+            p = parents[k]
+            for j in range(pop.shape[1]):
+                out[d, j] = _poly_gene(pop[p, j], low[j], up[j], indpb, mut_draws[0, k, j],
+                                       mut_draws[1, k, j], eta_mut)
+        else:
+            p = copied[k]
+            source[i] = p
+            if d >= 0:
+                for j in range(pop.shape[1]):
+                    out[d, j] = pop[p, j]
+
+
+_var_or_serial = numba.njit(cache=True, nogil=True, error_model="numpy")(_var_or_rows)
+_var_or_parallel = numba.njit(**_KERNEL)(_var_or_rows)
+
+
+def _vary(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
+          eta_mut: float, indpb: float, low: np.ndarray, up: np.ndarray,
+          rng: np.random.Generator | None, draws: VariationDraws | None, compact: bool
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`np_var_or`, or with ``compact`` its new offspring alone (see
+    :func:`np_var_or_new`)."""
+    pop = np.ascontiguousarray(pop, dtype=np.float64)
+    mu, m = pop.shape
+    if draws is None:
+        if rng is None:
+            raise ValueError("give a generator or the numbers drawn from one")
+        draws = draw_variation(rng, mu, lambda_, cxpb, mutpb, m)
+    elif draws.mu != mu or draws.u.shape != (lambda_,):
+        raise ValueError(f"draws for {draws.mu} parents and {draws.u.size} offspring, "
+                         f"given {mu} and {lambda_}")
+    kind = np.empty(lambda_, dtype=np.int8)
+    slot = np.empty(lambda_, dtype=np.int64)
+    dest = np.empty(lambda_, dtype=np.int64)
+    n_cx, n_mut, n_copy = _variation_plan(np.asarray(draws.u, dtype=np.float64), float(cxpb),
+                                          float(cxpb + mutpb), compact, kind, slot, dest)
+    first = _indices(draws.cx_first, mu, "first")
+    second = _indices(draws.cx_second, mu, "second")
+    parents = _indices(draws.mut_parents, mu, "parents")
+    copied = _indices(draws.copied, mu, "copied")
+    cx_draws = _uniforms(None, draws.cx_uniforms, (3, n_cx, m))
+    mut_draws = _uniforms(None, draws.mut_uniforms, (2, n_mut, m))
+    if (first.size, second.size, parents.size, copied.size) != (n_cx, n_cx, n_mut, n_copy):
+        raise ValueError("draws of other numbers of crossed, mutated and copied offspring")
+    out = np.empty((n_cx + n_mut if compact else lambda_, m))
+    source = np.empty(lambda_, dtype=np.int64)
+    kernel = _var_or_parallel if out.size >= PARALLEL_FROM_GENES else _var_or_serial
+    kernel(pop, kind, slot, dest, first, second, cx_draws, parents, mut_draws, copied,
+           float(eta_cx), float(eta_mut), float(indpb), *_bounds(low, up, m), out, source)
+    return out, source
+
+
 def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
               eta_mut: float, indpb: float, low: np.ndarray, up: np.ndarray,
               rng: np.random.Generator | None,
@@ -414,6 +586,8 @@ def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: 
     Returns the offspring genes (λ, n) and, per offspring, the index of the parent it is an
     unchanged copy of (reproduction) or -1 (new, must be evaluated). ``draws`` are the
     random numbers drawn beforehand by :func:`draw_variation` (``rng`` is then not used).
+    All offspring are made in one pass over them, each by :func:`np_sbx_bounded`'s or
+    :func:`np_poly_bounded`'s formulas.
 
     Pseudocode (each offspring draws u once)::
 
@@ -422,31 +596,34 @@ def np_var_or(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: 
             u < cxpb + mutpb:   mutation of a random parent
             otherwise:          a copy of a random parent (its fitness is reused)
     """
-    mu = pop.shape[0]
-    if draws is None:
-        if rng is None:
-            raise ValueError("give a generator or the numbers drawn from one")
-        draws = draw_variation(rng, mu, lambda_, cxpb, mutpb, pop.shape[1])
-    elif draws.mu != mu or draws.u.shape != (lambda_,):
-        raise ValueError(f"draws for {draws.mu} parents and {draws.u.size} offspring, "
-                         f"given {mu} and {lambda_}")
-    cx = draws.u < cxpb
-    mut = (~cx) & (draws.u < cxpb + mutpb)
-    out = np.empty((lambda_, pop.shape[1]))
-    source = np.full(lambda_, -1, dtype=np.int64)
-    rows = np.flatnonzero(cx)
-    if rows.size:
-        np_sbx_bounded(pop, draws.cx_first, draws.cx_second, eta_cx, low, up, None, out=out,
-                       rows=rows, draws=draws.cx_uniforms)
-    rows = np.flatnonzero(mut)
-    if rows.size:
-        np_poly_bounded(pop, draws.mut_parents, eta_mut, low, up, indpb, None, out=out,
-                        rows=rows, draws=draws.mut_uniforms)
-    rows = np.flatnonzero(~(cx | mut))
-    if rows.size:
-        out[rows] = pop.take(draws.copied, axis=0)
-        source[rows] = draws.copied
-    return out, source
+    return _vary(pop, lambda_, cxpb, mutpb, eta_cx, eta_mut, indpb, low, up, rng, draws,
+                 compact=False)
+
+
+def np_var_or_new(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
+                  eta_mut: float, indpb: float, low: np.ndarray, up: np.ndarray,
+                  rng: np.random.Generator | None,
+                  draws: VariationDraws | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`np_var_or` without building the copies: the new offspring's genes alone (the
+    rows of :func:`np_var_or`'s whose source is -1, in order) and the same ``source``.
+
+    A copy's genes are its parent's (``pop[source[i]]``); at 65,536 offspring the copies
+    would be 0.5 MB written and read back for nothing.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(1)
+    >>> pop = rng.uniform(0.0, 1.0, (5, 2))
+    >>> d = draw_variation(rng, 5, 6, 0.5, 0.3, 2)
+    >>> kids, source = np_var_or(pop, 6, 0.5, 0.3, 20.0, 20.0, 0.5, np.zeros(2), np.ones(2),
+    ...                          None, d)
+    >>> new, same = np_var_or_new(pop, 6, 0.5, 0.3, 20.0, 20.0, 0.5, np.zeros(2),
+    ...                           np.ones(2), None, d)
+    >>> bool((same == source).all() and (new == kids[source < 0]).all())
+    True
+    """
+    return _vary(pop, lambda_, cxpb, mutpb, eta_cx, eta_mut, indpb, low, up, rng, draws,
+                 compact=True)
 
 
 def warm_up_operators(n_genes: int) -> None:

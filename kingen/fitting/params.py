@@ -16,10 +16,9 @@ parameter's bounds. :class:`ParameterMap` turns a batch of genes into full param
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+import numba
 import numpy as np
 
 from kingen.errors import KingenError
@@ -28,38 +27,84 @@ from kingen.model.units import parse_rate_unit
 
 _LN10 = math.log(10.0)
 
-# Batches from this many rows are cut into pieces of at least this many rows, computed on
-# a pool of threads: at 65,536 candidates the genes-to-rates map took 10 ms of each
-# generation on one core of the H100 machine's host, serial work while the GPU waits.
-ROWS_PER_PIECE = 8192
-_MAX_THREADS = 8
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
+# From this many rows the map runs on all of numba's threads: at 65,536 candidates it is
+# serial work of each generation while the GPU waits. Each row is computed alone, so the
+# result is the same, bit for bit, however the rows are shared out.
+PARALLEL_FROM_ROWS = 8192
 
 
-def _cores() -> int:
-    """The cores this process may run on (a batch system's share, not the machine's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+def _fill_rows(g: np.ndarray, clip: bool, lower: np.ndarray, upper: np.ndarray,
+               log: np.ndarray, free: np.ndarray, base: np.ndarray, tie_target: np.ndarray,
+               tie_source: np.ndarray, tie_factor: np.ndarray, rule_param: np.ndarray,
+               rule_const: np.ndarray, term_start: np.ndarray, term_column: np.ndarray,
+               term_exponent: np.ndarray, totals: np.ndarray, out: np.ndarray) -> None:
+    """Rows of :meth:`ParameterMap.to_params`, each in one pass: the genes (clipped on
+    request), 10**gene as exp(gene ln 10) for log genes, the ties in order, then the derived
+    rates with :meth:`Scheme.complete`'s arithmetic (the logs of the rates read before any
+    rule writes, a log of -inf taken as NaN, the terms summed in column order)."""
+    for i in numba.prange(g.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = base[j]
+        for j in range(free.size):
+            v = g[i, j]
+            if clip:  # np.clip's: NaN stays NaN
+                if v < lower[j]:
+                    v = lower[j]
+                elif v > upper[j]:
+                    v = upper[j]
+            out[i, free[j]] = math.exp(v * _LN10) if log[j] else v
+        for t in range(tie_target.size):
+            out[i, tie_target[t]] = tie_factor[t] * out[i, tie_source[t]]
+        for r in range(rule_param.size):
+            total = rule_const[r]
+            for k in range(term_start[r], term_start[r + 1]):
+                lg = math.log(out[i, term_column[k]])
+                if lg == -math.inf:
+                    lg = math.nan
+                total += term_exponent[k] * lg
+            totals[i, r] = total
+        for r in range(rule_param.size):
+            out[i, rule_param[r]] = math.exp(totals[i, r])
 
 
-def _row_pieces(n: int) -> list[slice]:
-    """Row slices of a batch of ``n`` rows, one per thread (one slice below 2 pieces)."""
-    k = min(n // ROWS_PER_PIECE, _MAX_THREADS, _cores())
-    if k < 2:
-        return [slice(0, n)]
-    bounds = np.linspace(0, n, k + 1).round().astype(int)
-    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+_ROWS = {"cache": True, "nogil": True, "error_model": "numpy"}
+_fill_serial = numba.njit(**_ROWS)(_fill_rows)
+_fill_parallel = numba.njit(parallel=True, **_ROWS)(_fill_rows)
 
 
-def _pool() -> ThreadPoolExecutor:
-    """This process's pool (a child process made by fork builds its own)."""
-    global _POOL
-    if _POOL is None or _POOL[0] != os.getpid():
-        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=min(_MAX_THREADS, _cores()),
-                                                 thread_name_prefix="kingen-params"))
-    return _POOL[1]
+@numba.njit(cache=True, nogil=True)
+def _outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray, high: np.ndarray,
+             out: np.ndarray) -> bool:
+    anywhere = False
+    for i in range(params.shape[0]):
+        inside = True
+        for k in range(columns.size):
+            v = params[i, columns[k]]
+            inside &= v >= low[k] and v <= high[k]  # NaN: outside
+        out[i] = not inside
+        anywhere |= not inside
+    return anywhere
+
+
+def rows_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
+                 high: np.ndarray) -> np.ndarray | None:
+    """Rows of ``params`` (N, n_params) with a value of ``columns`` outside ``[low, high]``
+    (NaN counts as outside), in one pass over the rows; None if there is none.
+
+    Examples
+    --------
+    >>> p = np.array([[1.0, 5.0], [1.0, np.nan], [1.0, 2.0]])
+    >>> rows_outside(p, np.array([1]), np.array([1.0]), np.array([4.0])).tolist()
+    [True, True, False]
+    >>> rows_outside(p[2:], np.array([1]), np.array([1.0]), np.array([4.0])) is None
+    True
+    """
+    out = np.empty(params.shape[0], dtype=np.bool_)
+    p = np.ascontiguousarray(params, dtype=np.float64)
+    if _outside(p, np.asarray(columns, dtype=np.int64), np.asarray(low, dtype=np.float64),
+                np.asarray(high, dtype=np.float64), out):
+        return out
+    return None
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,28 @@ class ParameterMap:
         lo, hi = scheme.lower[self.free_index], scheme.upper[self.free_index]
         self.lower = np.where(self.log, np.log10(lo), lo)
         self.upper = np.where(self.log, np.log10(hi), hi)
+        self._kernel_args = self._constants()
+
+    def _constants(self) -> tuple[np.ndarray, ...]:
+        """What :func:`_fill_rows` reads besides the genes: bounds, scales, layout, ties and
+        the derived rules (the terms of rule r are ``term_start[r]:term_start[r + 1]``)."""
+        rules = self.scheme.derived_rules
+        columns = [np.flatnonzero(rule.exponents) for rule in rules]
+        exponents = [rule.exponents[c] for rule, c in zip(rules, columns, strict=True)]
+        start = np.cumsum([0] + [c.size for c in columns]).astype(np.int64)
+
+        def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+        return (np.ascontiguousarray(self.lower, dtype=np.float64),
+                np.ascontiguousarray(self.upper, dtype=np.float64), self.log.copy(),
+                self.free_index, np.ascontiguousarray(self.base, dtype=np.float64),
+                np.array([t.target for t in self.ties], dtype=np.int64),
+                np.array([t.source for t in self.ties], dtype=np.int64),
+                np.array([t.factor for t in self.ties], dtype=np.float64),
+                np.array([rule.param for rule in rules], dtype=np.int64),
+                np.array([rule.log_const for rule in rules], dtype=np.float64), start,
+                joined(columns, np.int64), joined(exponents, np.float64))
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -134,40 +201,17 @@ class ParameterMap:
             Clip the genes into the bounds first (as :meth:`clip`); by default genes outside
             the bounds are taken as given.
         threads
-            Cut a large batch into pieces computed on a pool of threads (the same result);
-            False for work in the background, which must leave the cores to the solver.
+            Share a large batch out to numba's threads (the same result); False for work in
+            the background, which must leave the cores to the solver.
         """
-        g = np.atleast_2d(np.asarray(genes, dtype=np.float64))
+        g = np.ascontiguousarray(np.atleast_2d(np.asarray(genes, dtype=np.float64)))
         if g.shape[-1] != self.n_genes:
             raise ValueError(f"genes must have {self.n_genes} columns, got {g.shape}")
         out = np.empty((g.shape[0], self.scheme.n_params))
-        pieces = _row_pieces(g.shape[0]) if threads else [slice(0, g.shape[0])]
-        if len(pieces) == 1:
-            self._fill(g, out, clip)
-        else:
-            # numpy's loops let go of the GIL: the pieces run at once. Each row is computed
-            # alone, so the result is the same, bit for bit, however the rows are cut.
-            for done in [_pool().submit(self._fill, g[s], out[s], clip) for s in pieces]:
-                done.result()
+        fill = _fill_parallel if threads and g.shape[0] >= PARALLEL_FROM_ROWS else _fill_serial
+        totals = np.empty((g.shape[0], len(self.scheme.derived_rules)))
+        fill(g, bool(clip), *self._kernel_args, totals, out)
         return out
-
-    def _fill(self, g: np.ndarray, out: np.ndarray, clip: bool) -> None:
-        """:meth:`to_params` of the rows ``g`` into ``out``."""
-        out[...] = self.base
-        # One temporary of the genes' shape, worked in place: at 65k candidates fresh pages
-        # cost as much as the arithmetic.
-        values = self.clip(g) if clip else g.copy()
-        linear = None if self.log.all() else values[:, ~self.log]
-        with np.errstate(all="ignore"):
-            # exp(g ln 10): 10**g to 1e-15 relative, at a third of the cost
-            np.multiply(values, _LN10, out=values)
-            np.exp(values, out=values)
-            out[:, self.free_index] = values
-            if linear is not None:
-                out[:, self.free_index[~self.log]] = linear
-            for tie in self.ties:
-                out[:, tie.target] = tie.factor * out[:, tie.source]
-            self.scheme.complete(out, copy=False)
 
     def to_genes(self, params: np.ndarray) -> np.ndarray:
         """Genes (N, n_genes) of parameter arrays (N, n_params) (inverse of :meth:`to_params`)."""

@@ -101,35 +101,28 @@ class MuPlusLambda(Algorithm):
     def _ask_arrays(self) -> np.ndarray:
         s, space = self.settings, self.space
         variation, aspirants = self.randoms.take(self._draw_generation)
-        kids, source = operators.np_var_or(
+        new, source = operators.np_var_or_new(
             self.population.genes, self.lambda_, s.cxpb, s.mutpb, s.eta_cx, s.eta_mut,
             self.indpb, space.low, space.up, None, draws=variation)
-        self._asked = ("arrays", kids, source, aspirants)
-        return kids.take(np.flatnonzero(source < 0), axis=0)
+        self._asked = ("arrays", source, aspirants)
+        return new
 
-    def _tell_arrays(self, scored: Population, kids: np.ndarray, source: np.ndarray,
-                     aspirants: np.ndarray) -> None:
-        # offspring copied from a parent (neither crossed nor mutated) keep its scores
-        pop, lam = self.population, self.lambda_
-        fit = np.empty(lam)
-        err = np.empty((lam, pop.errors.shape[1]))
-        fail = np.zeros(lam, dtype=np.int64)
-        copied = np.flatnonzero(source >= 0)
-        parent = source[copied]
-        fit[copied] = pop.fitness.take(parent)
-        err[copied] = pop.errors.take(parent, axis=0)
-        fail[copied] = pop.fail.take(parent)
-        new = np.flatnonzero(source < 0)
-        if new.size:
-            fit[new], err[new], fail[new] = scored.fitness, scored.errors, scored.fail
-        pool_f = np.concatenate([pop.fitness, fit])
+    def _tell_arrays(self, scored: Population, source: np.ndarray, aspirants: np.ndarray
+                     ) -> None:
+        # offspring copied from a parent (neither crossed nor mutated) keep its scores: the
+        # pool's rows are read where they live, parents' or new, never gathered first
+        pop = self.population
+        origin = operators.pool_origin(pop.genes.shape[0], source)
+        pool = np.arange(origin.size)
+        pool_f = operators.take_pool(origin, pool, pop.fitness, scored.fitness)
         chosen = operators.keep_best(pool_f, operators.np_sel_tournament(
             pool_f, self.settings.population, self.settings.tournament, None, aspirants))
         self.population = Population(
-            genes=operators.take_survivors(pop.genes, kids, chosen),
+            genes=operators.take_pool(origin, chosen, pop.genes, scored.genes),
             fitness=pool_f.take(chosen),
-            errors=operators.take_survivors(pop.errors, err, chosen),
-            fail=operators.take_survivors(pop.fail, fail, chosen))
+            errors=operators.take_pool(origin, chosen, pop.errors, scored.errors),
+            fail=operators.take_pool(origin, chosen, pop.fail.astype(np.int64, copy=False),
+                                     scored.fail.astype(np.int64, copy=False)))
 
     # ------------------------------------------------------------------ DEAP's operators
     def _toolbox_get(self) -> Any:
