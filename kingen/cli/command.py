@@ -27,7 +27,8 @@ from kingen.errors import KingenError
 _COMMAND_MODULES = ("kingen.cli.fit", "kingen.cli.outputs", "kingen.cli.batch",
                     "kingen.cli.profile")
 FORCE_HELP = ("lift the size limits (states, samples, RK4 steps, memory) that refuse work "
-              "too large for this machine; see the README's 'Limits and bad input'")
+              "too large for this machine; see the documentation's 'Fit configuration', "
+              "'Limits and bad input'")
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 # What a failed feature means (kingen.experiment.features gives NaN and never raises on data).
 FEATURE_FAILED = ("could not be measured from the simulated current (too flat, too short, "
