@@ -22,7 +22,7 @@ def test_published_rk4_memory_bound():
 
 def test_published_rk4_compute_bound_fp64():
     v = classify(ms(name="rk4", intensity_dram=823.0, balance_dram=10.7, pct_dram=1.0,
-                    pct_fp64=92.0, pct_inst=45.0, precision="fp64"))
+                    pct_fp64=92.0, pct_inst=45.0, precision="float64"))
     assert v.kind == COMPUTE and v.unit == "FP64 pipe"
 
 
@@ -81,9 +81,9 @@ def test_advice_triggered_by_values_not_a_fixed_list():
                     sectors_per_request=16.0, local_bytes=1e6), MEMORY)
     topics = [a.topic for a in bad]
     assert topics[:3] == ["spills / local memory", "on-chip reuse", "coalescing"]
-    f64 = advise(ms(precision="fp32", fp64_fraction=0.2, flops_per_inst=0.1), COMPUTE)
+    f64 = advise(ms(precision="float32", fp64_fraction=0.2, flops_per_inst=0.1), COMPUTE)
     assert [a.topic for a in f64][:2] == ["precision", "instruction mix"]
-    assert advise(ms(precision="fp32", fp64_fraction=0.0, flops_per_inst=1.5),
+    assert advise(ms(precision="float32", fp64_fraction=0.0, flops_per_inst=1.5),
                   COMPUTE)[0].topic == "near the compute roof"
 
 

@@ -71,7 +71,7 @@ def test_critical_points_are_where_the_warps_change():
 def meas(config=None, time_ms=100.0, ok=True, registers=None, **metrics):
     config = config or LaunchConfig()
     base = dict(name=config.name, intensity_dram=800.0, balance_dram=10.0, path="ncu",
-                precision="fp64")
+                precision="float64")
     base.update(metrics)
     m = MetricSet(**base)
     m.time_ms = time_ms
@@ -312,8 +312,9 @@ def test_references_from_the_h100_analysis():
     # the H100 solver kernel (float64, compute-bound) sits with cuBLAS, not the stencil
     data = json.loads(H100.read_text())
     rk4 = next(c for c in data["cases"] if c["name"].startswith("rk4") and
-               c["metrics"]["precision"] == "fp64")
+               c["metrics"]["precision"] == "fp64")  # written before the names were float64
     m = MetricSet.from_json(rk4["metrics"])
+    assert m.precision == "float64"
     from kingen.analysis.optimize import roof_point
 
     p = roof_point("rk4", "rk4", m, rk4["flops"], rk4["bytes"], rk4["verdict"]["kind"],

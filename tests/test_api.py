@@ -100,13 +100,13 @@ def test_python_dash_m_is_the_command() -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("kingen: error: no_such.toml")
 
 
-def test_readme_python_api_uses_public_names() -> None:
+def test_the_api_page_example_uses_public_names() -> None:
     import re
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "api" / "index.md").read_text(encoding="utf-8")
+    section = text.split("# API", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    compile(block, "README Python API", "exec")
+    compile(block, "docs/api/index.md", "exec")
     used = set(re.findall(r"\bkingen\.(\w+)", block))
     named = set(re.findall(r"`(\w+)`", section.split("```", 2)[2]))
     assert used and used <= set(kingen.__all__), used - set(kingen.__all__)

@@ -533,14 +533,14 @@ def test_a_fit_records_its_chain_and_the_unfiltered_model_and_counts_the_scales(
         assert store.chains() == {"deactivation": Chain()}
 
 
-def test_the_readme_chain_example_reads_as_it_says():
+def test_the_chain_reference_example_reads_as_it_says():
     import re
 
     from kingen.experiment.chain import read_chain
     from kingen.model.fields import Fields, loads_toml
 
-    readme = (MODELS.parent / "README.md").read_text(encoding="utf-8")
-    block = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "filter =" in b)
-    entry = loads_toml(block, "README")["protocols"][0]
-    assert read_chain(Fields("README"), entry, "protocols[0]", MODELS) == Chain(
+    page = (MODELS.parent / "docs" / "reference" / "chain.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if "filter =" in b)
+    entry = loads_toml(block, "chain.md")["protocols"][0]
+    assert read_chain(Fields("chain.md"), entry, "protocols[0]", MODELS) == Chain(
         Filter("bessel", 8, 5.0), offset="per-sweep", amplitude="rundown")

@@ -11,6 +11,7 @@ from scipy.linalg import expm
 
 import kingen
 from kingen.cli.command import _split_failed, main
+from kingen.errors import KingenError
 from kingen.experiment.features import protocol_features
 from kingen.experiment.protocol import standard_protocol
 
@@ -197,3 +198,25 @@ def test_a_ctrl_c_python_cannot_raise_is_not_printed_but_other_errors_are(capsys
     assert capsys.readouterr().err == ""
     _unraisable(unraisable(ValueError("in a finalizer")))
     assert "ValueError: in a finalizer" in capsys.readouterr().err
+
+
+def test_simulate_errors_name_the_option_in_python_and_the_flag_on_the_command_line(capsys):
+    import kingen
+
+    with pytest.raises(KingenError) as err:
+        kingen.simulate(JONAS, "deactivation", solver="rk4", step=-1.0)
+    assert str(err.value) == "step = -1.0: must be a finite number > 0 (ms)"
+    with pytest.raises(KingenError) as err:
+        kingen.simulate(JONAS, "deactivation", solver="rk4", step=1e-9)
+    assert str(err.value).startswith("step = 1e-09: needs ") and "a larger step," in str(
+        err.value)
+    with pytest.raises(KingenError) as err:
+        kingen.simulate(JONAS, "deactivation", step=0.001)
+    assert str(err.value) == "step = 0.001: applies to solver = 'rk4'"
+    base = ["simulate", str(JONAS), "--protocol", "deactivation", "--solver", "rk4"]
+    assert main([*base, "--step=-1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kingen: error: --step = -1.0: must be a finite number > 0 (ms)")
+    assert main([*base, "--step=1e-9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kingen: error: --step = 1e-09: needs ") and "a larger --step," in err

@@ -402,11 +402,12 @@ def test_aic_bic_and_the_ranking():
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
-def test_the_readme_slurm_example(tmp_path):
+def test_the_slurm_how_to_example(tmp_path):
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    block = next(b for b in re.findall(r"```toml\n(.*?)```", readme, re.S)
+    page = Path(__file__).resolve().parents[1] / "docs" / "howto" / "slurm.md"
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", page.read_text(encoding="utf-8"),
+                                       re.S)
                  if 'kind = "slurm"' in b)
     demo = kingen.demo_config()
     (tmp_path / "fit.toml").write_text(demo.read_text().replace('"demo/',

@@ -1,5 +1,5 @@
-"""The README's section "The run file" is generated from kingen.store.layout, never edited
-by hand: regenerate it with ``python -m kingen.store.layout``."""
+"""The docs' page of the run file (docs/reference/run_file.md) is generated from
+kingen.store.layout, never edited by hand: its directive renders ``layout.markdown()``."""
 
 from __future__ import annotations
 
@@ -9,20 +9,23 @@ from pathlib import Path
 
 from kingen.store import LAYOUT_DOC, LAYOUT_VERSION, layout
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "reference" / "run_file.md"
 
 
-def readme_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(layout.TITLE + "\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:] if end < 0 else text[start:end + 1]
-
-
-def test_the_readme_holds_exactly_the_generated_section() -> None:
-    assert readme_section().rstrip("\n") + "\n" == layout.markdown(), (
-        "README.md's section 'The run file' differs from kingen.store.layout.markdown(): "
-        "edit kingen/store/layout.py, then paste `python -m kingen.store.layout` into README")
+def test_the_docs_page_renders_exactly_the_generated_layout() -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        from kingen_docs import run_file_layout_text
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+    text = PAGE.read_text(encoding="utf-8")
+    # the page holds the directive and no hand-written copy of any row of the table
+    assert "```{kingen-run-file-layout}\n```" in text, (
+        "docs/reference/run_file.md must render the layout with {kingen-run-file-layout}")
+    assert "\n| `/" not in text, "a hand-written row of the layout table"
+    assert layout.TITLE + "\n" + run_file_layout_text() == layout.markdown()
+    assert all(e.path in run_file_layout_text() for e in layout.ENTRIES)
 
 
 def test_every_run_file_carries_the_same_text() -> None:
@@ -40,5 +43,5 @@ def test_the_table_has_one_row_per_entry_and_names_every_required_group() -> Non
 
 def test_the_module_prints_the_section() -> None:
     out = subprocess.run([sys.executable, "-m", "kingen.store.layout"], capture_output=True,
-                         text=True, check=True, cwd=README.parent).stdout
+                         text=True, check=True, cwd=ROOT).stdout
     assert out == layout.markdown()

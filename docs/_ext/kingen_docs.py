@@ -6,7 +6,8 @@
     its usage, description and arguments.
 ``kingen-run-file-layout``
     The run file's layout, :func:`kingen.store.layout.markdown` (the text every run file
-    carries and the README's section "The run file" holds), less its title, parsed as MyST.
+    carries as its ``layout`` attribute), less its title, parsed as MyST: the page
+    docs/reference/run_file.md.
 ``kingen-namespace``
     The public names of ``kingen`` (its ``__all__``), each linked to the object it stands
     for.
@@ -109,15 +110,20 @@ class CliDirective(SphinxDirective):
         return out
 
 
+def run_file_layout_text() -> str:
+    """What the ``kingen-run-file-layout`` directive renders: the layout less its title."""
+    from kingen.store import layout
+
+    return layout.markdown().removeprefix(layout.TITLE + "\n")
+
+
 class RunFileLayoutDirective(SphinxDirective):
     """``kingen-run-file-layout``: :func:`kingen.store.layout.markdown` without its title."""
 
     has_content = False
 
     def run(self) -> list[nodes.Node]:
-        from kingen.store import layout
-
-        text = layout.markdown().removeprefix(layout.TITLE + "\n")
+        text = run_file_layout_text()
         container = nodes.container()
         self.state.nested_parse(StringList(text.splitlines(), source="kingen.store.layout"),
                                 self.content_offset, container)

@@ -33,7 +33,7 @@ class Thresholds:
     sol_pct: float = 60.0  # ncu's own "latency issues" rule for its SOL breakdown
     excess_traffic: float = 1.3  # DRAM bytes over the declared minimum
     sectors_per_request: float = 4.5  # 32 threads x 4 B = 4 sectors when coalesced
-    fp64_fraction: float = 0.01  # fp64 share of fp instructions in an fp32 kernel
+    fp64_fraction: float = 0.01  # float64 share of fp instructions in a float32 kernel
     occupancy_pct: float = 50.0
     branch_efficiency_pct: float = 90.0
     waves: float = 1.0
@@ -206,10 +206,10 @@ def advise(m: MetricSet, kind: str, th: Thresholds | None = None) -> list[Advice
                               "little left in this kernel: move fewer bytes (lower "
                               "precision, fuse with neighbouring kernels)"))
     elif kind == COMPUTE:
-        if (m.precision == "fp32" and m.fp64_fraction is not None
+        if (m.precision == "float32" and m.fp64_fraction is not None
                 and m.fp64_fraction > th.fp64_fraction):
             out.append(Advice("precision", f"{100 * m.fp64_fraction:.1f} % of floating-point "
-                              "instructions are float64 in an fp32 kernel",
+                              "instructions are float64 in a float32 kernel",
                               "remove accidental float64: type literals and constants as "
                               "float32 (np.float32(...)), avoid float64 math calls"))
         if m.flops_per_inst is not None and m.flops_per_inst < th.min_flops_per_inst:

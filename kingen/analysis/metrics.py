@@ -21,6 +21,8 @@ from kingen.analysis.profile import ProfileRecord
 
 INSTR_UNIT = "warp instructions / 32-B transaction"
 FLOP_UNIT = "flop / byte"
+# The precisions' names in analyses written before they took SolverOptions' names.
+OLD_PRECISION_NAMES = {"fp32": "float32", "fp64": "float64"}
 
 
 @dataclass
@@ -47,7 +49,7 @@ class MetricSet:
     unit: str = INSTR_UNIT
     path: str = "ncu"
     group: str = ""
-    precision: str = "fp32"
+    precision: str = "float32"
     time_ms: float | None = None
     gflops: float | None = None
     gbs: float | None = None  # measured DRAM bytes (or declared) over event time
@@ -73,7 +75,12 @@ class MetricSet:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MetricSet:
         keys = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in keys})
+        fields = {k: v for k, v in d.items() if k in keys}
+        # analyses written before the precisions took SolverOptions' names say fp32/fp64
+        if "precision" in fields:
+            fields["precision"] = OLD_PRECISION_NAMES.get(fields["precision"],
+                                                          fields["precision"])
+        return cls(**fields)
 
 
 def _pct(x: float | None, peak: float) -> float | None:
@@ -83,7 +90,7 @@ def _pct(x: float | None, peak: float) -> float | None:
 
 
 def compute(name: str, rec: ProfileRecord, dev: DeviceInfo, flops: float, nbytes: float,
-            group: str = "", precision: str = "fp32") -> MetricSet:
+            group: str = "", precision: str = "float32") -> MetricSet:
     """Metrics of one kernel from its profile record and the device's ceilings.
 
     Parameters
@@ -99,7 +106,7 @@ def compute(name: str, rec: ProfileRecord, dev: DeviceInfo, flops: float, nbytes
     t = rec.time_ms * 1e-3
     gflops = flops / t / 1e9 if t > 0 else None
     dram_peak, l2_peak = dev.peak("dram_gbs"), dev.peak("l2_gbs")
-    fp_peak = dev.peak("fp64_gflops" if precision == "fp64" else "fp32_gflops")
+    fp_peak = dev.peak("fp64_gflops" if precision == "float64" else "fp32_gflops")
     if rec.path == "ncu" and rec.inst_executed and rec.dram_bytes:
         dram_tx = rec.dram_bytes / SECTOR
         l2_tx = rec.l2_bytes / SECTOR if rec.l2_bytes else None
@@ -147,8 +154,8 @@ def compute(name: str, rec: ProfileRecord, dev: DeviceInfo, flops: float, nbytes
         name=name, path="events", group=group, precision=precision, unit=FLOP_UNIT,
         intensity_dram=intensity, balance_dram=fp_peak / dram_peak,
         pct_dram=_pct(bw, dram_peak),
-        pct_fp32=None if precision == "fp64" else _pct(gflops, fp_peak),
-        pct_fp64=_pct(gflops, fp_peak) if precision == "fp64" else None,
+        pct_fp32=None if precision == "float64" else _pct(gflops, fp_peak),
+        pct_fp64=_pct(gflops, fp_peak) if precision == "float64" else None,
         time_ms=rec.time_ms, gflops=gflops, gbs=bw, declared_bytes=nbytes,
         notes=[f"no counters ({rec.path_note or 'ncu not used'}): declared flops and bytes"],
     )

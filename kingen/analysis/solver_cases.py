@@ -246,7 +246,7 @@ def variant_case(problem: SolverProblem, config, check_rows: int = 64) -> Kernel
         kernel_regex="." if propagator else "launch",
         kernel_count=0 if propagator else 1,
         group="rk4",
-        precision="fp64" if prec == "float64" else "fp32",
+        precision=prec,
         tolerance=CPU_TOLERANCE[prec],
         note=f"{problem.scheme.n_states}-state RK4 ({config.form} form), "
              f"{problem.total_steps} steps/candidate, {problem.n_candidates} candidates, "

@@ -68,7 +68,7 @@ def references_from_analyze(path: Path, fp_peaks: dict[str, float] | None = None
         if rec.get("group") not in ("stencil", "sgemm") or "metrics" not in rec:
             continue
         m = MetricSet.from_json(rec["metrics"])
-        peak = peaks["fp64_gflops" if m.precision == "fp64" else "fp32_gflops"]
+        peak = peaks["fp64_gflops" if m.precision == "float64" else "fp32_gflops"]
         out.append(roof_point(rec["name"], rec["group"], m, rec["flops"], rec["bytes"],
                               rec.get("verdict", {}).get("kind", ""), peak, gips))
     if not out:

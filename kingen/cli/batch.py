@@ -10,7 +10,7 @@ __all__ = ["add_parsers", "cmd_batch", "cluster_option"]
 CLUSTER_HELP = ("where to run: local (this host: one worker per GPU, else CPU worker "
                 "processes), local:N (N worker processes), tcp://HOST:PORT (an existing Dask "
                 "scheduler), or a TOML file with a [cluster] table (Slurm, PBS); see the "
-                "README's 'Scale-out (Dask)'")
+                "documentation's 'Scale out' how-to")
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:

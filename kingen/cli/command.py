@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from kingen.errors import KingenError
 _COMMAND_MODULES = ("kingen.cli.fit", "kingen.cli.outputs", "kingen.cli.batch",
                     "kingen.cli.profile")
 FORCE_HELP = ("lift the size limits (states, samples, RK4 steps, memory) that refuse work "
-              "too large for this machine; see the README's 'Limits and bad input'")
+              "too large for this machine; see the documentation's 'Fit configuration', "
+              "'Limits and bad input'")
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg")
 # What a failed feature means (kingen.experiment.features gives NaN and never raises on data).
 FEATURE_FAILED = ("could not be measured from the simulated current (too flat, too short, "
@@ -214,6 +216,33 @@ def output_path(path: Path | None, flag: str, suffixes: tuple[str, ...] = ()) ->
     return path
 
 
+# kingen.simulate's options as the command line spells them: the library's errors name the
+# option (``step``), the command's user reads the flag (``--step``).
+SIMULATE_FLAGS = {"solver": "--solver", "backend": "--backend", "precision": "--precision",
+                  "step": "--step", "filter": "--filter", "temperature": "--temperature"}
+
+
+def with_flags(exc: KingenError, flags: dict[str, str]) -> KingenError:
+    """``exc`` with the options it names spelled as the command line's flags.
+
+    Examples
+    --------
+    >>> from kingen.errors import KingenError
+    >>> err = KingenError("try a smaller step or solver = 'exact'", field="step", value=0.1)
+    >>> print(with_flags(err, SIMULATE_FLAGS))
+    --step = 0.1: try a smaller --step or --solver exact
+    """
+    def option(m: re.Match[str]) -> str:
+        return f"{flags[m[1]]} {m[2]}" if m[1] in flags else m[0]
+
+    message = re.sub(r"\b(\w+) = '([^']*)'", option, exc.message)
+    message = message.replace("set force = True", "pass --force")
+    if "step" in flags:
+        message = re.sub(r"\b(smaller|larger) step\b", rf"\1 {flags['step']}", message)
+    return KingenError(message, file=exc.file, field=flags.get(exc.field or "", exc.field),
+                       value=exc.value)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """``kingen simulate``: currents and features of a scheme under a protocol."""
     from kingen.model.scheme import Scheme
@@ -237,9 +266,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     csv_path = output_path(args.csv, "--csv")
     plot_path = output_path(args.plot, "--plot", IMAGE_SUFFIXES)
     _check_simulate_outputs(args, csv_path, plot_path)
-    sim = simulate(scheme, protocol, solver=args.solver, backend=args.backend,
-                   precision=args.precision, step=args.step, force=args.force, filter=flt,
-                   temperature=args.temperature)
+    try:
+        sim = simulate(scheme, protocol, solver=args.solver, backend=args.backend,
+                       precision=args.precision, step=args.step, force=args.force,
+                       filter=flt, temperature=args.temperature)
+    except KingenError as exc:
+        raise with_flags(exc, SIMULATE_FLAGS) from None
     try:
         if csv_path:
             sim.to_csv(csv_path)

@@ -24,7 +24,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "fit", help="fit a scheme's rate constants to recordings",
         description="Fit the rate constants of a kinetic scheme to recordings and summary "
-                    "targets with a genetic algorithm (see the README's 'Fitting' section "
+                    "targets with a genetic algorithm (see the documentation's 'Fit configuration' "
                     "for the configuration file). --demo fits the bundled SYNTHETIC example.")
     p.add_argument("config", nargs="?", type=Path, help="fit configuration (TOML)")
     p.add_argument("--demo", action="store_true",

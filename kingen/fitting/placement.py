@@ -9,7 +9,7 @@ are compared as recorded by default (``baseline = "none"``): the model starts fr
 where its current is that of the resting occupancies, normally 0, and a baseline estimated
 from the few samples before the first pulse carries noise of its own, an offset constant
 over the whole sweep that no rate can fit and that biases poorly determined rates (see the
-README, "Fitting"). A recording with a real DC offset (leak) is fitted with ``baseline =
+docs, "Fit configuration"). A recording with a real DC offset (leak) is fitted with ``baseline =
 "pre-pulse"`` (one offset per protocol: the mean of every sweep's pre-pulse samples, so
 its noise is that of all of them) or ``"per-sweep"`` (each sweep's own pre-pulse mean, for
 a baseline that drifts between sweeps; the noisiest). With ``"none"``, a pre-pulse mean

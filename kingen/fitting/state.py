@@ -216,7 +216,7 @@ def state_fields(cfg: FitConfig, n_protocols: int) -> Fields:
     """The resume state's arrays, name -> (dtype, typical shape), as the run file keeps them.
 
     Plain numbers only: the population, the hall of fame, the algorithm's own arrays, the
-    random generators' states (see the README, "The run file").
+    random generators' states (see the documentation, "The run file").
     """
     from kingen.fitting.algorithms import algorithm_class
 

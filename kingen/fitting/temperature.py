@@ -69,8 +69,9 @@ def check_temperatures(scheme: Scheme, protocols: list[Protocol], file: str) -> 
     if len(temps) > 1 and scheme.temperature is None:
         raise KingenError(
             f"the protocols are at {', '.join(f'{t:g}' for t in temps)} °C but the scheme "
-            f"has no [temperature] table: give its rates Q10s (see the README's "
-            f"'Temperature')", file=file, field="protocols.temperature", value=temps[-1])
+            f"has no [temperature] table: give its rates Q10s (see the "
+            "documentation's 'Temperature' how-to)", file=file, field="protocols.temperature",
+            value=temps[-1])
 
 
 def temperature_groups(scheme: Scheme, protocols: list[Protocol]) -> dict[float, list[int]]:

@@ -133,7 +133,7 @@ class Scheme:
     def load(cls, path: str | Path, *, force: bool = False) -> Scheme:
         """Read and validate a scheme file.
 
-        ``path`` may also name a shipped scheme (``"jonas_1993"``, or the README's
+        ``path`` may also name a shipped scheme (``"jonas_1993"``, or the repository's
         ``"models/jonas_1993.toml"`` from any folder; see
         :func:`kingen.model.shipped.shipped_scheme`) where no such file exists. ``force`` lifts
         the size limits of :mod:`kingen.model.limits` (e.g. the number of states).

@@ -1,6 +1,6 @@
 """The scheme files kingen ships, found the same way in a checkout and in an installed package.
 
-The repository keeps one copy of them, in ``models/`` at its root (the folder the README and
+The repository keeps one copy of them, in ``models/`` at its root (the folder the documentation and
 the tests name). Building a wheel copies that folder into the package as
 ``kingen/bundled/models/`` (``setup.py``), so an installed kingen finds them there; a source
 checkout or an editable install finds ``models/`` beside the package.
@@ -34,7 +34,7 @@ def shipped_scheme(spec: str | Path) -> Path | None:
     """The shipped scheme file that ``spec`` names, or None.
 
     ``spec`` names one when it is a shipped scheme's name, with or without ``.toml``
-    (``jonas_1993``), or the README's path to it, ``models/<name>.toml``, read from a folder
+    (``jonas_1993``), or the repository's path to it, ``models/<name>.toml``, read from a folder
     outside the checkout. Any other path names none: a user's own file in a folder that does
     not exist must not become a shipped scheme in silence.
 

@@ -167,7 +167,7 @@ def simulate(scheme: Scheme | str | os.PathLike[str], protocol: Protocol | str |
     _check_memory(scheme, protocol, force)
     if solver == "exact":
         if step is not None:
-            raise KingenError("step applies to solver rk4", field="step", value=step)
+            raise KingenError("applies to solver = 'rk4'", field="step", value=step)
         _check_exact_rates(scheme, protocol, force)
         times, currents, engine = _exact(scheme, protocol)
     else:
@@ -190,7 +190,7 @@ def _exact(scheme: Scheme, protocol: Protocol) -> tuple[list[np.ndarray], list[n
         # SciPy's integrators and expm give up on absurdly stiff rates as raw errors
         raise KingenError(f"the exact solver failed ({type(exc).__name__}: {exc}); the "
                           f"rates or concentrations are too extreme for it, or try "
-                          f"--solver rk4", file=scheme.path,
+                          f"solver = 'rk4'", file=scheme.path,
                           field=f"protocol {protocol.name}") from None
     return [s.time for s in trace.sweeps], trace.currents, "exact reference"
 
@@ -217,7 +217,7 @@ def _check_exact_rates(scheme: Scheme, protocol: Protocol, force: bool) -> None:
         f"{scheme.param_names[fastest.param]}); the exact solver resolves rates up to "
         f"{limits.MAX_EXACT_RATE:g} /ms beside slow ones, and no channel's kinetics come "
         "near it: check the parameters' values and units (kingen.model.limits.MAX_EXACT_RATE), or "
-        "pass --force to try anyway", file=scheme.path, field=f"protocol {protocol.name}")
+        "set force = True to try anyway", file=scheme.path, field=f"protocol {protocol.name}")
 
 
 def _rk4(scheme: Scheme, protocol: Protocol, backend: str, precision: str,
@@ -232,7 +232,7 @@ def _rk4(scheme: Scheme, protocol: Protocol, backend: str, precision: str,
 
         code = int(result.fail.max())
         raise KingenError(f"rk4 failed on this scheme ({FAILURE_NAMES[code]}); try a smaller "
-                          f"--step or --solver exact", file=scheme.path)
+                          f"step or solver = 'exact'", file=scheme.path)
     times = [s.times() for s in protocol.sweeps]
     currents = [result.sweep_trace(0, k) * scheme.channels for k in range(protocol.n_sweeps)]
     return times, currents, f"rk4 on {result.backend} ({result.device}, {precision})"
@@ -244,11 +244,11 @@ def _check_rk4_work(scheme: Scheme, protocol: Protocol, step: float | None, forc
     from kingen.fitting.config import estimate_rk4_steps
 
     if step is not None and not (math.isfinite(step) and step > 0):
-        raise KingenError("must be a finite number > 0 (ms)", field="--step", value=step)
+        raise KingenError("must be a finite number > 0 (ms)", field="step", value=step)
     steps = estimate_rk4_steps(scheme, list(protocol.sweeps), step=step)
     limits.check(steps, limits.MAX_STEPS_PER_CANDIDATE, "RK4 steps", force=force,
-                 field="--step" if step is not None else None, value=step,
-                 hint="a larger --step, a larger dt or shorter sweeps "
+                 field="step" if step is not None else None, value=step,
+                 hint="a larger step, a larger dt or shorter sweeps "
                       "(kingen.model.limits.MAX_STEPS_PER_CANDIDATE)")
 
 

@@ -1,7 +1,7 @@
 """The batch manifest (TOML): which fits a batch runs.
 
 A batch is the product cells × schemes × seeds of one base fit configuration, each fit with
-its overrides (see the README, "Scale-out (Dask)")::
+its overrides (see the documentation, "Scale out")::
 
     config = "fit.toml"           # the base fit configuration (required)
     output = "batch"              # the batch's folder (default: the manifest's name)

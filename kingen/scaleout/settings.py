@@ -54,8 +54,8 @@ _MEMORY = re.compile(r"^(?P<size>\d+(\.\d+)?)\s*([kKMGTP]i?B|[kKMGTP])$")
 
 @dataclass
 class ClusterSettings:
-    """Where a fit or a batch runs (see the module docstring and the README's
-    "Scale-out (Dask)").
+    """Where a fit or a batch runs (see the module docstring and the documentation's
+    "Scale out" how-to).
 
     Examples
     --------

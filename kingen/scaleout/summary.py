@@ -213,8 +213,8 @@ def html_text(rows: list[dict[str, Any]], title: str) -> str:
            "</head><body>", f"<h1>{e(title)}</h1>"]
     n_ok = sum(1 for r in rows if r.get("status") == "ok")
     out.append(f"<p>{len(rows)} fits: {n_ok} ok, {len(rows) - n_ok} failed. AIC and BIC "
-               "compare schemes fitted to the same cell (see the README, 'Scale-out "
-               "(Dask)').</p>")
+               "compare schemes fitted to the same cell (see the kingen documentation, "
+               "'Scale out').</p>")
     n_conv = sum(1 for r in rows if _rankable(r))
     out.append(f"<p>{n_conv} of {n_ok} finished fits converged; only those are ranked.</p>")
     out.append("<h2>Schemes ranked per cell (lowest AIC first; best converged seed of each)"

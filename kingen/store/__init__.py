@@ -5,7 +5,7 @@ read), :mod:`~kingen.store.encode` (the scheme, protocols, recordings and target
 groups and back), :mod:`~kingen.store.datasets` (checksummed datasets, tables, verified
 reads), :mod:`~kingen.store.integrity` (the writer lock, opening and repair of a file a
 killed writer left, consistency checks), :mod:`~kingen.store.layout` (the layout as
-data, from which the README's section "The run file" is generated) and
+data, from which the documentation's page "The run file" is generated) and
 :mod:`~kingen.store.view` (:class:`RunView`: the one read-only view of a run that plots,
 report, export and the fit's result read).
 """

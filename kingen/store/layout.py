@@ -1,10 +1,10 @@
-"""The run file's layout, as data: the one source of the README's section "The run file".
+"""The run file's layout, as data: the one source of the documentation's page "The run file".
 
 :data:`ENTRIES` names every group, dataset and attribute set of a run file with what it
 holds; :data:`INTRO` and :data:`OUTRO` are the prose around that table. :func:`markdown`
-renders them as the README section, which every run file also carries as its root
+renders them as that page, which every run file also carries as its root
 attribute ``layout`` (:data:`LAYOUT_DOC`). ``python -m kingen.store.layout`` prints it; a
-test checks that the README holds exactly this text.
+test checks that the page renders exactly this text.
 """
 
 from __future__ import annotations
@@ -284,13 +284,13 @@ def table() -> str:
 
 
 def markdown() -> str:
-    """The README's section "The run file": title, prose, table, prose."""
+    """The documentation's page "The run file": title, prose, table, prose."""
     return f"{TITLE}\n\n{INTRO}\n{table()}\n{OUTRO}"
 
 
-# Stored in every run file (root attribute `layout`): the README section itself.
+# Stored in every run file (root attribute `layout`): the documentation's page itself.
 LAYOUT_DOC = markdown()
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the README section
+if __name__ == "__main__":  # pragma: no cover - prints the documentation's page
     print(markdown(), end="")

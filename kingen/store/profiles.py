@@ -36,7 +36,7 @@ def create_group(f: h5py.File) -> h5py.Group:
     """Create the empty ``/profiles`` group (before SWMR mode: datasets cannot be made later)."""
     g = f.create_group(GROUP)
     g.attrs["description"] = ("local uncertainty at the optimum and profile likelihoods "
-                              "(JSON); see the kingen README, 'Identifiability'")
+                              "(JSON); see the kingen documentation, 'Identifiability'")
     make_json_blob(g, "local", "noise model, standard errors and correlations at the optimum")
     for slot in (0, 1):
         make_json_blob(g, f"slot_{slot}", "profile state and results, in the slot commit[1] names")

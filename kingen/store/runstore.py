@@ -3,7 +3,7 @@
 One file per run holds the configuration, the scheme, the protocols, the data and targets,
 one row per generation (population, errors, fitness, failure codes, statistics, timings),
 the hall of fame, the best candidate with its traces, the environment, and the resume state
-of the last generation (plain arrays, never a pickle). The layout is described in the README
+of the last generation (plain arrays, never a pickle). The layout is described in the documentation
 ("The run file") and in :data:`LAYOUT_DOC`.
 
 Crash safety. The file is written in HDF5's single-writer/multiple-reader (SWMR) mode, whose

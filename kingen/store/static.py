@@ -72,8 +72,9 @@ def write_static(f: h5py.File, *, config_text: str, config: dict[str, Any], sche
     f.attrs["kingen_version"] = environment.get("kingen", "")
     f.attrs["created"] = now_utc()
     f.attrs["layout"] = LAYOUT_DOC
-    f.attrs["description"] = ("kingen fit of a kinetic scheme; layout: see the kingen README, "
-                              "section 'The run file'")
+    f.attrs["description"] = (
+        "kingen fit of a kinetic scheme; layout: see its 'layout' attribute and the kingen "
+        "documentation, 'The run file'")
 
     cfg = f.create_group("config")
     make_text_dataset(cfg, "text", config_text)

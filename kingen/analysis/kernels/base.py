@@ -39,8 +39,9 @@ class KernelCase:
     group
         The target this case belongs to (``"stencil"``, ``"sgemm"``, ``"rk4"``).
     precision
-        ``"fp32"`` or ``"fp64"``: the precision the kernel is meant to compute in; float64
-        instructions in an fp32 kernel are reported as accidental.
+        ``"float32"`` or ``"float64"`` (the names of :class:`kingen.solve.SolverOptions`): the
+        precision the kernel is meant to compute in; float64 instructions in a float32 kernel
+        are reported as accidental.
     tolerance
         Largest relative error :meth:`verify` accepts.
     note
@@ -61,7 +62,7 @@ class KernelCase:
     check: Callable[[], float]
     kernel_regex: str
     group: str = ""
-    precision: str = "fp32"
+    precision: str = "float32"
     tolerance: float = 1e-4
     note: str = ""
     extra: dict = field(default_factory=dict)

@@ -239,7 +239,7 @@ def cases(size: str = "default") -> list[KernelCase]:
     def numba_out() -> np.ndarray:
         return prob.buffers()[2].copy_to_host()
 
-    common = dict(flops=flops, bytes=nbytes, group="sgemm", precision="fp32", tolerance=1e-4)
+    common = dict(flops=flops, bytes=nbytes, group="sgemm", precision="float32", tolerance=1e-4)
     out = [
         KernelCase(name="sgemm_naive", launch=launch_naive,
                    check=checker(launch_naive, numba_out), kernel_regex="sgemm_naive",

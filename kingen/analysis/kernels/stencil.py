@@ -343,7 +343,7 @@ def cases(size: str = "default") -> list[KernelCase]:
 
         return check
 
-    common = dict(flops=flops, bytes=nbytes, group="stencil", precision="fp32", tolerance=1e-5)
+    common = dict(flops=flops, bytes=nbytes, group="stencil", precision="float32", tolerance=1e-5)
     variants = [
         ("stencil_naive", launch_naive, f"one thread per point, block {nb}, global loads only"),
         ("stencil_zreg", launch_zreg,
