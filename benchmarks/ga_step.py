@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kingen.fitting.operators as operators  # noqa: E402
+import kingen.fitting.selection as selection  # noqa: E402
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.base.allocator import keep_freed_memory  # noqa: E402
 from kingen.fitting.algorithms.mu_plus_lambda import MuPlusLambda  # noqa: E402
@@ -93,10 +94,9 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
     HallOfFame.merged = _timed(clock, "hall_of_fame", HallOfFame.merged)
     # a generation's random numbers (drawn during the solve in a fit; here, in turn)
     ga._draw_generation = _timed(clock, "draws", ga._draw_generation)
-    saved = operators.np_var_or, operators.np_sel_tournament
-    operators.np_var_or = _timed(clock, "variation", operators.np_var_or)
-    operators.np_sel_tournament = _timed(clock, "selection",
-                                          operators.np_sel_tournament)
+    saved = operators.np_var_or_new, selection.np_sel_tournament
+    operators.np_var_or_new = _timed(clock, "variation", operators.np_var_or_new)
+    selection.np_sel_tournament = _timed(clock, "selection", selection.np_sel_tournament)
     try:
         ga.warm_up()
         state = engine.start()
@@ -114,7 +114,7 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
             row["total"] = total
             rows.append(row)
     finally:
-        operators.np_var_or, operators.np_sel_tournament = saved
+        operators.np_var_or_new, selection.np_sel_tournament = saved
         HallOfFame.merged = hall_of_fame
     summary = {}
     for key in rows[0]:

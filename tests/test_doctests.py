@@ -55,6 +55,7 @@ PUBLIC_MODULES = {
     "kingen.outputs.interop.nmodl.writer": True,
     "kingen.outputs.interop.myokit.writer": True,
     "kingen.fitting.operators": True,
+    "kingen.fitting.selection": True,
     "kingen.fitting.state": True,
     "kingen.fitting.engine": True,
     "kingen.fitting.evaluator": True,

@@ -17,13 +17,9 @@ import kingen.fitting.operators
 import kingen.solve.batch as batch
 from kingen.cli.fit import demo_config
 from kingen.fitting.config import load_config
-from kingen.fitting.operators import (
-    np_poly_bounded,
-    np_sbx_bounded,
-    np_sel_tournament,
-    take_survivors,
-)
+from kingen.fitting.operators import np_poly_bounded, np_sbx_bounded
 from kingen.fitting.progress import Progress
+from kingen.fitting.selection import np_sel_tournament, take_survivors
 from kingen.runs.fit import fit, resume
 from kingen.store import RunStore
 

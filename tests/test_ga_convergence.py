@@ -10,7 +10,7 @@ import pytest
 from test_fit_helpers import write_problem
 
 from kingen.fitting.engine import convergence_of, verdict
-from kingen.fitting.operators import keep_best
+from kingen.fitting.selection import keep_best
 from kingen.runs.fit import fit
 from kingen.store import RunStore, RunView
 

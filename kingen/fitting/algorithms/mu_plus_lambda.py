@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kingen.fitting import operators
+from kingen.fitting import operators, selection
 from kingen.fitting.algorithms.base import Algorithm, GeneSpace, Randoms
 from kingen.fitting.algorithms.deap_types import deap_draws_from, individual_class
 from kingen.fitting.config import NUMPY_OPERATORS_FROM, GASettings
@@ -94,7 +94,7 @@ class MuPlusLambda(Algorithm):
         s = self.settings
         variation = operators.draw_variation(rng, s.population, self.lambda_, s.cxpb,
                                              s.mutpb, self.space.n)
-        aspirants = operators.draw_aspirants(rng, s.population + self.lambda_, s.population,
+        aspirants = selection.draw_aspirants(rng, s.population + self.lambda_, s.population,
                                              s.tournament)
         return variation, aspirants
 
@@ -112,16 +112,16 @@ class MuPlusLambda(Algorithm):
         # offspring copied from a parent (neither crossed nor mutated) keep its scores: the
         # pool's rows are read where they live, parents' or new, never gathered first
         pop = self.population
-        origin = operators.pool_origin(pop.genes.shape[0], source)
+        origin = selection.pool_origin(pop.genes.shape[0], source)
         pool = np.arange(origin.size)
-        pool_f = operators.take_pool(origin, pool, pop.fitness, scored.fitness)
-        chosen = operators.keep_best(pool_f, operators.np_sel_tournament(
+        pool_f = selection.take_pool(origin, pool, pop.fitness, scored.fitness)
+        chosen = selection.keep_best(pool_f, selection.np_sel_tournament(
             pool_f, self.settings.population, self.settings.tournament, None, aspirants))
         self.population = Population(
-            genes=operators.take_pool(origin, chosen, pop.genes, scored.genes),
+            genes=selection.take_pool(origin, chosen, pop.genes, scored.genes),
             fitness=pool_f.take(chosen),
-            errors=operators.take_pool(origin, chosen, pop.errors, scored.errors),
-            fail=operators.take_pool(origin, chosen, pop.fail.astype(np.int64, copy=False),
+            errors=selection.take_pool(origin, chosen, pop.errors, scored.errors),
+            fail=selection.take_pool(origin, chosen, pop.fail.astype(np.int64, copy=False),
                                      scored.fail.astype(np.int64, copy=False)))
 
     # ------------------------------------------------------------------ DEAP's operators
@@ -172,7 +172,7 @@ class MuPlusLambda(Algorithm):
         # elitism as the array operators keep it: by pool index (a tournament returns the
         # pool's own individuals, one of them perhaps twice)
         where = {id(ind): k for k, ind in enumerate(pool)}
-        chosen = operators.keep_best(np.array([ind.fitness.values[0] for ind in pool]),
+        chosen = selection.keep_best(np.array([ind.fitness.values[0] for ind in pool]),
                                      np.array([where[id(ind)] for ind in selected]))
         survivors = [pool[k] for k in chosen]
         self.population = Population(
