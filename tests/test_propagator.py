@@ -337,6 +337,12 @@ def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_st
             assert plan.keys_f[k + j, 0] == schedule.rows_f[r, 1] and plan.keys_i[k + j] == n
 
 
+# test_solver.py compiles the same traces kernels (R&H, 0.2 ms exchange) and computes the same
+# exact references: run there, after it, these reuse both
+SAME_KERNELS_AS_TEST_SOLVER = pytest.mark.xdist_group("tests/test_solver.py")
+
+
+@SAME_KERNELS_AS_TEST_SOLVER
 def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_size():
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
@@ -368,13 +374,14 @@ def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_si
     np.testing.assert_allclose(got.windows, one.windows, rtol=1e-11, atol=1e-14)
 
 
+@SAME_KERNELS_AS_TEST_SOLVER
 def test_float32_propagator_meets_its_bound_with_recurring_edges():
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol("recovery", exchange=0.2)]  # the 10 mM edges, 18 times
     sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu", precision="float32"))
     assert sim.propagator_plan().edge_samples > 0
     got = sim.run(scheme.values[None], "traces", launch_config=PROP)
-    exact = simulate_exact(scheme, protocols[0]).currents
+    exact = _reference(next(m for m in MODELS if m.stem == "robert_howe_2003"), "recovery")
     assert _peak_errors(got, exact, scheme, protocols) <= 1e-3
 
 
