@@ -12,9 +12,10 @@ Two functions are generated besides ``conc_at``:
   vector eᵢ through the n RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n;
   an edge sample's key reads its stage concentrations from ``conc[keys_conc[k]]`` on, as
   the stage form does) for candidate c, in float64 whatever the precision, and stores row i
-  of D = M − I in ``D[k, i, :, c]``. D rather than M because float32 keeps D's small
-  entries to full relative precision, where 1 − 10⁻⁶ on M's diagonal would lose most of
-  its digits.
+  of D = M − I in ``D[k, i, :, c]`` (on the CPU ``build_thread(c, slot, ...)`` stores it in
+  ``D[slot, k, i, :]``, the slot that holds c's matrices while its sweeps run). D rather
+  than M because float32 keeps D's small entries to full relative precision, where
+  1 − 10⁻⁶ on M's diagonal would lose most of its digits.
 - ``run_thread`` walks a sweep's rows like the stage form; a row with ``row_key[r]`` ≥ 0
   takes p ← p + p·D once per repetition (an edge row the next key at each repetition), any
   other row takes the stage form's steps.
@@ -55,6 +56,9 @@ from kingen.model.scheme import Scheme
 
 PROP_ARGS = ("c, w, lane, gmask, sh, base, P, S0, rows_f, rows_i, row_start, row_key,\n"
              "               conc, row_conc, drive, flt, sample_start, tol, D,")
+# On the CPU one thread holds a pair whole, and its candidate's matrices are in D[slot]
+PROP_ARGS_CPU = ("c, w, slot, P, S0, rows_f, rows_i, row_start, row_key,\n"
+                 "               conc, row_conc, drive, flt, sample_start, tol, D,")
 
 
 def padded_states(n_states: int, lanes: int) -> int:
@@ -77,14 +81,18 @@ def dot(terms: list[str], chains: int = 4) -> str:
 
 
 def _d_index(layout: str, k: str, i: str, j: str) -> str:
-    """Index of D's entry (key k, row i, column j) of candidate c in either layout."""
-    return f"{k}, {i}, {j}, c" if layout == "gpu" else f"c, {k}, {i}, {j}"
+    """Index of D's entry (key k, row i, column j) of candidate c in either layout (on the
+    CPU, of the slot that holds c's matrices)."""
+    return f"{k}, {i}, {j}, c" if layout == "gpu" else f"slot, {k}, {i}, {j}"
 
 
 def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
     S = a.scheme.n_states
     a("@DEVICE")
-    a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
+    if layout == "gpu":
+        a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
+    else:
+        a("def build_thread(c, slot, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
     ind = "    "
     a.base_rates(ind)
     if edges:
@@ -209,7 +217,7 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
         key = "ks" if per_sample else "kk"
 
         def entry(i: int, j: int) -> str:
-            return f"D[c, {key}, {i}, {j}]"
+            return f"D[slot, {key}, {i}, {j}]"
     elif per_sample:
         def entry(i: int, j: int) -> str:
             return f"{F}(D[ks, {i}, {j}, c])"
@@ -394,7 +402,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     >>> code = generate_propagator(s, "objective")
     >>> "def build_thread(" in code.source and "p0 * d0_0" in code.source
     True
-    >>> "p1 * D[c, kk, 1, 0]" in generate_propagator(s, "objective", target="cpu").source
+    >>> "p1 * D[slot, kk, 1, 0]" in generate_propagator(s, "objective", target="cpu").source
     True
     """
     check_mode(mode)
@@ -420,8 +428,9 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         emit_span_build(builder, span, d_flush, fold_padded(fold, lanes) if fold else 0)
     a.lines.extend(builder.lines)
     a("@DEVICE")
+    args = PROP_ARGS_CPU if target == "cpu" else PROP_ARGS
     span_args = "" if span == 1 else SPAN_ARGS_FOLDED if fold else SPAN_ARGS
-    a(f"def run_thread({PROP_ARGS}{span_args}")
+    a(f"def run_thread({args}{span_args}")
     a(f"               {MODE_ARGS[mode]}):")
     thread_start(a, mode)
     ind = "    "

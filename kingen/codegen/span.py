@@ -532,21 +532,21 @@ def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
 
 # ------------------------------------------------------------------------------ CPU
 # One thread per (candidate, sweep) holds the whole state; the span arrays are read from the
-# cache like D: ``GV[c, k, j, i]`` (a current's S coefficients contiguous) and
-# ``DV[c, k, i, j]``.
+# cache like D, from the slot that holds the candidate's matrices: ``GV[slot, k, j, i]`` (a
+# current's S coefficients contiguous) and ``DV[slot, k, i, j]``.
 
 
 def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
-    """``span_thread(c, k, D, GV, DV)``: the span arrays of one (candidate, key), all S
-    rows, from ``D[c, k]`` (``a`` must cast to ``F64``)."""
+    """``span_thread(slot, k, D, GV, DV)``: the span arrays of one (candidate, key), all S
+    rows, from ``D[slot, k]`` (``a`` must cast to ``F64``)."""
     S = a.scheme.n_states
     a("@DEVICE")
-    a("def span_thread(c, k, D, GV, DV):")
+    a("def span_thread(slot, k, D, GV, DV):")
     ind = "    "
     a(f"{ind}for i in range({S}):")
     ind2 = ind + "    "
-    _span_rows(a, ind2, span, d_flush, "F64(D[c, k, {i}, {j}])", "GV[c, k, jj, i]",
-               "DV[c, k, i, {j}]")
+    _span_rows(a, ind2, span, d_flush, "F64(D[slot, k, {i}, {j}])", "GV[slot, k, jj, i]",
+               "DV[slot, k, i, {j}]")
     a("")
 
 
@@ -564,14 +564,14 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
         a(f"{ind2}if rec == 1:")
         a(f"{ind2}    for q in range({count}):")
         ind3 = ind2 + "        "
-        a(f"{ind3}g = float({dot([f'{x} * GV[c, kk, q, {i}]' for i, x in enumerate(p)])}) * drv")
+        a(f"{ind3}g = float({dot([f'{x} * GV[slot, kk, q, {i}]' for i, x in enumerate(p)])}) * drv")
         a(f"{ind3}smp += 1")
         a(f"{ind3}code = 0")
         a.store_sample(ind3, "objective", [])
 
     def advance(ind2: str, matrix: str) -> None:
         for j in range(S):
-            terms = [f"p{i} * {matrix}[c, kk, {i}, {j}]" for i in range(S)]
+            terms = [f"p{i} * {matrix}[slot, kk, {i}, {j}]" for i in range(S)]
             a(f"{ind2}n{j} = {dot([f'p{j}'] + terms, 2)}")
         for j in range(S):
             a(f"{ind2}p{j} = n{j}")

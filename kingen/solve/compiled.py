@@ -32,7 +32,7 @@ D_FLUSH_BELOW = {"float64": 1e-150, "float32": 1e-12}
 _CPU_HEADER = """\
 import math
 import numpy as np
-from numba import njit, prange
+from numba import get_thread_id, njit, prange
 from numba import uint64 as U
 
 F = np.{precision}
@@ -108,12 +108,21 @@ def SHFL_XOR(mask, value, offset):
     return other
 """
 
-# On the CPU the pairs run candidate by candidate (a candidate's sweeps one after another),
-# where the GPU's threads take neighbouring candidates of one sweep (coalesced loads): the
-# threads then share the few candidates whose matrices are in use, and on 16 cores the
-# sample kernel ran 3x faster than sweep by sweep (benchmarks/cpu_scaling.py).
-# The propagator form's entry points; ``{span_args}`` is ", GV, DV" with spans, and
-# ``{span_build}`` the span arrays' builder (see kingen.codegen.span).
+# The CPU propagator form has two ways through a batch (kingen.solve.cpu chooses):
+#
+# - by candidate: one parallel loop over candidates, each iteration building its candidate's
+#   matrices (D, then the span arrays) in its thread's slot and then running all of its
+#   sweeps on them, so that the matrices are read from that core's cache while they are hot
+#   (on 16 cores the separate builds scaled 4-8x, and the samples read matrices written by
+#   other cores from memory);
+# - by pairs: ``build`` and ``build_span`` fill the matrices of every candidate (slot =
+#   candidate), then one parallel loop over (candidate, sweep) pairs, candidate by
+#   candidate: for batches too small to give every thread several candidates.
+#
+# Both ways share ``launch``'s one loop, so that ``run_thread``, most of the module's code,
+# is compiled into one parallel function only. ``{span_args}`` is ", GV, DV" with spans,
+# ``{span_build}`` the span arrays' builder and ``{span_loop}`` its call per candidate (see
+# kingen.codegen.span).
 _CPU_PROP_LAUNCH = """
 
 @njit(parallel=True, cache=True)
@@ -121,17 +130,35 @@ def build(N, n_keys, P, keys_f, keys_i, keys_conc, conc, D):
     S = D.shape[2]
     for t in prange(N * n_keys * S):
         r = t // N
-        build_thread(t % N, r // S, r % S, P, keys_f, keys_i, keys_conc, conc, D)
+        build_thread(t % N, t % N, r // S, r % S, P, keys_f, keys_i, keys_conc, conc, D)
 
 {span_build}
 @njit(parallel=True, cache=True)
-def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_conc, drive,
-           flt, sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
-    sh = np.zeros(1, dtype=F)
-    for i in prange(N * n_sweeps):
-        run_thread(i // n_sweeps, i % n_sweeps, 0, 0, sh, 0, P, S0, rows_f, rows_i,
-                   row_start, row_key, conc, row_conc, drive, flt, sample_start, tol,
-                   D{span_args}, a0, a1, a2, a3, fail)
+def launch(N, n_sweeps, n_keys, n_span_keys, by_candidate, solve, P, S0, rows_f, rows_i,
+           row_start, row_key, keys_f, keys_i, keys_conc, conc, row_conc, drive, flt,
+           sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
+    S = D.shape[2]
+    n = N if by_candidate else N * n_sweeps
+    for t in prange(n):
+        # one integer type in both branches (a mix of signed and unsigned would be float)
+        u = np.int64(t)
+        if by_candidate:
+            c = u
+            slot = np.int64(get_thread_id())
+            first, last = np.int64(0), np.int64(n_sweeps)
+            for k in range(n_keys):
+                for i in range(S):
+                    build_thread(c, slot, k, i, P, keys_f, keys_i, keys_conc, conc, D)
+{span_loop}        else:
+            c = u // n_sweeps
+            slot = c
+            first = u % n_sweeps
+            last = first + 1
+        if solve:
+            for w in range(first, last):
+                run_thread(c, w, slot, P, S0, rows_f, rows_i, row_start, row_key, conc,
+                           row_conc, drive, flt, sample_start, tol, D{span_args}, a0, a1,
+                           a2, a3, fail)
 """
 
 _CPU_SPAN_BUILD = """
@@ -140,6 +167,11 @@ def build_span(N, n_keys, D, GV, DV):
     for t in prange(N * n_keys):
         span_thread(t // n_keys, t % n_keys, D, GV, DV)
 
+"""
+
+_CPU_SPAN_LOOP = """\
+            for k in range(n_span_keys):
+                span_thread(slot, k, D, GV, DV)
 """
 
 _CUDA_PROP_LAUNCH = """
@@ -224,8 +256,10 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     The module has ``launch``: for the CPU a parallel function over all (candidate, sweep)
     pairs, for CUDA a kernel with one thread per pair (``lanes`` threads in the propagator
     form). The propagator form's module also has ``build``, which fills D = R(hQ)ⁿ − I for
-    every (candidate, key). ``block`` matters only to the CUDA propagator form with more
-    than one lane, whose shared memory is sized per block; ``stage_rows`` says which rows
+    every (candidate, key); on the CPU its ``launch`` can instead build each candidate's
+    matrices in the thread that then runs its sweeps (see :mod:`kingen.solve.cpu`).
+    ``block`` matters only to the CUDA propagator form with more than one lane, whose
+    shared memory is sized per block; ``stage_rows`` says which rows
     the propagator form's code must also step in stage form (see
     :func:`kingen.codegen.generate_propagator`), and ``edge_rows`` whether rows whose
     concentration varies take products. With ``span`` > 1 (objective mode) the module also
@@ -252,7 +286,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
         text = _CPU_HEADER.format(precision=precision)
         launch = _CPU_LAUNCH if form == "stage" else _CPU_PROP_LAUNCH.format(
             span_args=", GV, DV" if span > 1 else "",
-            span_build=_CPU_SPAN_BUILD if span > 1 else "")
+            span_build=_CPU_SPAN_BUILD if span > 1 else "",
+            span_loop=_CPU_SPAN_LOOP if span > 1 else "")
         if form != "stage":
             # let the compiler fuse the product's multiply-adds (no reassociation: the
             # compensated float32 sums must stay as written)
