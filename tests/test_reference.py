@@ -158,7 +158,7 @@ def test_simulate_refuses_rates_the_exact_solver_cannot_resolve():
         "<scheme>: protocol desensitization: state C1 is left at 1e+11 /ms (at 0 mM; fastest "
         "C1 -> O, parameter b); the exact solver resolves rates up to 1e+10 /ms beside slow "
         "ones, and no channel's kinetics come near it: check the parameters' values and "
-        "units (kingen.model.limits.MAX_EXACT_RATE), or pass --force to try anyway"]
+        "units (kingen.model.limits.MAX_EXACT_RATE), or set force = True to try anyway"]
     forced = simulate(scheme, "desensitization", force=True)
     lumped = simulate(Scheme.loads(LUMPED), "desensitization")
     np.testing.assert_allclose(forced.currents[0], lumped.currents[0], rtol=0,
