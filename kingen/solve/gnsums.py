@@ -104,25 +104,32 @@ def scale_sums(traces, samples: np.ndarray, bstart: np.ndarray, weight: np.ndarr
 @numba.njit(parallel=True, cache=True)
 def _scale_sums_cpu(tr, samples, bstart, weight, data, first, count, out):  # pragma: no cover
     for gi in numba.prange(first.size):
-        r0, m = first[gi], count[gi]
         for blk in range(bstart.size - 1):
-            for k in range(m + 1):
-                sgg = sgd = sg = 0.0
-                for s in range(bstart[blk], bstart[blk + 1]):
-                    t = samples[s]
-                    w, g0 = weight[s], tr[r0, t]
-                    if k == 0:
-                        sgg += w * g0 * g0
-                        sgd += w * g0 * data[s]
-                        sg += w * g0
-                    else:
-                        dl = tr[r0 + k, t] - g0
-                        sgg += w * dl * (2.0 * g0 + dl)
-                        sgd += w * dl * data[s]
-                        sg += w * dl
-                out[gi, blk, 0, k] = sgg
-                out[gi, blk, 1, k] = sgd
-                out[gi, blk, 2, k] = sg
+            for k in range(count[gi] + 1):
+                _block_scale_sums(tr, samples, bstart, weight, data, first[gi], blk, k, out[gi])
+
+
+@numba.njit(cache=True)
+def _block_scale_sums(tr, samples, bstart, weight, data, r0, blk, k, out):  # pragma: no cover
+    """Pass 1's three sums of block ``blk`` for column ``k`` of the group at row ``r0``, into
+    ``out[blk, :, k]``: the base's (k = 0), else their change by perturbation k. One source
+    for both backends (the GPU kernel compiles its ``py_func`` as a device function)."""
+    sgg = sgd = sg = 0.0
+    for s in range(bstart[blk], bstart[blk + 1]):
+        t = samples[s]
+        w, g0 = weight[s], tr[r0, t]
+        if k == 0:
+            sgg += w * g0 * g0
+            sgd += w * g0 * data[s]
+            sg += w * g0
+        else:
+            dl = tr[r0 + k, t] - g0
+            sgg += w * dl * (2.0 * g0 + dl)
+            sgd += w * dl * data[s]
+            sg += w * dl
+    out[blk, 0, k] = sgg
+    out[blk, 1, k] = sgd
+    out[blk, 2, k] = sg
 
 
 # ---------------------------------------------------------------------- pass 2: GN sums
@@ -275,6 +282,7 @@ def _cuda_kernels():
     thread per candidate and sweep)."""
     _numba_cuda()
     scale_row = cuda.jit(device=True)(_windows_row.py_func)
+    block_sums = cuda.jit(device=True)(_block_scale_sums.py_func)
 
     @cuda.jit
     def scale_kernel(tr, samples, bstart, weight, data, first, count, out):
@@ -287,23 +295,7 @@ def _cuda_kernels():
         k = idx % mc
         if k > count[gi]:
             return
-        r0 = first[gi]
-        sgg = sgd = sg = 0.0
-        for s in range(bstart[blk], bstart[blk + 1]):
-            t = samples[s]
-            w, g0 = weight[s], tr[r0, t]
-            if k == 0:
-                sgg += w * g0 * g0
-                sgd += w * g0 * data[s]
-                sg += w * g0
-            else:
-                dl = tr[r0 + k, t] - g0
-                sgg += w * dl * (2.0 * g0 + dl)
-                sgd += w * dl * data[s]
-                sg += w * dl
-        out[gi, blk, 0, k] = sgg
-        out[gi, blk, 1, k] = sgd
-        out[gi, blk, 2, k] = sg
+        block_sums(tr, samples, bstart, weight, data, first[gi], blk, k, out[gi])
 
     @cuda.jit
     def window_kernel(tr, sample_start, windows, out):
