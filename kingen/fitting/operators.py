@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from kingen.fitting.params import serial_and_parallel
 from kingen.fitting.selection import checked_indices, np_sel_tournament
 
 # The operators' per-gene arithmetic runs in compiled loops that read the parents from the
@@ -346,8 +347,8 @@ def _var_or_rows(pop: np.ndarray, kind: np.ndarray, slot: np.ndarray, dest: np.n
                     out[d, j] = pop[p, j]
 
 
-_var_or_serial = numba.njit(cache=True, nogil=True, error_model="numpy")(_var_or_rows)
-_var_or_parallel = numba.njit(**_KERNEL)(_var_or_rows)
+_var_or_serial, _var_or_parallel = serial_and_parallel(
+    _var_or_rows, **{k: v for k, v in _KERNEL.items() if k != "parallel"})
 
 
 def _vary(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,
