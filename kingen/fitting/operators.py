@@ -57,10 +57,11 @@ from kingen.fitting.selection import checked_indices, np_sel_tournament
 # whole arrays, in a fixed order.
 _KERNEL = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy"}
 
-# Below this many genes to write, the operators run on the calling thread alone. In a fit
-# the CPU idles while the GPU solves, numba's OpenMP workers fall asleep, and waking them
-# costs more (about 10 ms on the H100 machine's 16-core host; the ga_step suite,
-# benchmarks/results/h100/ga_step/) than the whole serial loop at these sizes.
+# Below this many genes to write, the operators run on the calling thread alone, where
+# sharing the work out costs more than it saves. (The 10 ms once measured for waking
+# numba's workers on the H100 host was the serial kernel loaded from numba's cache in the
+# parallel one's place; see serial_and_parallel. On the H200 host's 16 cores a kernel of
+# 65,536 x 10 genes takes the same 1.4-1.6 ms after a 50 ms sleep as back to back.)
 PARALLEL_FROM_GENES = 1 << 18
 
 

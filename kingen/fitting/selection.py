@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from kingen.fitting.params import PARALLEL_FROM_ROWS, serial_and_parallel
+
 
 def checked_indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
     """``idx`` as the compiled kernels take it; they do not check bounds, so it is checked
@@ -37,10 +39,8 @@ def checked_indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
     return idx
 
 
-@numba.njit(cache=True, nogil=True)
-def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarray:
-    out = np.empty(aspirants.shape[0], dtype=np.int64)
-    for i in range(aspirants.shape[0]):
+def _winners(fitness: np.ndarray, aspirants: np.ndarray, out: np.ndarray) -> None:
+    for i in numba.prange(aspirants.shape[0]):
         best = aspirants[i, 0]
         for t in range(1, aspirants.shape[1]):
             c = aspirants[i, t]
@@ -49,6 +49,19 @@ def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarra
                                               and fitness[best] == fitness[best]):
                 best = c
         out[i] = best
+
+
+# Each tournament and each row taken is computed alone, so the result is the same however
+# the rows are shared out; from PARALLEL_FROM_ROWS rows they go to numba's threads (at
+# 65,536 on the H200 host's 16 cores the gathers are memory-bound serial work otherwise).
+_KERNEL = {"cache": True, "nogil": True}
+_winners_serial, _winners_parallel = serial_and_parallel(_winners, **_KERNEL)
+
+
+def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarray:
+    out = np.empty(aspirants.shape[0], dtype=np.int64)
+    kernel = _winners_parallel if out.size >= PARALLEL_FROM_ROWS else _winners_serial
+    kernel(fitness, np.ascontiguousarray(aspirants, dtype=np.int64), out)
     return out
 
 
@@ -186,12 +199,9 @@ def pool_origin(mu: int, source: np.ndarray) -> np.ndarray:
     return _pool_origin(int(mu), source)
 
 
-# On the calling thread, as kingen.solve.inputs' pass and for its reason: a copy with no
-# arithmetic gains little from cores that must first wake from the solve's idling.
-@numba.njit(cache=True, nogil=True)
 def _rows_through(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray,
                   new: np.ndarray, out: np.ndarray) -> None:
-    for i in range(rows.size):
+    for i in numba.prange(rows.size):
         o = origin[rows[i]]
         if o >= 0:
             for j in range(out.shape[1]):
@@ -199,6 +209,9 @@ def _rows_through(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray,
         else:
             for j in range(out.shape[1]):
                 out[i, j] = new[-1 - o, j]
+
+
+_rows_serial, _rows_parallel = serial_and_parallel(_rows_through, **_KERNEL)
 
 
 def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np.ndarray
@@ -224,6 +237,7 @@ def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np
         raise IndexError("origin out of range of the parents and new rows")
     out = np.empty((rows.size,) + a.shape[1:], dtype=dtype)
     width = int(np.prod(a.shape[1:], dtype=np.int64))
-    _rows_through(origin, rows, a.reshape(a.shape[0], width), b.reshape(b.shape[0], width),
-                  out.reshape(rows.size, width))
+    kernel = _rows_parallel if rows.size >= PARALLEL_FROM_ROWS else _rows_serial
+    kernel(origin, rows, a.reshape(a.shape[0], width), b.reshape(b.shape[0], width),
+           out.reshape(rows.size, width))
     return out
