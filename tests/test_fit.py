@@ -18,9 +18,8 @@ import kingen.solve.batch as batch
 from kingen.cli.fit import demo_config
 from kingen.fitting.config import load_config
 from kingen.fitting.operators import np_poly_bounded, np_sbx_bounded
-from kingen.fitting.params import PARALLEL_FROM_ROWS
 from kingen.fitting.progress import Progress
-from kingen.fitting.selection import np_sel_tournament, pool_origin, take_pool, take_survivors
+from kingen.fitting.selection import np_sel_tournament, take_survivors
 from kingen.runs.fit import fit, resume
 from kingen.store import RunStore
 
@@ -259,28 +258,15 @@ def test_numpy_operators_give_deaps_children_exactly(monkeypatch, parallel):
         np_poly_bounded(pop, [2 * n], 20.0, low, up, 0.3, rng)
 
 
-@pytest.mark.parametrize("k", [2000, PARALLEL_FROM_ROWS])  # calling thread; numba's threads
-def test_tournament_picks_as_argmin_with_ties_infinities_and_nans(k):
+def test_tournament_picks_as_argmin_with_ties_infinities_and_nans():
     rng = np.random.default_rng(4)
     fitness = rng.integers(0, 4, 50).astype(float)
     fitness[rng.random(50) < 0.2] = np.inf
     fitness[rng.random(50) < 0.1] = np.nan
-    chosen = np_sel_tournament(fitness, k, 3, np.random.default_rng(5))
-    aspirants = np.random.default_rng(5).integers(0, 50, size=(k, 3))
-    expected = aspirants[np.arange(k), np.argmin(fitness[aspirants], axis=1)]
+    chosen = np_sel_tournament(fitness, 2000, 3, np.random.default_rng(5))
+    aspirants = np.random.default_rng(5).integers(0, 50, size=(2000, 3))
+    expected = aspirants[np.arange(2000), np.argmin(fitness[aspirants], axis=1)]
     np.testing.assert_array_equal(chosen, expected)
-
-
-@pytest.mark.parametrize("n", [40, PARALLEL_FROM_ROWS])  # calling thread; numba's threads
-def test_pool_rows_are_read_where_they_live(n):
-    rng = np.random.default_rng(9)
-    parents, source = rng.random((n, 3)), rng.integers(-1, n, n)
-    new = rng.random((int((source < 0).sum()), 3))
-    pool = np.concatenate([parents, parents[source]])
-    pool[n:][source < 0] = new
-    rows = rng.integers(0, 2 * n, n)
-    got = take_pool(pool_origin(n, source), rows, parents, new)
-    np.testing.assert_array_equal(got, pool[rows])
 
 
 def test_survivors_are_the_pools_rows_without_building_the_pool():

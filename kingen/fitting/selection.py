@@ -23,8 +23,6 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from kingen.fitting.params import PARALLEL_FROM_ROWS, serial_and_parallel
-
 
 def checked_indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
     """``idx`` as the compiled kernels take it; they do not check bounds, so it is checked
@@ -39,8 +37,10 @@ def checked_indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
     return idx
 
 
-def _winners(fitness: np.ndarray, aspirants: np.ndarray, out: np.ndarray) -> None:
-    for i in numba.prange(aspirants.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarray:
+    out = np.empty(aspirants.shape[0], dtype=np.int64)
+    for i in range(aspirants.shape[0]):
         best = aspirants[i, 0]
         for t in range(1, aspirants.shape[1]):
             c = aspirants[i, t]
@@ -49,19 +49,6 @@ def _winners(fitness: np.ndarray, aspirants: np.ndarray, out: np.ndarray) -> Non
                                               and fitness[best] == fitness[best]):
                 best = c
         out[i] = best
-
-
-# Each tournament and each row taken is computed alone, so the result is the same however
-# the rows are shared out; from PARALLEL_FROM_ROWS rows they go to numba's threads (at
-# 65,536 on the H200 host's 16 cores the gathers are memory-bound serial work otherwise).
-_KERNEL = {"cache": True, "nogil": True}
-_winners_serial, _winners_parallel = serial_and_parallel(_winners, **_KERNEL)
-
-
-def _tournament_winners(fitness: np.ndarray, aspirants: np.ndarray) -> np.ndarray:
-    out = np.empty(aspirants.shape[0], dtype=np.int64)
-    kernel = _winners_parallel if out.size >= PARALLEL_FROM_ROWS else _winners_serial
-    kernel(fitness, np.ascontiguousarray(aspirants, dtype=np.int64), out)
     return out
 
 
@@ -199,9 +186,12 @@ def pool_origin(mu: int, source: np.ndarray) -> np.ndarray:
     return _pool_origin(int(mu), source)
 
 
+# On the calling thread, as kingen.solve.inputs' pass and for its reason: a copy with no
+# arithmetic gains little from cores that must first wake from the solve's idling.
+@numba.njit(cache=True, nogil=True)
 def _rows_through(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray,
                   new: np.ndarray, out: np.ndarray) -> None:
-    for i in numba.prange(rows.size):
+    for i in range(rows.size):
         o = origin[rows[i]]
         if o >= 0:
             for j in range(out.shape[1]):
@@ -209,9 +199,6 @@ def _rows_through(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray,
         else:
             for j in range(out.shape[1]):
                 out[i, j] = new[-1 - o, j]
-
-
-_rows_serial, _rows_parallel = serial_and_parallel(_rows_through, **_KERNEL)
 
 
 def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np.ndarray
@@ -237,7 +224,6 @@ def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np
         raise IndexError("origin out of range of the parents and new rows")
     out = np.empty((rows.size,) + a.shape[1:], dtype=dtype)
     width = int(np.prod(a.shape[1:], dtype=np.int64))
-    kernel = _rows_parallel if rows.size >= PARALLEL_FROM_ROWS else _rows_serial
-    kernel(origin, rows, a.reshape(a.shape[0], width), b.reshape(b.shape[0], width),
-           out.reshape(rows.size, width))
+    _rows_through(origin, rows, a.reshape(a.shape[0], width), b.reshape(b.shape[0], width),
+                  out.reshape(rows.size, width))
     return out
