@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -125,3 +127,59 @@ def test_bad_overrides_are_one_line_errors(override, message):
         apply_overrides(SCHEME, override, file="fit.toml")
     text = str(info.value)
     assert message in text and "\n" not in text and text.startswith("fit.toml: parameters.")
+
+
+
+# A module compiled with numba's cache, in fresh processes sharing one empty cache folder:
+# the first compiles and caches the serial twin, the second loads the parallel one.
+_TWINS = """
+import numba
+from kingen.fitting.params import serial_and_parallel
+
+def double(x, out):
+    for i in numba.prange(x.size):
+        out[i] = 2.0 * x[i]
+
+serial, parallel = serial_and_parallel(double, cache=True)
+"""
+_CALL = """
+import sys
+import numba
+import numpy as np
+import twins
+x = np.arange(4096.0)
+out = np.empty_like(x)
+getattr(twins, sys.argv[1])(x, out)
+assert (out == 2.0 * x).all()
+try:
+    print("threads", numba.threading_layer())
+except ValueError:  # no parallel loop ran in this process
+    print("calling thread alone")
+"""
+
+
+def test_the_parallel_twin_is_not_loaded_from_numbas_cache_as_the_serial_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import kingen
+
+    (tmp_path / "twins.py").write_text(_TWINS)
+    path = [str(tmp_path), str(Path(kingen.__file__).parents[1])]
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_NUM_THREADS": "2",
+           "PYTHONPATH": os.pathsep.join(path)}
+    said = [subprocess.run([sys.executable, "-c", _CALL, which], capture_output=True,
+                           text=True, env=env, check=True, cwd=tmp_path).stdout.strip()
+            for which in ("serial", "parallel")]
+    assert said == ["calling thread alone", "threads " + said[1].split()[-1]]
+
+
+def test_the_gas_parallel_kernels_are_cached_apart_from_their_serial_twins():
+    from kingen.fitting import operators
+
+    for serial, parallel in ((params_module._fill_serial, params_module._fill_parallel),
+                             (operators._var_or_serial, operators._var_or_parallel)):
+        assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get(
+            "parallel")
+        assert parallel.py_func.__qualname__ != serial.py_func.__qualname__

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from kingen.fitting.params import serial_and_parallel
 from kingen.fitting.selection import checked_indices, np_sel_tournament
 
 # The operators' per-gene arithmetic runs in compiled loops that read the parents from the
@@ -56,10 +57,11 @@ from kingen.fitting.selection import checked_indices, np_sel_tournament
 # whole arrays, in a fixed order.
 _KERNEL = {"cache": True, "nogil": True, "parallel": True, "error_model": "numpy"}
 
-# Below this many genes to write, the operators run on the calling thread alone. In a fit
-# the CPU idles while the GPU solves, numba's OpenMP workers fall asleep, and waking them
-# costs more (about 10 ms on the H100 machine's 16-core host; the ga_step suite,
-# benchmarks/results/h100/ga_step/) than the whole serial loop at these sizes.
+# Below this many genes to write, the operators run on the calling thread alone, where
+# sharing the work out costs more than it saves. (The 10 ms once measured for waking
+# numba's workers on the H100 host was the serial kernel loaded from numba's cache in the
+# parallel one's place; see serial_and_parallel. On the H200 host's 16 cores a kernel of
+# 65,536 x 10 genes takes the same 1.4-1.6 ms after a 50 ms sleep as back to back.)
 PARALLEL_FROM_GENES = 1 << 18
 
 
@@ -346,8 +348,8 @@ def _var_or_rows(pop: np.ndarray, kind: np.ndarray, slot: np.ndarray, dest: np.n
                     out[d, j] = pop[p, j]
 
 
-_var_or_serial = numba.njit(cache=True, nogil=True, error_model="numpy")(_var_or_rows)
-_var_or_parallel = numba.njit(**_KERNEL)(_var_or_rows)
+_var_or_serial, _var_or_parallel = serial_and_parallel(
+    _var_or_rows, **{k: v for k, v in _KERNEL.items() if k != "parallel"})
 
 
 def _vary(pop: np.ndarray, lambda_: int, cxpb: float, mutpb: float, eta_cx: float,

@@ -16,7 +16,10 @@ parameter's bounds. :class:`ParameterMap` turns a batch of genes into full param
 from __future__ import annotations
 
 import math
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numba
 import numpy as np
@@ -31,6 +34,28 @@ _LN10 = math.log(10.0)
 # serial work of each generation while the GPU waits. Each row is computed alone, so the
 # result is the same, bit for bit, however the rows are shared out.
 PARALLEL_FROM_ROWS = 8192
+
+
+def serial_and_parallel(fn: Callable[..., Any], **flags: Any) -> tuple[Any, Any]:
+    """``fn`` compiled by numba twice, on the calling thread alone and on numba's threads
+    (``parallel=True``), each with ``flags``.
+
+    Numba's cache files a function's compiled code under its module, name and line, never
+    under the flags it was compiled with: two dispatchers of one function share one entry,
+    and with ``cache=True`` whichever compiled first is loaded for both. The parallel one is
+    therefore compiled from a copy of ``fn`` named ``<name>_parallel``.
+
+    Examples
+    --------
+    >>> serial, parallel = serial_and_parallel(_fill_rows, cache=False)
+    >>> parallel.py_func.__qualname__
+    '_fill_rows_parallel'
+    """
+    twin = types.FunctionType(fn.__code__, fn.__globals__, f"{fn.__name__}_parallel",
+                              fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = f"{fn.__qualname__}_parallel"
+    twin.__doc__ = fn.__doc__
+    return numba.njit(**flags)(fn), numba.njit(parallel=True, **flags)(twin)
 
 
 def _fill_rows(g: np.ndarray, clip: bool, lower: np.ndarray, upper: np.ndarray,
@@ -68,8 +93,7 @@ def _fill_rows(g: np.ndarray, clip: bool, lower: np.ndarray, upper: np.ndarray,
 
 
 _ROWS = {"cache": True, "nogil": True, "error_model": "numpy"}
-_fill_serial = numba.njit(**_ROWS)(_fill_rows)
-_fill_parallel = numba.njit(parallel=True, **_ROWS)(_fill_rows)
+_fill_serial, _fill_parallel = serial_and_parallel(_fill_rows, **_ROWS)
 
 
 @numba.njit(cache=True, nogil=True)
