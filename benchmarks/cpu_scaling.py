@@ -15,7 +15,9 @@ expected: each (candidate, sweep) is one thread's work whatever the split).
 The propagator form's solve is split in two: ``build_s`` is the same parallel call with
 the matrices built and no sample run (:func:`kingen.solve.cpu.run_on_cpu` with ``solve``
 False), ``samples_s`` the rest of ``solve_s``; each has its own speed-up over one thread,
-so that a row shows which part stops scaling. ``path`` says how the batch ran
+so that a row shows which part stops scaling. With ``--ceiling`` the file also holds the
+weak scaling of register-only multiply-add chains (``ceiling``): what the host allows any
+compute-bound kernel, its all-core clock included. ``path`` says how the batch ran
 (``candidate``: each thread builds a candidate's matrices and runs its sweeps; ``pairs``:
 all matrices first, then the (candidate, sweep) pairs; ``--path`` forces one). The
 threading layer is Numba's choice unless ``--threading-layer``, and the file records the
@@ -117,6 +119,55 @@ def part_speedups(parts: dict, first: dict, work: float) -> dict:
             for k in ("solve_s", "build_s", "samples_s") if parts.get(k) and first.get(k)}
 
 
+@functools.cache
+def _chains():
+    """A kernel of register-only multiply-add chains, one per work item (no memory traffic):
+    what the host's cores give together, their clock at that load included."""
+    import numba
+
+    @numba.njit(parallel=True, cache=True, fastmath={"contract"})
+    def chains(n_items: int, length: int, out: np.ndarray) -> None:
+        for i in numba.prange(n_items):
+            a0, a1, a2, a3 = 1.0 + i * 1e-9, 0.5, 0.25, 0.125
+            for _ in range(length):
+                a0 = a0 * 0.999999 + 1e-7
+                a1 = a1 * 0.999999 + 1e-7
+                a2 = a2 * 0.999999 + 1e-7
+                a3 = a3 * 0.999999 + 1e-7
+            out[i] = a0 + a1 + a2 + a3
+
+    return chains
+
+
+def arithmetic_ceiling(threads: list[int], repeats: int, items_per_thread: int = 64,
+                       length: int = 2_000_000) -> list[dict]:
+    """Weak scaling of :func:`_chains`: the speed-up any compute-bound kernel can reach on
+    this host at each thread count (below the thread count when the cores' clock falls as
+    more of them run)."""
+    import numba
+
+    chains = _chains()
+    chains(2, 10, np.zeros(2))  # compile
+    rows, base = [], None
+    for t in threads:
+        numba.set_num_threads(t)
+        n = items_per_thread * t
+        out = np.zeros(n)
+        best = min(_timed_call(chains, n, length, out) for _ in range(repeats))
+        rate = n / best
+        base = base or rate
+        rows.append({"threads": t, "items": n, "run_s": best, "items_per_s": rate,
+                     "speedup": rate / base})
+        print(f"  ceiling threads {t:3d}  {best:7.3f} s  x{rate / base:5.2f}", flush=True)
+    return rows
+
+
+def _timed_call(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     import numba
 
@@ -136,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the propagator form runs a batch (default: the solver's choice)")
     ap.add_argument("--threading-layer", default=None, choices=["omp", "tbb", "workqueue"],
                     help="Numba's threading layer (default: Numba's choice)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also time register-only multiply-add chains at each thread count: "
+                         "the speed-up the host's cores and clocks allow any compute-bound "
+                         "kernel")
     add_output_options(ap, "cpu_scaling")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
@@ -161,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     result["threading_layer"] = numba.threading_layer()
     print(f"== {args.model} {args.precision} {config.name} on {os.cpu_count()} cores "
           f"({result['threading_layer']}); threads {threads}", flush=True)
+    if args.ceiling:
+        result["ceiling"] = arithmetic_ceiling(threads, args.repeats)
+        write(result, out)
     for kind, sizes in (("weak", [args.per_thread * t for t in threads] if args.per_thread
                          else []),
                         ("strong", [args.population] * len(threads) if args.population else [])):
