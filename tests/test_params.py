@@ -176,10 +176,12 @@ def test_the_parallel_twin_is_not_loaded_from_numbas_cache_as_the_serial_one(tmp
 
 
 def test_the_gas_parallel_kernels_are_cached_apart_from_their_serial_twins():
-    from kingen.fitting import operators
+    from kingen.fitting import operators, selection
 
     for serial, parallel in ((params_module._fill_serial, params_module._fill_parallel),
-                             (operators._var_or_serial, operators._var_or_parallel)):
+                             (operators._var_or_serial, operators._var_or_parallel),
+                             (selection._choose_serial, selection._choose_parallel),
+                             (selection._gather_serial, selection._gather_parallel)):
         assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get(
             "parallel")
         assert parallel.py_func.__qualname__ != serial.py_func.__qualname__
