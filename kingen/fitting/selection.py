@@ -6,7 +6,8 @@ drawn with replacement; :func:`np_sel_tournament` does the same on a fitness arr
 :func:`keep_best` then gives the pool's best the worst survivor's place (elitism), so the
 population's best never gets worse. The survivors' rows are read from the parents and the
 new offspring by index (:func:`take_survivors`, :func:`pool_origin`, :func:`take_pool`),
-without building the concatenated pool.
+without building the concatenated pool. A fit's generation does all of it in two passes over
+the rows (:func:`survivors`): one choosing, one copying each survivor's row of every array.
 
 Examples
 --------
