@@ -4,8 +4,9 @@ Runs kingen's (μ + λ) engine on the bundled demo configuration with a stand-in
 (random fitness, no simulation) and times, per generation, the drawing of its random
 numbers (in a fit, done during the previous generation's solve), the variation
 (``np_var_or``),
-the hall-of-fame update, the tournament, and the rest of the generation (gathering the new
-population, statistics, the resume snapshot). ``--threads`` sets numba's thread count for
+the hall-of-fame update, the survival (the tournaments and the gathering of the new
+population, :func:`~kingen.fitting.selection.survivors`), and the rest of the generation
+(statistics, the resume snapshot). ``--threads`` sets numba's thread count for
 the compiled operators; ``--no-gc`` runs with Python's cyclic collector off, to see whether
 collections explain the outliers; ``--parallel-from`` moves the size from which the operators use
 all threads (0: always); ``--allocator default`` leaves the C library's allocator as it is
@@ -94,9 +95,9 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
     HallOfFame.merged = _timed(clock, "hall_of_fame", HallOfFame.merged)
     # a generation's random numbers (drawn during the solve in a fit; here, in turn)
     ga._draw_generation = _timed(clock, "draws", ga._draw_generation)
-    saved = operators.np_var_or_new, selection.np_sel_tournament
+    saved = operators.np_var_or_new, selection.survivors
     operators.np_var_or_new = _timed(clock, "variation", operators.np_var_or_new)
-    selection.np_sel_tournament = _timed(clock, "selection", selection.np_sel_tournament)
+    selection.survivors = _timed(clock, "selection", selection.survivors)
     try:
         ga.warm_up()
         state = engine.start()
@@ -114,7 +115,7 @@ def run(population: int, generations: int, seed: int, solver_s: float = 0.0) -> 
             row["total"] = total
             rows.append(row)
     finally:
-        operators.np_var_or_new, selection.np_sel_tournament = saved
+        operators.np_var_or_new, selection.survivors = saved
         HallOfFame.merged = hall_of_fame
     summary = {}
     for key in rows[0]:

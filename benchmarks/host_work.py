@@ -160,10 +160,12 @@ def _child(argv: list[str]) -> int:
 
 
 def generation_parts(config: str, population: int, generations: int, warm_up: int = 2,
-                     solved: int = 16, seed: int = 0) -> dict[str, Any]:
+                     solved: int = 16, seed: int = 0, fitness: str = "chi2") -> dict[str, Any]:
     """The host's side of ``generations`` GA generations at μ = λ = ``population``: per
     generation, ms of variation, selection, genes to rates and scoring (the hall of fame
-    apart); the kernel sums are those of ``solved`` candidates, solved once and tiled."""
+    apart); the kernel sums are those of ``solved`` candidates, solved once and tiled.
+    ``fitness``: ``"chi2"`` scores on the likelihood, as ``kingen fit`` does (its noise
+    model estimated at the start genes); ``"relative"`` on the relative errors."""
     from dataclasses import replace
 
     import numba
@@ -181,6 +183,10 @@ def generation_parts(config: str, population: int, generations: int, warm_up: in
                                          "output": "unused.h5", "seed": seed})
     objective = Objective(cfg.scheme, cfg.protocols, cfg.solver)
     start = cfg.pmap.start_genes()
+    if fitness == "chi2":
+        from kingen.identify.refine import start_noise
+
+        start_noise(objective, cfg.pmap, start)
     genes = start + np.random.default_rng(seed).normal(0.0, 0.2, (solved, start.size))
     once = objective.simulator.run(objective.guard(cfg.pmap.to_params(genes)), "objective",
                                    complete=False)
@@ -231,7 +237,7 @@ def generation_parts(config: str, population: int, generations: int, warm_up: in
     median = {k: float(np.median([r[k] for r in kept])) for k in kept[0]}
     median["total"] = float(np.median([sum(r.values()) for r in kept]))
     return {"generations": generations, "warm_up": warm_up, "solved": solved,
-            "numba_threads": numba.get_num_threads(),
+            "fitness": objective.fitness_kind, "numba_threads": numba.get_num_threads(),
             "algorithm": type(engine.algorithm).__name__, "median_ms": median,
             "per_generation_ms": per}
 
@@ -252,6 +258,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--generations", type=int, default=0,
                     help="time the host's side of this many GA generations instead (a "
                          "stand-in evaluator returns precomputed kernel sums)")
+    ap.add_argument("--fitness", default="chi2", choices=("chi2", "relative"),
+                    help="with --generations: score on the likelihood as kingen fit does, "
+                         "or on the relative errors (as the host_work files written before it)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_output_options(ap, "host_work")
     return ap
@@ -266,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         out = {"benchmark": "host_work", "provenance": provenance("host_work", argv),
                "config": args.config, "population": args.population,
                **generation_parts(args.config, args.population, args.generations,
-                                  args.warm_up)}
+                                  args.warm_up, fitness=args.fitness)}
         print(", ".join(f"{k} {v:.2f} ms" for k, v in out["median_ms"].items()))
         print(f"wrote {write(out, output_path(args, 'host_work'))}")
         return 0

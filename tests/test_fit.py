@@ -18,8 +18,16 @@ import kingen.solve.batch as batch
 from kingen.cli.fit import demo_config
 from kingen.fitting.config import load_config
 from kingen.fitting.operators import np_poly_bounded, np_sbx_bounded
+from kingen.fitting.params import PARALLEL_FROM_ROWS
 from kingen.fitting.progress import Progress
-from kingen.fitting.selection import np_sel_tournament, take_survivors
+from kingen.fitting.selection import (
+    keep_best,
+    np_sel_tournament,
+    pool_origin,
+    survivors,
+    take_pool,
+    take_survivors,
+)
 from kingen.runs.fit import fit, resume
 from kingen.store import RunStore
 
@@ -288,6 +296,54 @@ def test_survivors_are_the_pools_rows_without_building_the_pool():
         take_survivors(parents, offspring, [mu + lam])
     with pytest.raises(ValueError, match="differ in shape"):
         take_survivors(np.zeros((3, 2)), np.zeros((3, 4)), [0])
+
+
+def _survival_by_parts(origin, aspirants, parents, new):
+    """(mu + lambda) survival as the fit did it array by array before the fused passes."""
+    pool_f = take_pool(origin, np.arange(origin.size), parents[0], new[0])
+    chosen = keep_best(pool_f, np_sel_tournament(pool_f, *aspirants.shape, None, aspirants))
+    return (pool_f.take(chosen),) + tuple(take_pool(origin, chosen, a, b)
+                                          for a, b in zip(parents[1:], new[1:], strict=True))
+
+
+@pytest.mark.parametrize("mu", [40, PARALLEL_FROM_ROWS])  # calling thread; numba's threads
+@pytest.mark.parametrize("seed", range(4))
+def test_fused_survival_chooses_and_copies_the_rows_of_the_parts(mu, seed):
+    rng = np.random.default_rng(seed)
+    lam = mu + 7
+    source = np.where(rng.random(lam) < 0.3, rng.integers(0, mu, lam), -1)
+    n_new = int((source < 0).sum())
+
+    def scored(n):
+        f = rng.integers(0, 5, n).astype(float)  # ties
+        for value, share in ((np.inf, 0.2), (np.nan, 0.1), (-np.inf, 0.02 * (seed % 2))):
+            f[rng.random(n) < share] = value
+        if seed == 3:
+            f[:] = np.nan  # no finite fitness: nothing kept
+        return f, rng.random((n, 3)), rng.random((n, 4)), rng.integers(0, 3, n)
+
+    parents, new = scored(mu), scored(n_new)
+    origin = pool_origin(mu, source)
+    aspirants = rng.integers(0, mu + lam, (mu, 3))
+    if seed == 1:
+        aspirants[:, :] = np.argmax(origin == -1)  # only one new row taken: best kept
+    got = survivors(origin, aspirants, parents, new)
+    want = _survival_by_parts(origin, aspirants, parents, new)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_fused_survival_refuses_rows_out_of_range():
+    origin = pool_origin(2, np.array([-1, 0]))
+    rows = (np.zeros(2), np.zeros((2, 1)), np.zeros((2, 1)), np.zeros(2, int))
+    new = tuple(a[:1] for a in rows)
+    with pytest.raises(IndexError):
+        survivors(origin, np.array([[0, 4]]), rows, new)
+    with pytest.raises(IndexError):
+        survivors(origin, np.array([[0, 2]]), rows, tuple(a[:0] for a in rows))
+    with pytest.raises(ValueError, match="differ in shape"):
+        survivors(origin, np.array([[0, 2]]), rows, (new[0], np.zeros((1, 2)), *new[2:]))
 
 
 def test_resume_ends_as_an_uninterrupted_run(tmp_path):

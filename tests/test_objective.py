@@ -256,3 +256,118 @@ def test_a_repeated_label_does_not_give_one_recorded_sweep_to_two_protocol_sweep
     obj = Objective(SCHEME, [ProtocolData(first3, shuffled)], options=SolverOptions(backend="cpu"))
     np.testing.assert_array_equal(obj.data[int(obj.sample_start[0]):int(obj.sample_start[1])],
                                   rec.sweep_current(0))
+
+
+def _reduce_by_arrays(obj, sgg, sgd, windows, fail, sg):
+    """Objective.reduce as numpy array code, as it was before its rows were compiled."""
+    from kingen.codegen import FAIL_NONFINITE
+
+    n = sgg.shape[0]
+    errors = np.zeros((n, obj.n_protocols))
+    amps = np.full((n, obj.n_protocols), np.nan)
+    recorded = np.array([item.recording is not None for item in obj.items])
+    plain = np.array([obj._plain(p) for p in range(obj.n_protocols)])
+    with np.errstate(all="ignore"):
+        for p, (a, b) in enumerate(obj.spans):
+            if not (recorded[p] and plain[p]):
+                continue
+            s_gg, s_gd = sgg[:, a:b].sum(axis=1), sgd[:, a:b].sum(axis=1)
+            fixed = obj.items[p].amplitude
+            amp = (np.full(n, float(fixed)) if fixed is not None else
+                   np.maximum(np.where(s_gg > 0, s_gd / np.where(s_gg > 0, s_gg, 1.0), 0.0),
+                              0.0))
+            sse = obj.dd[p] - 2.0 * amp * s_gd + amp * amp * s_gg
+            errors[:, p] += np.where(np.isnan(sse), sse, np.maximum(sse, 0.0)) / obj.dd[p]
+            amps[:, p] = amp
+    trace_sse = errors * obj.dd[None, :] if obj.noise is not None else None
+    for p, (a, b) in enumerate(obj.spans):
+        if recorded[p] and not plain[p]:
+            sse, amp, _ = obj._scales(p, sgg[:, a:b], sgd[:, a:b], sg[:, a:b])
+            errors[:, p] += sse / obj.dd[p]
+            if trace_sse is not None:
+                trace_sse[:, p] = sse
+            amps[:, p] = obj._protocol_amplitude(p, amp)
+    chi2_p = None if trace_sse is None else np.where(
+        recorded[None, :], trace_sse * obj._trace_coef[None, :], 0.0)
+    with np.errstate(all="ignore"):
+        for p, (item, plan) in enumerate(zip(obj.items, obj.plans, strict=True)):
+            if plan.targets:
+                amp = amps[:, p] if item.recording is not None else None
+                r, tw, amp = obj._target_rows(plan, windows, amp)
+                errors[:, p] += (tw * r * r).sum(axis=1) / tw.sum()
+                if chi2_p is not None:
+                    chi2_p[:, p] += (obj._target_factor[p] * tw * r * r).sum(axis=1)
+                if amp is not None:
+                    amps[:, p] = amp
+        terms = errors if chi2_p is None else chi2_p
+        fitness = np.zeros(n)
+        for p, w in enumerate(obj.proto_weight):
+            fitness += w * terms[:, p]
+        chi2 = None if chi2_p is None else chi2_p.sum(axis=1)
+    nonzero = fail != 0
+    fcode = np.where(nonzero.any(axis=1), fail[np.arange(n), np.argmax(nonzero, axis=1)], 0)
+    fcode = fcode.astype(np.int64)
+    fcode[~np.isfinite(fitness) & (fcode == 0)] = FAIL_NONFINITE
+    failed = fcode != 0
+    fitness[failed] = np.inf
+    errors[failed] = np.inf
+    if chi2 is not None:
+        chi2[failed | ~np.isfinite(chi2)] = np.inf
+    return fitness, errors, fcode, amps, chi2
+
+
+def _objectives():
+    """Objectives that take each of reduce's paths: plain recordings (one pass), a chain
+    with amplitudes per sweep and an offset, a fixed amplitude, targets alone and with a
+    recording (two passes)."""
+    rng = np.random.default_rng(11)
+    rec = {p.name: synthetic_recording(SCHEME, p, 0.02, rng)[0] for p in (DEACT, DESENS)}
+    recovery = standard_protocol("recovery", exchange=0.2, dt=0.05)
+    rec_recovery = synthetic_recording(SCHEME, recovery, 0.02, rng)[0]
+    targets = Targets({"peak_pA": Target(-40.0), "ss_to_peak": Target(0.03)})
+    from kingen.experiment.chain import Chain
+
+    yield [ProtocolData(DEACT, rec["deactivation"], weight=2.0),
+           ProtocolData(DESENS, rec["desensitization"]),
+           ProtocolData(recovery, rec_recovery, weight=0.5)]
+    yield [ProtocolData(DEACT, rec["deactivation"], amplitude=80.0),
+           ProtocolData(recovery, rec_recovery,
+                        chain=Chain(offset="per-protocol", amplitude="per-sweep"))]
+    yield [ProtocolData(DEACT, rec["deactivation"]), ProtocolData(DESENS, None, targets)]
+    yield [ProtocolData(DESENS, rec["desensitization"], targets, weight=3.0)]
+
+
+@pytest.mark.parametrize("noise", [False, True])
+@pytest.mark.parametrize("n", [300, 9000])  # the calling thread; numba's threads
+def test_compiled_scoring_equals_the_array_code_with_failures_and_nans(noise, n):
+    from kingen.fitting.params import PARALLEL_FROM_ROWS
+    from kingen.fitting.scores import NoiseWeights
+
+    assert (n >= PARALLEL_FROM_ROWS) == (n == 9000)
+    for k, items in enumerate(_objectives()):
+        obj = Objective(SCHEME, items, options=SolverOptions(backend="cpu"))
+        if noise:
+            obj.set_noise([NoiseWeights(trace=0.7 + p, targets=(1.5,) * len(plan.targets))
+                           for p, plan in enumerate(obj.plans)])
+        rng = np.random.default_rng(k)
+        p = SCHEME.values * np.exp(rng.normal(0.0, 0.3, (16, SCHEME.values.size)))
+        res = obj.simulator.run(obj.guard(p), "objective", complete=False)
+        rows = rng.integers(0, 16, n)
+        sgg, sgd, windows = res.sgg[rows], res.sgd[rows], res.windows[rows]
+        sg = res.sg[rows] if res.sg is not None else np.zeros_like(sgg)
+        fail = np.zeros(sgg.shape, dtype=np.int32)
+        hit = rng.random(sgg.shape) < 0.01  # failures in some sweeps: the first one counts
+        fail[hit] = rng.integers(1, 6, int(hit.sum()))
+        sgg[rng.random(sgg.shape) < 0.01] = np.nan
+        sgd[rng.random(sgd.shape) < 0.005] = np.inf
+        sgg[rng.random(sgg.shape) < 0.01] = 0.0  # no current: amplitude 0
+        windows[rng.random(windows.shape) < 0.002] = np.nan
+        ev = obj.reduce(sgg, sgd, windows, fail, sg if res.sg is not None else None)
+        want = _reduce_by_arrays(obj, sgg, sgd, windows, fail, sg)
+        got = (ev.fitness, ev.errors, ev.fail, ev.amplitudes, ev.chi2)
+        assert (ev.chi2 is None) == (not noise)
+        assert ev.fail.dtype == np.int64 and (ev.fail != 0).any() and (ev.fail == 0).any()
+        assert not np.isfinite(ev.fitness).all() and np.isfinite(ev.fitness).any()
+        for g, w in zip(got[:4] + (got[4] if noise else np.zeros(1),),
+                        want[:4] + (want[4] if noise else np.zeros(1),), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=0)

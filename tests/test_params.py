@@ -176,10 +176,25 @@ def test_the_parallel_twin_is_not_loaded_from_numbas_cache_as_the_serial_one(tmp
 
 
 def test_the_gas_parallel_kernels_are_cached_apart_from_their_serial_twins():
-    from kingen.fitting import operators
+    from kingen.fitting import operators, selection
 
     for serial, parallel in ((params_module._fill_serial, params_module._fill_parallel),
-                             (operators._var_or_serial, operators._var_or_parallel)):
+                             (operators._var_or_serial, operators._var_or_parallel),
+                             (selection._choose_serial, selection._choose_parallel),
+                             (selection._gather_serial, selection._gather_parallel),
+                             (params_module._outside_serial, params_module._outside_parallel)):
         assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get(
             "parallel")
         assert parallel.py_func.__qualname__ != serial.py_func.__qualname__
+
+
+@pytest.mark.parametrize("rows", [50, params_module.PARALLEL_FROM_ROWS])  # serial; threads
+def test_rows_outside_marks_rows_with_a_value_out_of_bounds_or_nan(rows):
+    rng = np.random.default_rng(2)
+    p = rng.uniform(-1.0, 3.0, (rows, 5))
+    p[rng.random((rows, 5)) < 0.02] = np.nan
+    columns, low, high = np.array([1, 3]), np.array([-0.9, 0.0]), np.array([2.9, 3.0])
+    want = ~((p[:, columns] >= low) & (p[:, columns] <= high)).all(axis=1)
+    assert want.any() and not want.all()
+    np.testing.assert_array_equal(params_module.rows_outside(p, columns, low, high), want)
+    assert params_module.rows_outside(p[~want], columns, low, high) is None

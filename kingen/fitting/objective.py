@@ -44,7 +44,7 @@ from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
 from kingen.fitting.params import rows_outside
 from kingen.fitting.placement import BASELINES, place_recording
-from kingen.fitting.scales import first_failure, recording_errors, solve_scales
+from kingen.fitting.scales import score_rows, solve_scales
 from kingen.fitting.scores import Evaluation, NoiseWeights
 from kingen.fitting.targets import (
     TARGET_KEYS,
@@ -453,17 +453,28 @@ class Objective(TraceScoring):
         sg
             (N, n_sweeps) Σw·g, which a chain's fitted offsets need.
         """
-        n = sgg.shape[0]
-        errors = np.zeros((n, self.n_protocols))
-        amps = np.full((n, self.n_protocols), np.nan)
+        n, n_p = sgg.shape[0], self.n_protocols
         recorded = np.array([item.recording is not None for item in self.items])
-        plain = np.array([self._plain(p) for p in range(self.n_protocols)])
+        plain = np.array([self._plain(p) for p in range(n_p)])
         fixed = np.array([np.nan if item.amplitude is None else float(item.amplitude)
                           for item in self.items])
-        recording_errors(np.asarray(sgg, dtype=np.float64), np.asarray(sgd, dtype=np.float64),
-                          np.array(self.spans, dtype=np.int64), self.dd, recorded & plain,
-                          fixed, errors, amps)
-        trace_sse = errors * self.dd[None, :] if self.noise is not None else None
+        noise = self.noise is not None
+        errors, amps = np.empty((n, n_p)), np.empty((n, n_p))
+        chi2_p, chi2 = (np.empty((n, n_p)), np.empty(n)) if noise else (np.empty((0, 0)),
+                                                                        np.empty(0))
+        fitness, fcode = np.empty(n), np.empty(n, dtype=np.int64)
+        # the numpy work between the passes: chains that fit more than one amplitude, and
+        # targets; without any, one pass does all
+        between = bool((recorded & ~plain).any()) or any(plan.targets for plan in self.plans)
+        sgg, sgd = np.asarray(sgg, dtype=np.float64), np.asarray(sgd, dtype=np.float64)
+        fail = np.ascontiguousarray(fail)
+        spans = np.array(self.spans, dtype=np.int64)
+        weight = np.ascontiguousarray(self.proto_weight, dtype=np.float64)
+        coef = self._trace_coef if noise else weight
+        args = (sgg, sgd, fail, spans, self.dd, recorded & plain, fixed, coef, weight,
+                FAIL_NONFINITE)
+        outs = (errors, amps, chi2_p, fitness, fcode, chi2)
+        score_rows(*args, True, not between, *outs)
         sweep_amps = offsets = None
         if (recorded & ~plain).any():
             sweep_amps = np.zeros(sgg.shape)
@@ -477,36 +488,24 @@ class Objective(TraceScoring):
                     sse, amp, off = self._scales(p, sgg[:, a:b], sgd[:, a:b],
                                                  None if sg is None else sg[:, a:b])
                     errors[:, p] += sse / self.dd[p]
-                    if trace_sse is not None:
-                        trace_sse[:, p] = sse
+                    if noise:
+                        chi2_p[:, p] = sse * self._trace_coef[p]
                     amps[:, p] = self._protocol_amplitude(p, amp)
                     sweep_amps[:, a:b], offsets[:, a:b] = amp, off
-        chi2_p = None if trace_sse is None else np.where(
-            recorded[None, :], trace_sse * self._trace_coef[None, :], 0.0)
-        with np.errstate(all="ignore"):
-            for p, (item, plan) in enumerate(zip(self.items, self.plans, strict=True)):
-                if plan.targets:
-                    amp = amps[:, p] if item.recording is not None else None
-                    r, tw, amp = self._target_rows(plan, windows, amp)
-                    errors[:, p] += (tw * r * r).sum(axis=1) / tw.sum()
-                    if chi2_p is not None:
-                        chi2_p[:, p] += (self._target_factor[p] * tw * r * r).sum(axis=1)
-                    if amp is not None:
-                        amps[:, p] = amp
-            # Σ_p weight_p · term_p term by term, not by BLAS (see Scheme.complete)
-            terms = errors if chi2_p is None else chi2_p
-            fitness = np.zeros(n)
-            for p, w in enumerate(self.proto_weight):
-                fitness += w * terms[:, p]
-            chi2 = None if chi2_p is None else chi2_p.sum(axis=1)
-        fcode = first_failure(fail)
-        bad = ~np.isfinite(fitness) & (fcode == 0)
-        fcode[bad] = FAIL_NONFINITE
-        failed = fcode != 0
-        fitness[failed] = np.inf
-        errors[failed] = np.inf
-        if chi2 is not None:
-            chi2[failed | ~np.isfinite(chi2)] = np.inf
+        if between:
+            with np.errstate(all="ignore"):
+                for p, (item, plan) in enumerate(zip(self.items, self.plans, strict=True)):
+                    if plan.targets:
+                        amp = amps[:, p] if item.recording is not None else None
+                        r, tw, amp = self._target_rows(plan, windows, amp)
+                        errors[:, p] += (tw * r * r).sum(axis=1) / tw.sum()
+                        if noise:
+                            chi2_p[:, p] += (self._target_factor[p] * tw * r * r).sum(axis=1)
+                        if amp is not None:
+                            amps[:, p] = amp
+            score_rows(*args, False, True, *outs)
+        if not noise:
+            chi2 = None
         return Evaluation(fitness, errors, fcode, amps, sweep_amps, offsets, chi2)
 
     def _amplitude(self, item: ProtocolData, s_gd: np.ndarray, s_gg: np.ndarray) -> np.ndarray:

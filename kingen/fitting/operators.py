@@ -23,6 +23,7 @@ kind                    function                              DEAP's
 ======================  ====================================  ==============================
 selection               ``np_sel_tournament``                 ``tools.selTournament``
 survival                ``take_survivors``                    the ``+`` of (μ + λ)
+(μ + λ) survival        ``survivors``                         both, the pool's best kept
 ======================  ====================================  ==============================
 
 Examples

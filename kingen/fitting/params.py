@@ -96,18 +96,19 @@ _ROWS = {"cache": True, "nogil": True, "error_model": "numpy"}
 _fill_serial, _fill_parallel = serial_and_parallel(_fill_rows, **_ROWS)
 
 
-@numba.njit(cache=True, nogil=True)
 def _outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray, high: np.ndarray,
-             out: np.ndarray) -> bool:
-    anywhere = False
-    for i in range(params.shape[0]):
+             out: np.ndarray) -> None:
+    for i in numba.prange(params.shape[0]):
         inside = True
         for k in range(columns.size):
             v = params[i, columns[k]]
             inside &= v >= low[k] and v <= high[k]  # NaN: outside
         out[i] = not inside
-        anywhere |= not inside
-    return anywhere
+
+
+# the objective's guard of every candidate of every generation: as the map, on numba's
+# threads from PARALLEL_FROM_ROWS rows
+_outside_serial, _outside_parallel = serial_and_parallel(_outside, cache=True, nogil=True)
 
 
 def rows_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
@@ -125,10 +126,10 @@ def rows_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
     """
     out = np.empty(params.shape[0], dtype=np.bool_)
     p = np.ascontiguousarray(params, dtype=np.float64)
-    if _outside(p, np.asarray(columns, dtype=np.int64), np.asarray(low, dtype=np.float64),
-                np.asarray(high, dtype=np.float64), out):
-        return out
-    return None
+    kernel = _outside_parallel if p.shape[0] >= PARALLEL_FROM_ROWS else _outside_serial
+    kernel(p, np.asarray(columns, dtype=np.int64), np.asarray(low, dtype=np.float64),
+           np.asarray(high, dtype=np.float64), out)
+    return out if out.any() else None
 
 
 @dataclass(frozen=True)

@@ -6,44 +6,107 @@ amplitude per sweep or with a linear rundown, and an offset per sweep or per pro
 A_k·g + c_k, solved jointly in closed form from the kernel's Σw·g², Σw·g·d and Σw·g
 (:func:`solve_scales`); e_trace is then Σ w (A_k g + c_k − d)² / Σ w d².
 
-The plain case (one amplitude per protocol, no offset) is :func:`recording_errors`, compiled:
-it runs on every candidate of every generation.
+The plain case (one amplitude per protocol, no offset) is compiled, with the rest of each
+candidate's scoring (:func:`score_rows`): it runs on every candidate of every generation.
 """
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
+from kingen.fitting.params import PARALLEL_FROM_ROWS, serial_and_parallel
 
-@numba.njit(cache=True, nogil=True)
-def recording_errors(sgg: np.ndarray, sgd: np.ndarray, spans: np.ndarray, dd: np.ndarray,
-                      recorded: np.ndarray, fixed: np.ndarray, errors: np.ndarray,
-                      amps: np.ndarray) -> None:
-    """Add each recorded protocol's trace error to ``errors`` and set its amplitude in
-    ``amps`` (both (N, n_protocols)).
 
-    The sums over the protocol's sweeps (in sweep order), the amplitude (``fixed[p]``
-    unless NaN, else least squares clamped at 0) and e_trace as in the module docstring,
-    with numpy's arithmetic, row by row: as array code over 65k rows, the sums over a few
-    sweeps and the temporaries cost several times as much.
+def _score_rows(sgg: np.ndarray, sgd: np.ndarray, fail: np.ndarray, spans: np.ndarray,
+                dd: np.ndarray, plain: np.ndarray, fixed: np.ndarray, coef: np.ndarray,
+                weight: np.ndarray, nonfinite: int, traces: bool, finish: bool,
+                errors: np.ndarray, amps: np.ndarray, chi2_p: np.ndarray,
+                fitness: np.ndarray, fcode: np.ndarray, chi2: np.ndarray) -> None:
+    """Rows of :meth:`~kingen.fitting.objective.Objective.reduce`, each in one pass.
+
+    ``traces``: each ``plain`` protocol's trace error and amplitude (0 and NaN for the
+    others) and, with a noise model (``chi2`` of N rows), its χ²_p = error · dd · coef (0 for
+    the others). A protocol's sums over its sweeps (in sweep order), its amplitude
+    (``fixed[p]`` unless NaN, else least squares clamped at 0) and e_trace as in the module
+    docstring, with numpy's arithmetic. ``finish``:
+    the fitness Σ_p weight_p · term_p in protocol order (the terms χ²_p with a noise model,
+    else the errors), the first failure code by sweep (``nonfinite`` for a non-finite
+    fitness without one), χ² (+inf where failed or not finite), and for a failed row
+    fitness and errors +inf.
     """
-    for i in range(sgg.shape[0]):
-        for p in range(spans.shape[0]):
-            if not recorded[p]:
-                continue
-            s_gg, s_gd = sgg[i, spans[p, 0]], sgd[i, spans[p, 0]]
-            for k in range(spans[p, 0] + 1, spans[p, 1]):
-                s_gg += sgg[i, k]
-                s_gd += sgd[i, k]
-            if fixed[p] == fixed[p]:
-                amp = fixed[p]
-            else:
-                amp = s_gd / s_gg if s_gg > 0 else 0.0
-                amp = amp if amp >= 0.0 or amp != amp else 0.0  # np.maximum(amp, 0.0)
-            sse = dd[p] - 2.0 * amp * s_gd + amp * amp * s_gg
-            errors[i, p] += (sse if sse >= 0.0 or sse != sse else 0.0) / dd[p]
-            amps[i, p] = amp
+    noise = chi2.shape[0] > 0
+    for i in numba.prange(sgg.shape[0]):
+        if traces:
+            for p in range(spans.shape[0]):
+                errors[i, p] = 0.0
+                amps[i, p] = np.nan
+                if noise:
+                    chi2_p[i, p] = 0.0
+                if not plain[p]:
+                    continue
+                s_gg, s_gd = sgg[i, spans[p, 0]], sgd[i, spans[p, 0]]
+                for k in range(spans[p, 0] + 1, spans[p, 1]):
+                    s_gg += sgg[i, k]
+                    s_gd += sgd[i, k]
+                if fixed[p] == fixed[p]:
+                    amp = fixed[p]
+                else:
+                    amp = s_gd / s_gg if s_gg > 0 else 0.0
+                    amp = amp if amp >= 0.0 or amp != amp else 0.0  # np.maximum(amp, 0.0)
+                sse = dd[p] - 2.0 * amp * s_gd + amp * amp * s_gg
+                e = 0.0 + (sse if sse >= 0.0 or sse != sse else 0.0) / dd[p]
+                errors[i, p] = e
+                amps[i, p] = amp
+                if noise:
+                    chi2_p[i, p] = e * dd[p] * coef[p]
+        if finish:
+            f = 0.0
+            for p in range(weight.size):
+                f += weight[p] * (chi2_p[i, p] if noise else errors[i, p])
+            code = 0
+            for k in range(fail.shape[1]):  # a branch-free scan first: most rows pass
+                code |= fail[i, k]
+            if code != 0:
+                for k in range(fail.shape[1]):
+                    if fail[i, k] != 0:
+                        code = fail[i, k]
+                        break
+            if code == 0 and not math.isfinite(f):
+                code = nonfinite
+            fcode[i] = code
+            if noise:
+                c = 0.0
+                for p in range(weight.size):
+                    c += chi2_p[i, p]
+                chi2[i] = c if code == 0 and math.isfinite(c) else np.inf
+            if code != 0:
+                f = np.inf
+                for p in range(errors.shape[1]):
+                    errors[i, p] = np.inf
+            fitness[i] = f
+
+
+# Every candidate of every generation passes through it: at 65,536 the numpy arrays of the
+# reduction (N x protocols temporaries, a dozen passes) cost several ms; from
+# PARALLEL_FROM_ROWS rows the rows go to numba's threads, each computed alone, so the
+# result is the same however they are shared out.
+_score_serial, _score_parallel = serial_and_parallel(
+    _score_rows, cache=True, nogil=True, error_model="numpy")
+
+
+def score_rows(sgg: np.ndarray, sgd: np.ndarray, fail: np.ndarray, spans: np.ndarray,
+               dd: np.ndarray, plain: np.ndarray, fixed: np.ndarray, coef: np.ndarray,
+               weight: np.ndarray, nonfinite: int, traces: bool, finish: bool,
+               errors: np.ndarray, amps: np.ndarray, chi2_p: np.ndarray, fitness: np.ndarray,
+               fcode: np.ndarray, chi2: np.ndarray) -> None:
+    """:func:`_score_rows` on the calling thread, or from
+    :data:`~kingen.fitting.params.PARALLEL_FROM_ROWS` rows on numba's threads."""
+    kernel = _score_parallel if sgg.shape[0] >= PARALLEL_FROM_ROWS else _score_serial
+    kernel(sgg, sgd, fail, spans, dd, plain, fixed, coef, weight, nonfinite, traces, finish,
+           errors, amps, chi2_p, fitness, fcode, chi2)
 
 
 def solve_scales(sgg: np.ndarray, sgd: np.ndarray, sg: np.ndarray | None, sd: np.ndarray,
@@ -172,15 +235,3 @@ def _with_protocol_offset(G: np.ndarray, X: np.ndarray, S: np.ndarray, D: np.nda
     # the offset that goes with these amplitudes (after any clamp)
     c = (sd - (amp * S).sum(axis=1)) / sw if sw > 0 else np.zeros(n)
     return amp, np.repeat(c[:, None], K, axis=1)
-
-
-@numba.njit(cache=True, nogil=True)
-def first_failure(fail: np.ndarray) -> np.ndarray:
-    """(N,) int64: each row's first nonzero failure code (by sweep), 0 if none."""
-    out = np.zeros(fail.shape[0], dtype=np.int64)
-    for i in range(fail.shape[0]):
-        for k in range(fail.shape[1]):
-            if fail[i, k] != 0:
-                out[i] = fail[i, k]
-                break
-    return out

@@ -6,7 +6,8 @@ drawn with replacement; :func:`np_sel_tournament` does the same on a fitness arr
 :func:`keep_best` then gives the pool's best the worst survivor's place (elitism), so the
 population's best never gets worse. The survivors' rows are read from the parents and the
 new offspring by index (:func:`take_survivors`, :func:`pool_origin`, :func:`take_pool`),
-without building the concatenated pool.
+without building the concatenated pool. A fit's generation does all of it in two passes over
+the rows (:func:`survivors`): one choosing, one copying each survivor's row of every array.
 
 Examples
 --------
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+
+from kingen.fitting.params import PARALLEL_FROM_ROWS, serial_and_parallel
 
 
 def checked_indices(idx: np.ndarray, size: int, what: str) -> np.ndarray:
@@ -226,4 +229,139 @@ def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np
     width = int(np.prod(a.shape[1:], dtype=np.int64))
     _rows_through(origin, rows, a.reshape(a.shape[0], width), b.reshape(b.shape[0], width),
                   out.reshape(rows.size, width))
+    return out
+
+
+# (mu + lambda) survival in two passes over the rows, each row computed alone so that the
+# result is the same, bit for bit, however the rows are shared out: from PARALLEL_FROM_ROWS
+# rows on numba's threads (at 65,536 the gathers are memory-bound work that one core does
+# in several ms), below on the calling thread.
+_PASSES = {"cache": True, "nogil": True}
+
+
+def _choose(parent_f: np.ndarray, new_f: np.ndarray, origin: np.ndarray,
+            aspirants: np.ndarray, out: np.ndarray) -> None:
+    """_tournament_winners on the pool's fitness read where it lives (see take_pool)."""
+    for i in numba.prange(aspirants.shape[0]):
+        best = aspirants[i, 0]
+        o = origin[best]
+        fb = parent_f[o] if o >= 0 else new_f[-1 - o]
+        for t in range(1, aspirants.shape[1]):
+            c = aspirants[i, t]
+            o = origin[c]
+            fc = parent_f[o] if o >= 0 else new_f[-1 - o]
+            if fc < fb or (fc != fc and fb == fb):  # np.argmin's choice
+                best, fb = c, fc
+        out[i] = best
+
+
+def _gather(origin: np.ndarray, chosen: np.ndarray, parent_f: np.ndarray,
+            new_f: np.ndarray, parent_g: np.ndarray, new_g: np.ndarray, parent_e: np.ndarray,
+            new_e: np.ndarray, parent_fail: np.ndarray, new_fail: np.ndarray,
+            out_f: np.ndarray, out_g: np.ndarray, out_e: np.ndarray,
+            out_fail: np.ndarray) -> None:
+    """Every array of the survivors' rows, row by row (take_pool of each)."""
+    for i in numba.prange(chosen.size):
+        o = origin[chosen[i]]
+        if o >= 0:
+            out_f[i] = parent_f[o]
+            out_fail[i] = parent_fail[o]
+            for j in range(out_g.shape[1]):
+                out_g[i, j] = parent_g[o, j]
+            for j in range(out_e.shape[1]):
+                out_e[i, j] = parent_e[o, j]
+        else:
+            r = -1 - o
+            out_f[i] = new_f[r]
+            out_fail[i] = new_fail[r]
+            for j in range(out_g.shape[1]):
+                out_g[i, j] = new_g[r, j]
+            for j in range(out_e.shape[1]):
+                out_e[i, j] = new_e[r, j]
+
+
+_choose_serial, _choose_parallel = serial_and_parallel(_choose, **_PASSES)
+_gather_serial, _gather_parallel = serial_and_parallel(_gather, **_PASSES)
+
+
+@numba.njit(cache=True, nogil=True)
+def _elite(parent_f: np.ndarray, new_f: np.ndarray, origin: np.ndarray,
+           chosen: np.ndarray) -> tuple[int, int]:
+    """keep_best's (pool best, place of the worst chosen) on the pool read through
+    ``origin``; (-1, -1) where keep_best leaves ``chosen`` as it is."""
+    best, fbest = -1, np.inf
+    for r in range(origin.size):
+        o = origin[r]
+        f = parent_f[o] if o >= 0 else new_f[-1 - o]
+        if f < fbest and f > -np.inf:  # the first lowest finite one
+            best, fbest = r, f
+    if best < 0:
+        return -1, -1
+    worst, fworst = 0, -np.inf
+    for i in range(chosen.size):
+        c = chosen[i]
+        if c == best:
+            return -1, -1
+        o = origin[c]
+        f = parent_f[o] if o >= 0 else new_f[-1 - o]
+        if f != f:
+            f = np.inf
+        if f > fworst or i == 0:
+            worst, fworst = i, f
+    return best, worst
+
+
+def survivors(origin: np.ndarray, aspirants: np.ndarray,
+              parents: tuple[np.ndarray, ...], new: tuple[np.ndarray, ...]
+              ) -> tuple[np.ndarray, ...]:
+    """(μ + λ) survival: tournaments among ``aspirants`` (rows of the pool), the pool's
+    best kept, and the survivors' (fitness, genes, errors, fail), with the rows, choices
+    and values that :func:`np_sel_tournament`, :func:`keep_best` and :func:`take_pool` of
+    each array give; in one pass that chooses and one that gathers each survivor's row,
+    never building the pool.
+
+    ``parents`` and ``new`` are (fitness (N,), genes (N, n), errors (N, P), fail (N,)) of
+    the parents and of the new offspring that ``origin`` (:func:`pool_origin`) places.
+
+    Examples
+    --------
+    >>> origin = pool_origin(2, np.array([-1, 0]))       # pool: p0, p1, new0, p0
+    >>> parents = (np.array([3.0, 1.0]), np.array([[0.0], [1.0]]), np.zeros((2, 1)),
+    ...            np.zeros(2, int))
+    >>> new = (np.array([2.0]), np.array([[9.0]]), np.zeros((1, 1)), np.zeros(1, int))
+    >>> f, g, e, fail = survivors(origin, np.array([[0, 3], [2, 0]]), parents, new)
+    >>> f.tolist(), g[:, 0].tolist()          # tournaments 0 and 2 won; the best, 1, kept
+    ([1.0, 2.0], [1.0, 9.0])
+    """
+    pf, pg, pe, pfail = _rows_of(parents)
+    nf, ng, ne, nfail = _rows_of(new)
+    if pg.shape[1:] != ng.shape[1:] or pe.shape[1:] != ne.shape[1:]:
+        raise ValueError("parents and new rows differ in shape")
+    aspirants = np.ascontiguousarray(aspirants, dtype=np.int64)
+    checked_indices(aspirants, origin.size, "aspirants")
+    origin = np.ascontiguousarray(origin, dtype=np.int64)
+    if origin.size and (origin.min() < -nf.size or origin.max() >= pf.size):
+        raise IndexError("origin out of range of the parents and new rows")
+    k = aspirants.shape[0]
+    threads = k >= PARALLEL_FROM_ROWS
+    chosen = np.empty(k, dtype=np.int64)
+    (_choose_parallel if threads else _choose_serial)(pf, nf, origin, aspirants, chosen)
+    best, worst = _elite(pf, nf, origin, chosen)
+    if best >= 0:
+        chosen[worst] = best
+    out = (np.empty(k), np.empty((k, pg.shape[1])), np.empty((k, pe.shape[1])),
+           np.empty(k, dtype=np.int64))
+    (_gather_parallel if threads else _gather_serial)(origin, chosen, pf, nf, pg, ng, pe,
+                                                        ne, pfail, nfail, *out)
+    return out
+
+
+def _rows_of(arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """(fitness, genes, errors, fail) as the passes take them: contiguous float64 and
+    int64, one row count."""
+    f, g, e, fail = arrays
+    out = (np.ascontiguousarray(f, dtype=np.float64), np.ascontiguousarray(g, dtype=np.float64),
+           np.ascontiguousarray(e, dtype=np.float64), np.ascontiguousarray(fail, dtype=np.int64))
+    if any(a.shape[0] != out[0].shape[0] for a in out) or out[1].ndim != 2 or out[2].ndim != 2:
+        raise ValueError("fitness (N,), genes (N, n), errors (N, P) and fail (N,) of one N")
     return out

@@ -113,16 +113,10 @@ class MuPlusLambda(Algorithm):
         # pool's rows are read where they live, parents' or new, never gathered first
         pop = self.population
         origin = selection.pool_origin(pop.genes.shape[0], source)
-        pool = np.arange(origin.size)
-        pool_f = selection.take_pool(origin, pool, pop.fitness, scored.fitness)
-        chosen = selection.keep_best(pool_f, selection.np_sel_tournament(
-            pool_f, self.settings.population, self.settings.tournament, None, aspirants))
-        self.population = Population(
-            genes=selection.take_pool(origin, chosen, pop.genes, scored.genes),
-            fitness=pool_f.take(chosen),
-            errors=selection.take_pool(origin, chosen, pop.errors, scored.errors),
-            fail=selection.take_pool(origin, chosen, pop.fail.astype(np.int64, copy=False),
-                                     scored.fail.astype(np.int64, copy=False)))
+        fitness, genes, errors, fail = selection.survivors(
+            origin, aspirants, (pop.fitness, pop.genes, pop.errors, pop.fail),
+            (scored.fitness, scored.genes, scored.errors, scored.fail))
+        self.population = Population(genes=genes, fitness=fitness, errors=errors, fail=fail)
 
     # ------------------------------------------------------------------ DEAP's operators
     def _toolbox_get(self) -> Any:
