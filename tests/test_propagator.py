@@ -53,10 +53,17 @@ def _sums_against_the_cpu_stage_form(cpu, gpu, params, config):
     return got, ref
 
 
+# test_solver.py compiles the same traces kernels (0.2 ms exchange, every scheme) and computes
+# the same exact references: run there, after it, these reuse both
+SAME_KERNELS_AS_TEST_SOLVER = pytest.mark.xdist_group("tests/test_solver.py")
+
+
+@SAME_KERNELS_AS_TEST_SOLVER
 @pytest.mark.parametrize("model", [p.stem for p in MODELS])
 def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution(model):
     scheme = _scheme(model)
-    protocols = [standard_protocol(n) for n in STANDARD]  # ideal steps
+    # constant rows propagated, the exchange's edges in products of their own or stage form
+    protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
     sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     assert sim.propagator_plan().n_keys > 0
     prop = sim.run(scheme.values[None], "traces", launch_config=PROP)
@@ -64,13 +71,15 @@ def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution
     assert not prop.fail.any() and not stage.fail.any()
     # an identity, not an approximation: equal up to rounding
     assert _peak_errors(prop, stage, scheme, protocols) <= 1e-9
-    exact = [c for p in protocols for c in simulate_exact(scheme, p).currents]
+    path = next(p for p in MODELS if p.stem == model)
+    exact = [c for p in protocols for c in _reference(path, p.name)]
     assert _peak_errors(prop, exact, scheme, protocols) <= 1e-6
 
 
-@pytest.mark.parametrize("model", ["robert_howe_2003", "coombs_2017"])
-def test_float32_propagator_meets_its_bound_with_ideal_steps(model):
-    scheme = _scheme(model)
+def test_float32_propagator_meets_its_bound_with_ideal_steps():
+    # every scheme's float32 kernels meet it with exchange (test_solver.py); here every row of
+    # the longest sweeps is a product
+    scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol("recovery")]  # the longest: drift would show here
     sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu", precision="float32"))
     got = sim.run(scheme.values[None], "traces", launch_config=PROP)
@@ -163,7 +172,7 @@ def test_a_span_variant_names_itself_and_bad_spans_are_refused():
 
 
 def test_cpu_spans_equal_one_product_per_sample_with_stage_rows_between():
-    scheme = _scheme("robert_howe_2003")
+    scheme = _scheme("jonas_1993")
     protocols = [standard_protocol("deactivation"),
                  standard_protocol("desensitization", exchange=0.2)]
     probe = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
@@ -335,11 +344,6 @@ def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_st
         for j in range(rows_i[r, 1]):
             assert plan.keys_conc[k + j] == schedule.row_conc[r] + 3 * n * j
             assert plan.keys_f[k + j, 0] == schedule.rows_f[r, 1] and plan.keys_i[k + j] == n
-
-
-# test_solver.py compiles the same traces kernels (R&H, 0.2 ms exchange) and computes the same
-# exact references: run there, after it, these reuse both
-SAME_KERNELS_AS_TEST_SOLVER = pytest.mark.xdist_group("tests/test_solver.py")
 
 
 @SAME_KERNELS_AS_TEST_SOLVER

@@ -35,9 +35,9 @@ from kingen.codegen.emit import (
     N_WINDOWS,
     out_width,
 )
-from kingen.codegen.propagator import generate_propagator
+from kingen.codegen.propagator import generate_matrix_build, generate_propagator
 from kingen.codegen.stage import GeneratedCode, generate
 
 __all__ = ["FAILURE_NAMES", "FAIL_CONSERVATION", "FAIL_NONFINITE", "FAIL_OK", "FAIL_PARAMS",
            "FAIL_RANGE", "GeneratedCode", "N_OUT", "N_WINDOWS", "generate",
-           "generate_propagator", "out_width"]
+           "generate_matrix_build", "generate_propagator", "out_width"]

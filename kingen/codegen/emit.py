@@ -289,7 +289,7 @@ class Emitter:
                        if self.scheme.conductance[i] != 0.0)
         a(f"{ind}g = float({g}) * drv")
         a(f"{ind}tot = float(" + " + ".join(f"p{i}" for i in range(S)) + ")")
-        self.checks(ind, " or ".join(f"p{i} < -tol or p{i} > 1.0 + tol" for i in range(S)))
+        self.checks(ind, " | ".join(f"(p{i} < -tol) | (p{i} > 1.0 + tol)" for i in range(S)))
         if renormalise:
             # Rounding makes a float32 state drift off Σp = 1 over millions of steps;
             # checking and then renormalising at every sample bounds the drift to one

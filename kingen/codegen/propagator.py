@@ -194,7 +194,7 @@ def _whole_state_sample(a: Emitter, ind: str, ind2: str, mode: str, with_occupan
         a.store_sample(ind3, mode, p)
     else:
         _sample_value(a, ind3, mode, None)
-    row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
+    row_end_check(a, ind, " + ".join(p), " | ".join(f"({x} < -tol) | ({x} > 1.0 + tol)"
                                                      for x in p), mode, None)
 
 
@@ -334,7 +334,7 @@ def lanes_row_exit(a: Emitter, ind: str, n_cols: int, lanes: int, mode: str) -> 
     flags combined by shuffles), then every lane takes the full state back from ``last``."""
     S, F = a.scheme.n_states, a.cast
     a(f"{ind}tq = " + " + ".join(f"o{k}" for k in range(n_cols)))
-    bad = " or ".join(f"o{k} < -tol or o{k} > 1.0 + tol" for k in range(n_cols))
+    bad = " | ".join(f"(o{k} < -tol) | (o{k} > 1.0 + tol)" for k in range(n_cols))
     a(f"{ind}bad = 1 if ({bad}) else 0")
     off = 1
     while off < lanes:
@@ -348,12 +348,56 @@ def lanes_row_exit(a: Emitter, ind: str, n_cols: int, lanes: int, mode: str) -> 
             a(f"{ind}e{j} = {F}(0.0)")
 
 
+def _builders(scheme: Scheme, target: str, d_flush: float, edge_rows: bool, span: int,
+              fold: int, lanes: int) -> list[str]:
+    """The lines of ``build_thread`` (and of ``span_thread`` with spans)."""
+    builder = Emitter(scheme, cast="F64")
+    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu", edge_rows)
+    if span > 1 and target == "cpu":
+        emit_span_build_cpu(builder, span, d_flush)
+    elif span > 1:
+        emit_span_build(builder, span, d_flush, fold_padded(fold, lanes) if fold else 0)
+    return builder.lines
+
+
+def generate_matrix_build(scheme: Scheme, *, d_flush: float = 1e-150, span: int = 1
+                          ) -> GeneratedCode:
+    """Python source of one of the CPU propagator form's matrix builders, shared by every
+    kernel of a scheme that builds with the same ``d_flush`` (and ``span``).
+
+    With ``span`` = 1, ``build_thread``: one column of D = R(hQ)ⁿ − I for a key, at a
+    constant concentration or, for an edge key, along its concentrations. With ``span`` >
+    1, ``span_thread``: the span arrays of a key from D. Numba compiles (and caches) a
+    function once per module, so a scheme's traces and objective kernels, with and without
+    spans or a filter, compile each builder once between them (:func:`generate_propagator`
+    with ``with_build=False`` calls them).
+
+    Examples
+    --------
+    >>> from kingen.model.scheme import Scheme
+    >>> s = Scheme.load("models/jonas_1993.toml")
+    >>> "def build_thread(" in generate_matrix_build(s).source
+    True
+    >>> code = generate_matrix_build(s, span=16)
+    >>> "def span_thread(" in code.source, "def build_thread(" in code.source
+    (True, False)
+    """
+    a = Emitter(scheme, cast="F64")
+    if span > 1:
+        span_check(scheme.n_states, 1, span, "cpu")
+        emit_span_build_cpu(a, span, d_flush)
+    else:
+        _build(a, d_flush, "cpu", True)
+    return finished(a)
+
+
 def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                         with_occupancy: bool = False, compensated: bool = False,
                         flush_below: float = 0.0, d_flush: float = 1e-150,
                         stage_rows: str = "all", n_windows: int = N_WINDOWS,
                         target: str = "cuda", span: int = 1, n_sections: int = 0,
-                        with_sum: bool = False, edge_rows: bool = False) -> GeneratedCode:
+                        with_sum: bool = False, edge_rows: bool = False,
+                        with_build: bool = True) -> GeneratedCode:
     """Python source of the propagator-form solver (``build_thread`` and ``run_thread``).
 
     Parameters
@@ -394,6 +438,10 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         Whether rows whose concentration varies take products too, one key per sample
         (:attr:`kingen.solve.plan.PropagatorPlan.edge_rows`): one product per sample,
         with lanes as without spans.
+    with_build
+        Include the matrices' builders (``build_thread``, and ``span_thread`` with spans);
+        without them the code calls those of :func:`generate_matrix_build`'s module, which
+        kernels of one scheme share.
 
     Examples
     --------
@@ -420,13 +468,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
                 n_sections=n_sections, with_sum=with_sum)
     a.legend()
     fold = fold_order(n_sections, target) if span > 1 else 0
-    builder = Emitter(scheme, cast="F64")
-    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu", edge_rows)
-    if span > 1 and target == "cpu":
-        emit_span_build_cpu(builder, span, d_flush)
-    elif span > 1:
-        emit_span_build(builder, span, d_flush, fold_padded(fold, lanes) if fold else 0)
-    a.lines.extend(builder.lines)
+    if with_build:
+        a.lines.extend(_builders(scheme, target, d_flush, edge_rows, span, fold, lanes))
     a("@DEVICE")
     args = PROP_ARGS_CPU if target == "cpu" else PROP_ARGS
     span_args = "" if span == 1 else SPAN_ARGS_FOLDED if fold else SPAN_ARGS

@@ -584,7 +584,7 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
     currents(ind + "    ", "rem")
     a(f"{ind}    for t in range(rem):")
     advance(ind + "        ", "D")
-    row_end_check(a, ind, " + ".join(p), " or ".join(f"{x} < -tol or {x} > 1.0 + tol"
+    row_end_check(a, ind, " + ".join(p), " | ".join(f"({x} < -tol) | ({x} > 1.0 + tol)"
                                                       for x in p), "objective", None)
     if a.compensated:
         for j in range(S):

@@ -7,6 +7,7 @@ compiles once per machine, not once per process.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -14,7 +15,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from kingen.codegen import N_WINDOWS, generate, generate_propagator
+from kingen.codegen import N_WINDOWS, generate, generate_matrix_build, generate_propagator
 from kingen.codegen.propagator import shared_stride
 from kingen.codegen.span import fold_order, span_groups, span_shared_extra
 from kingen.model.scheme import Scheme
@@ -279,7 +280,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                                    d_flush=D_FLUSH_BELOW[precision], stage_rows=stage_rows,
                                    n_windows=n_windows, target=target, span=span,
                                    n_sections=n_sections, with_sum=with_sum,
-                                   edge_rows=edge_rows)
+                                   edge_rows=edge_rows, with_build=target != "cpu")
     else:
         raise ValueError(f"form must be 'stage' or 'propagator', got {form!r}")
     if target == "cpu":
@@ -293,6 +294,13 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
             # compensated float32 sums must stay as written)
             text = text.replace("DEVICE = njit(cache=True, nogil=True)",
                                 "DEVICE = njit(cache=True, nogil=True, fastmath={'contract'})")
+            # the matrices' builders come from the module that the scheme's kernels share
+            header = text
+            for s, name in [(1, "build_thread"), (span, "span_thread")][:1 + (span > 1)]:
+                build = generate_matrix_build(scheme, d_flush=D_FLUSH_BELOW[precision], span=s)
+                shared = _load(f"kingen_build_cpu_{precision}_{build.key}",
+                               header + "\n" + build.source)
+                text += f"from {shared.__name__} import {name}\n"
         text += "\n" + code.source + launch
     elif target == "cuda":
         text = _CUDA_HEADER.format(precision=precision)
@@ -330,8 +338,16 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     regs = f"_r{max_registers}" if max_registers and target == "cuda" else ""
     variant = "" if form == "stage" else f"_prop{lanes}" + (
         f"b{block}" if lanes > 1 and target == "cuda" else "") + (f"s{span}" if span > 1 else "")
-    name = (f"kingen_rk4_{target}_{precision}_{code.key}{variant}{regs}"
+    # keyed by the whole text: it names the shared builders' module too
+    key = hashlib.sha1(text.encode()).hexdigest()[:16]
+    name = (f"kingen_rk4_{target}_{precision}_{key}{variant}{regs}"
             f"{'_sim' if simulator else ''}")
+    return _load(name, text)
+
+
+def _load(name: str, text: str) -> ModuleType:
+    """Module ``name`` of source ``text``, written to the cache folder (once: Numba's cache
+    is keyed by the file) and imported from there."""
     if name in _LOADED:
         return _LOADED[name]
     folder = cache_dir() / "solvers"
