@@ -16,10 +16,11 @@ The propagator form's solve is split in two: ``build_s`` is the same parallel ca
 the matrices built and no sample run (:func:`kingen.solve.cpu.run_on_cpu` with ``solve``
 False), ``samples_s`` the rest of ``solve_s``; each has its own speed-up over one thread,
 so that a row shows which part stops scaling. With ``--ceiling`` the file also holds the
-weak scaling of register-only multiply-add chains (``ceiling``): what the host allows any
-compute-bound kernel, its all-core clock included. ``path`` says how the batch ran
-(``candidate``: each thread builds a candidate's matrices and runs its sweeps; ``pairs``:
-all matrices first, then the (candidate, sweep) pairs; ``--path`` forces one). The
+weak scaling of multiply-add chains that fill a core's arithmetic units (``ceiling``):
+what the host allows any compute-bound kernel, its all-core clock included. ``path`` says
+how the batch ran (``candidate``: each thread builds a candidate's matrices and runs its
+sweeps; ``pairs``: all matrices first, then the (candidate, sweep) pairs; ``--path``
+forces one). The
 threading layer is Numba's choice unless ``--threading-layer``, and the file records the
 processor (``lscpu``) so that cores can be told from hyperthreads.
 
@@ -121,26 +122,27 @@ def part_speedups(parts: dict, first: dict, work: float) -> dict:
 
 @functools.cache
 def _chains():
-    """A kernel of register-only multiply-add chains, one per work item (no memory traffic):
-    what the host's cores give together, their clock at that load included."""
+    """A kernel of multiply-add chains, 64 independent ones per work item held in one
+    core's L1 cache: enough at once to fill a core's arithmetic units (4 chains would leave
+    them idle between dependent steps, and two threads sharing one core through
+    hyper-threading would then each run at full speed). What the host's cores give
+    together, their clock at that load included."""
     import numba
 
     @numba.njit(parallel=True, cache=True, fastmath={"contract"})
     def chains(n_items: int, length: int, out: np.ndarray) -> None:
         for i in numba.prange(n_items):
-            a0, a1, a2, a3 = 1.0 + i * 1e-9, 0.5, 0.25, 0.125
+            acc = np.full(64, 1.0 + i * 1e-9)
             for _ in range(length):
-                a0 = a0 * 0.999999 + 1e-7
-                a1 = a1 * 0.999999 + 1e-7
-                a2 = a2 * 0.999999 + 1e-7
-                a3 = a3 * 0.999999 + 1e-7
-            out[i] = a0 + a1 + a2 + a3
+                for k in range(64):
+                    acc[k] = acc[k] * 0.999999 + 1e-7
+            out[i] = acc.sum()
 
     return chains
 
 
 def arithmetic_ceiling(threads: list[int], repeats: int, items_per_thread: int = 64,
-                       length: int = 2_000_000) -> list[dict]:
+                       length: int = 400_000) -> list[dict]:
     """Weak scaling of :func:`_chains`: the speed-up any compute-bound kernel can reach on
     this host at each thread count (below the thread count when the cores' clock falls as
     more of them run)."""
@@ -188,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threading-layer", default=None, choices=["omp", "tbb", "workqueue"],
                     help="Numba's threading layer (default: Numba's choice)")
     ap.add_argument("--ceiling", action="store_true",
-                    help="also time register-only multiply-add chains at each thread count: "
+                    help="also time multiply-add chains that fill a core at each thread count: "
                          "the speed-up the host's cores and clocks allow any compute-bound "
                          "kernel")
     add_output_options(ap, "cpu_scaling")
@@ -212,13 +214,15 @@ def main(argv: list[str] | None = None) -> int:
               "exchange_ms": args.exchange, "cores": os.cpu_count(),
               "processor": processor(), "path_option": args.path,
               "numba_threads_max": numba.config.NUMBA_NUM_THREADS, "rows": []}
+    if args.ceiling:
+        result["ceiling"] = arithmetic_ceiling(threads, args.repeats)
+        write(result, out)
+    if not (args.per_thread or args.population):
+        return 0
     sim.run(candidates(scheme, 8, seed=1), "objective", launch_config=config)  # compile
     result["threading_layer"] = numba.threading_layer()
     print(f"== {args.model} {args.precision} {config.name} on {os.cpu_count()} cores "
           f"({result['threading_layer']}); threads {threads}", flush=True)
-    if args.ceiling:
-        result["ceiling"] = arithmetic_ceiling(threads, args.repeats)
-        write(result, out)
     for kind, sizes in (("weak", [args.per_thread * t for t in threads] if args.per_thread
                          else []),
                         ("strong", [args.population] * len(threads) if args.population else [])):
