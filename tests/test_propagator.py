@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_solver import _mini_protocols, _objective_case, _reference
+from test_solver import _mini_protocols, _objective_case, _reference, by_model
 
 from kingen.codegen import generate_propagator
 from kingen.errors import KingenError
@@ -53,14 +53,10 @@ def _sums_against_the_cpu_stage_form(cpu, gpu, params, config):
     return got, ref
 
 
-# test_solver.py compiles the same traces kernels (0.2 ms exchange, every scheme) and computes
-# the same exact references: run there, after it, these reuse both
-SAME_KERNELS_AS_TEST_SOLVER = pytest.mark.xdist_group("tests/test_solver.py")
-
-
-@SAME_KERNELS_AS_TEST_SOLVER
-@pytest.mark.parametrize("model", [p.stem for p in MODELS])
-def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution(model):
+@pytest.mark.parametrize("path", by_model(MODELS))  # after test_solver.py's, in one process:
+def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution(path):
+    # the same traces kernel (0.2 ms exchange) and exact references as test_solver.py's
+    model = path.stem
     scheme = _scheme(model)
     # constant rows propagated, the exchange's edges in products of their own or stage form
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
@@ -71,7 +67,6 @@ def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution
     assert not prop.fail.any() and not stage.fail.any()
     # an identity, not an approximation: equal up to rounding
     assert _peak_errors(prop, stage, scheme, protocols) <= 1e-9
-    path = next(p for p in MODELS if p.stem == model)
     exact = [c for p in protocols for c in _reference(path, p.name)]
     assert _peak_errors(prop, exact, scheme, protocols) <= 1e-6
 
@@ -346,7 +341,7 @@ def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_st
             assert plan.keys_f[k + j, 0] == schedule.rows_f[r, 1] and plan.keys_i[k + j] == n
 
 
-@SAME_KERNELS_AS_TEST_SOLVER
+@pytest.mark.xdist_group("model robert_howe_2003")  # test_solver.py's kernel and references
 def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_size():
     scheme = _scheme("robert_howe_2003")
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
@@ -376,17 +371,6 @@ def test_propagated_edges_equal_the_stage_form_and_the_exact_solution_at_full_si
     np.testing.assert_allclose(got.sgg, one.sgg, rtol=1e-11)
     np.testing.assert_allclose(got.sgd, one.sgd, rtol=1e-11)
     np.testing.assert_allclose(got.windows, one.windows, rtol=1e-11, atol=1e-14)
-
-
-@SAME_KERNELS_AS_TEST_SOLVER
-def test_float32_propagator_meets_its_bound_with_recurring_edges():
-    scheme = _scheme("robert_howe_2003")
-    protocols = [standard_protocol("recovery", exchange=0.2)]  # the 10 mM edges, 18 times
-    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu", precision="float32"))
-    assert sim.propagator_plan().edge_samples > 0
-    got = sim.run(scheme.values[None], "traces", launch_config=PROP)
-    exact = _reference(next(m for m in MODELS if m.stem == "robert_howe_2003"), "recovery")
-    assert _peak_errors(got, exact, scheme, protocols) <= 1e-3
 
 
 def _edge_protocols() -> list[Protocol]:

@@ -39,8 +39,17 @@ def _max_rel_error(result, reference: list[np.ndarray], channels: float) -> floa
     return err
 
 
+def by_model(paths: list[Path]) -> list:
+    """Parameters, one per scheme, each in its scheme's xdist group: the tests of one scheme
+    (here and in test_propagator.py) run in one process, one after the other, where the
+    kernels and exact references the first compiles are loaded, while other schemes run in
+    the other processes."""
+    return [pytest.param(p, id=p.stem, marks=pytest.mark.xdist_group(f"model {p.stem}"))
+            for p in paths]
+
+
 @pytest.mark.parametrize("precision", ["float64", "float32"])
-@pytest.mark.parametrize("model", MODELS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("model", by_model(MODELS))
 def test_cpu_backend_matches_exact_reference_on_every_standard_protocol(model, precision):
     scheme = _scheme(model)
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
