@@ -177,13 +177,24 @@ def bench_shard(args: argparse.Namespace) -> dict[str, Any]:
             settings = ClusterSettings(workers=n, gpus=args.backend != "cpu")
             with open_client(settings, env=env) as client:
                 client.wait_for_workers(n, timeout=120)
-                cfg = kingen.load_config(args.config, overrides=overrides)
                 for pieces in _pieces(args.pieces):
-                    sharded = ShardedEvaluator.for_config(client, cfg, pieces=pieces)
+                    made: list[ShardedEvaluator] = []
+
+                    def sharded(objective: Any, pieces: int = pieces,
+                                made: list[ShardedEvaluator] = made) -> ShardedEvaluator:
+                        # from the fit's own objective, as `kingen fit --cluster` makes it:
+                        # its items carry the noise model the fit scores its χ² with
+                        made.append(ShardedEvaluator(
+                            client, objective.scheme, objective.items,
+                            objective.simulator.options, warm=objective.scheme.values[None],
+                            pieces=pieces))
+                        return made[-1]
+
                     try:
-                        res = run(lambda objective, s=sharded: s, f"sharded_{n}_{pieces}")
+                        res = run(sharded, f"sharded_{n}_{pieces}")
                     finally:
-                        sharded.close()
+                        for ev in made:
+                            ev.close()
                     same = bool(res.fitness == one.fitness
                                 and np.array_equal(res.params, one.params))
                     runs.append({"workers": n, "pieces": pieces,

@@ -157,7 +157,11 @@ class ShardedEvaluator:
 
     @classmethod
     def for_config(cls, client: Any, cfg: Any, **kwargs: Any) -> ShardedEvaluator:
-        """An evaluator for a loaded :class:`~kingen.fitting.config.FitConfig`."""
+        """An evaluator for a loaded :class:`~kingen.fitting.config.FitConfig`, scoring as
+        ``Objective(cfg.scheme, cfg.protocols, cfg.solver)`` does: on relative errors
+        unless the protocols carry a noise model. A fit scores the likelihood with the noise
+        model it estimates at its start, so its evaluator is built from its objective
+        instead (``kingen fit --cluster``: :mod:`kingen.scaleout.fitting`)."""
         warm = cfg.pmap.to_params(cfg.pmap.start_genes()[None, :])
         return cls(client, cfg.scheme, cfg.protocols, cfg.solver, warm=warm, **kwargs)
 
