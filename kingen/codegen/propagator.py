@@ -113,7 +113,11 @@ def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
     a(f"{ind}h6 = h / F64(6.0)")
     for j in range(S):
         a(f"{ind}p{j} = F64(1.0) if i == {j} else F64(0.0)")
-    if edges:
+    if edges and layout == "cpu":
+        # one loop for both kinds of key (see Emitter.stage_rows: half the compile)
+        a(f"{ind}for it in range(keys_i[k]):")
+        a.rk4_step(ind + "    ", smooth=True, conc_index="ck + 3 * it", when="ck >= 0")
+    elif edges:
         a(f"{ind}if ck < 0:")
         a(f"{const}for it in range(keys_i[k]):")
         a.rk4_step(const + "    ", smooth=False)
@@ -199,7 +203,7 @@ def _whole_state_sample(a: Emitter, ind: str, ind2: str, mode: str, with_occupan
 
 
 def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
-                  target: str, per_sample: bool = False) -> None:
+                  target: str, per_sample: bool | str = False) -> None:
     """A propagated row when one thread holds the whole state.
 
     On the GPU the thread also holds D in registers (``d{i}_{j}``, loaded once per row). A
@@ -210,9 +214,13 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     count per row, an atomic operation that every core's thread contends for.
 
     With ``per_sample`` (an edge row) repetition j takes key ``kk`` + j, read from memory
-    at each product on either target.
+    at each product on either target. On the CPU ``per_sample`` may be a condition instead:
+    the one loop then serves both kinds of row (half the code to compile), its key
+    advancing only where the condition holds.
     """
     S, F = a.scheme.n_states, a.cast
+    if isinstance(per_sample, str) and target != "cpu":
+        raise ValueError("a per-sample condition is the CPU's")
     if target == "cpu":
         key = "ks" if per_sample else "kk"
 
@@ -231,6 +239,8 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     a.prefetch(ind, mode, 1)
     if per_sample:
         a(f"{ind}ks = kk")
+    if isinstance(per_sample, str):
+        a(f"{ind}kstep = 1 if {per_sample} else 0")
     a(f"{ind}for rep in range(nrep):")
     ind2 = ind + "    "
     for j in range(S):
@@ -239,7 +249,7 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
         a(f"{ind2}p{j} = n{j}")
         a.flush(ind2, f"p{j}", f"e{j}" if a.compensated else None)
     if per_sample:
-        a(f"{ind2}ks += 1")
+        a(f"{ind2}ks += {'kstep' if isinstance(per_sample, str) else 1}")
     _whole_state_sample(a, ind, ind2, mode, with_occupancy, [f"p{i}" for i in range(S)])
 
 
@@ -493,27 +503,33 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     ind2 = ind + "    "
     a.step_sizes(ind2)
     a(f"{ind2}kk = row_key[r]")
-    if edge_rows:
-        a(f"{ind2}if kk >= 0 and rows_i[r, 3] != 0:")
-        if lanes == 1:
-            _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target, per_sample=True)
-        else:
-            _lanes_row(a, ind2 + "    ", mode, lanes, per_sample=True)
-        a(f"{ind2}elif kk >= 0:")
-    else:
+    if edge_rows and target == "cpu" and span == 1:
+        # one product loop for edge and constant rows (see _one_lane_row)
         a(f"{ind2}if kk >= 0:")
-    if span > 1 and target == "cpu":
-        emit_span_row_cpu(a, ind2 + "    ", span)
-    elif span > 1:
-        a(f"{ind2}    kf = {'row_fold[r]' if fold else 'kk'}")
-        emit_span_row(a, ind2 + "    ", lanes, span,
-                      padded_states(scheme.n_states, lanes) // lanes)
-    elif lanes == 1:
-        _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target)
+        _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target,
+                      per_sample="rows_i[r, 3] != 0")
     else:
-        _lanes_row(a, ind2 + "    ", mode, lanes)
+        if edge_rows:
+            a(f"{ind2}if kk >= 0 and rows_i[r, 3] != 0:")
+            if lanes == 1:
+                _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target, per_sample=True)
+            else:
+                _lanes_row(a, ind2 + "    ", mode, lanes, per_sample=True)
+            a(f"{ind2}elif kk >= 0:")
+        else:
+            a(f"{ind2}if kk >= 0:")
+        if span > 1 and target == "cpu":
+            emit_span_row_cpu(a, ind2 + "    ", span)
+        elif span > 1:
+            a(f"{ind2}    kf = {'row_fold[r]' if fold else 'kk'}")
+            emit_span_row(a, ind2 + "    ", lanes, span,
+                          padded_states(scheme.n_states, lanes) // lanes)
+        elif lanes == 1:
+            _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target)
+        else:
+            _lanes_row(a, ind2 + "    ", mode, lanes)
     a(f"{ind2}else:")
-    a.stage_rows(ind2 + "    ", mode, with_occupancy, stage_rows)
+    a.stage_rows(ind2 + "    ", mode, with_occupancy, stage_rows, merged=target == "cpu")
     if span > 1 and target == "cuda":
         emit_span_reduce(a, ind, lanes)
     a.finish(ind, mode, writer="lane == 0" if lanes > 1 else None)

@@ -58,7 +58,7 @@ def thread_start(a: Emitter, mode: str) -> None:
 def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
              compensated: bool = False, flush_below: float = 0.0,
              n_windows: int = N_WINDOWS, n_sections: int = 0,
-             with_sum: bool = False) -> GeneratedCode:
+             with_sum: bool = False, merged: bool = False) -> GeneratedCode:
     """Python source of the stage-form RK4 thread body for ``scheme``.
 
     Parameters
@@ -91,6 +91,9 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
         sweep's; see :meth:`kingen.codegen.emit.Emitter.filter_sample`); 0: no filter.
     with_sum
         Objective mode: also reduce Σw·g (third value per pair), for fitted offsets.
+    merged
+        One loop for constant and smooth rows (the CPU's; see
+        :meth:`~kingen.codegen.emit.Emitter.stage_rows`).
 
     Examples
     --------
@@ -125,6 +128,6 @@ def generate(scheme: Scheme, mode: str, *, with_occupancy: bool = False,
     a.record(ind, mode, with_occupancy=with_occupancy, first=True)
     a(f"{ind}for r in range(row_start[w], row_start[w + 1]):")
     a.step_sizes(ind + "    ")
-    a.stage_rows(ind + "    ", mode, with_occupancy)
+    a.stage_rows(ind + "    ", mode, with_occupancy, merged=merged)
     a.finish(ind, mode)
     return finished(a)

@@ -273,7 +273,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     if form == "stage":
         code = generate(scheme, mode, with_occupancy=with_occupancy,
                         compensated=precision == "float32", flush_below=flush,
-                        n_windows=n_windows, n_sections=n_sections, with_sum=with_sum)
+                        n_windows=n_windows, n_sections=n_sections, with_sum=with_sum,
+                        merged=target == "cpu")
     elif form == "propagator":
         code = generate_propagator(scheme, mode, lanes=lanes, with_occupancy=with_occupancy,
                                    compensated=precision == "float32", flush_below=flush,
