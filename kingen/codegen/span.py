@@ -560,18 +560,24 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
     a(f"{ind}nb = nrep // {span}")
     a(f"{ind}rem = nrep - nb * {span}")
 
+    # the key's blocks of the flat views (kingen.codegen.propagator.flat_views)
+    a(f"{ind}gb = (slot * GV.shape[1] + kk) * {span * S}")
+    a(f"{ind}vb = (slot * DV.shape[1] + kk) * {S * S}")
+    a(f"{ind}db = (slot * D.shape[1] + kk) * {S * S}")
+
     def currents(ind2: str, count: str) -> None:
         a(f"{ind2}if rec == 1:")
         a(f"{ind2}    for q in range({count}):")
         ind3 = ind2 + "        "
-        a(f"{ind3}g = float({dot([f'{x} * GV[slot, kk, q, {i}]' for i, x in enumerate(p)])}) * drv")
+        a(f"{ind3}gq = gb + q * {S}")
+        a(f"{ind3}g = float({dot([f'{x} * GVf[U(gq + {i})]' for i, x in enumerate(p)])}) * drv")
         a(f"{ind3}smp += 1")
         a(f"{ind3}code = 0")
         a.store_sample(ind3, "objective", [])
 
-    def advance(ind2: str, matrix: str) -> None:
+    def advance(ind2: str, matrix: str, start: str) -> None:
         for j in range(S):
-            terms = [f"p{i} * {matrix}[slot, kk, {i}, {j}]" for i in range(S)]
+            terms = [f"p{i} * {matrix}[U({start} + {i * S + j})]" for i in range(S)]
             a(f"{ind2}n{j} = {dot([f'p{j}'] + terms, 2)}")
         for j in range(S):
             a(f"{ind2}p{j} = n{j}")
@@ -579,11 +585,11 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
 
     a(f"{ind}for b in range(nb):")
     currents(ind + "    ", str(span))
-    advance(ind + "    ", "DV")
+    advance(ind + "    ", "DVf", "vb")
     a(f"{ind}if rem > 0:")
     currents(ind + "    ", "rem")
     a(f"{ind}    for t in range(rem):")
-    advance(ind + "        ", "D")
+    advance(ind + "        ", "Df", "db")
     row_end_check(a, ind, " + ".join(p), " | ".join(f"({x} < -tol) | ({x} > 1.0 + tol)"
                                                       for x in p), "objective", None)
     if a.compensated:
