@@ -232,9 +232,10 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     On the GPU the thread also holds D in registers (``d{i}_{j}``, loaded once per row). A
     CPU has too few registers for S² values: there each product reads D's row-contiguous
     block ``D[c, k]`` from the L1 cache, into the same straight-line sums (2.5x faster per
-    sample than loops over arrays, which the compiler cannot keep in registers). It indexes
-    ``D`` itself: a view ``D[c, kk]`` would take a reference to D's one shared reference
-    count per row, an atomic operation that every core's thread contends for.
+    sample than loops over arrays, which the compiler cannot keep in registers). It reads
+    the flat view ``Df`` taken once per thread body (:func:`flat_views`), at the block's
+    offset ``kb``: a view ``D[c, kk]`` per row would take a reference to D's one shared
+    reference count per row, an atomic operation that every core's thread contends for.
 
     With ``per_sample`` (an edge row) repetition j takes key ``kk`` + j, read from memory
     at each product on either target. On the CPU ``per_sample`` may be a condition instead:
@@ -262,9 +263,10 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
         def entry(i: int, j: int) -> str:
             return f"d{i}_{j}"
     a.prefetch(ind, mode, 1)
+    # the key of the next repetition: kk + 1 on the GPU, the next block of Df on the CPU
     if per_sample and target != "cpu":
         a(f"{ind}ks = kk")
-    if isinstance(per_sample, str):
+    elif isinstance(per_sample, str):
         a(f"{ind}kstep = {S * S} if {per_sample} else 0")
     a(f"{ind}for rep in range(nrep):")
     ind2 = ind + "    "
@@ -273,10 +275,10 @@ def _one_lane_row(a: Emitter, ind: str, mode: str, with_occupancy: bool,
     for j in range(S):
         a(f"{ind2}p{j} = n{j}")
         a.flush(ind2, f"p{j}", f"e{j}" if a.compensated else None)
-    if isinstance(per_sample, str):
-        a(f"{ind2}kb += kstep")
+    if per_sample and target != "cpu":
+        a(f"{ind2}ks += 1")
     elif per_sample:
-        a(f"{ind2}{'kb' if target == 'cpu' else 'ks'} += {S * S if target == 'cpu' else 1}")
+        a(f"{ind2}kb += {'kstep' if isinstance(per_sample, str) else S * S}")
     _whole_state_sample(a, ind, ind2, mode, with_occupancy, [f"p{i}" for i in range(S)])
 
 
