@@ -175,8 +175,8 @@ def flat_views(a: Emitter, ind: str, spans: bool) -> None:
 
     Numba types and lowers an entry read as ``D[slot, kk, i, j]`` several times slower than
     ``Df[U(kb + i·S + j)]`` (the unsigned index needs no wraparound check), and a product
-    reads S² of them: Robert & Howe's objective kernel compiles in 72 s rather than 79 s
-    on two AMD cores, to the same loads.
+    reads S² of them. The loads are the same; ``python -m benchmarks compile_time`` measures
+    what a scheme's kernels cost to compile.
 
     Examples
     --------
