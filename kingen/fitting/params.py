@@ -66,7 +66,9 @@ def _fill_rows(g: np.ndarray, clip: bool, lower: np.ndarray, upper: np.ndarray,
     """Rows of :meth:`ParameterMap.to_params`, each in one pass: the genes (clipped on
     request), 10**gene as exp(gene ln 10) for log genes, the ties in order, then the derived
     rates with :meth:`Scheme.complete`'s arithmetic (the logs of the rates read before any
-    rule writes, a log of -inf taken as NaN, the terms summed in column order)."""
+    rule writes, a log of -inf taken as NaN, the terms summed in column order). Its exp and
+    log are the C library's; NumPy's, on hosts with AVX-512, are its own SIMD code, so the
+    two may differ in the last place."""
     for i in numba.prange(g.shape[0]):
         for j in range(out.shape[1]):
             out[i, j] = base[j]
