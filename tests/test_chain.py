@@ -128,7 +128,7 @@ def test_first_order_hold_is_the_analog_filter_sampled_for_a_current_linear_betw
 
 @pytest.mark.parametrize("precision,tol", [
     ("float64", 1e-9),
-    # seven kernels of its own to compile: in a process of its own, beside float64's
+    # kernels of its own to compile: in a process of its own, beside float64's
     pytest.param("float32", 1e-4, marks=pytest.mark.xdist_group("chain kernels float32"))])
 def test_kernel_filter_equals_scipy_on_the_cpu_in_stage_propagator_and_span_forms(
         precision, tol):
@@ -144,8 +144,12 @@ def test_kernel_filter_equals_scipy_on_the_cpu_in_stage_propagator_and_span_form
                     filters=filters)
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
     starts = sim.schedule.sample_start
+    # float32's own arithmetic in the propagator form's traces and the fit's span form; the
+    # stage form emits the same filter sections, and float64 checks them and the propagator
+    # form's sums (four more kernels to compile in float32)
+    forms = (STAGE, PROP) if precision == "float64" else (PROP,)
     want = {}
-    for config in (STAGE, PROP):
+    for config in forms:
         raw = sim.run(params, "traces", launch_config=config, filtered=False)
         got = sim.run(params, "traces", launch_config=config)
         want[config] = _filtered_by_scipy(raw, protocols, filters)
@@ -157,8 +161,9 @@ def test_kernel_filter_equals_scipy_on_the_cpu_in_stage_propagator_and_span_form
     # objective mode, the span form included: the sums of the filtered current (a span
     # regroups the propagator form's products: its traces are the propagator form's)
     for config, traces in ((STAGE, STAGE), (PROP, PROP), (SPAN, PROP)):
-        res = sim.run(params, "objective", launch_config=config)
-        _check_objective(res, want[traces], starts, obj, tol)
+        if traces in forms and (config is SPAN or precision == "float64"):
+            res = sim.run(params, "objective", launch_config=config)
+            _check_objective(res, want[traces], starts, obj, tol)
 
 
 @pytest.mark.parametrize("config, measured", [

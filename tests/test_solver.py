@@ -351,11 +351,29 @@ def test_numpy_2_5_incompatibility_is_reported_not_crashed(monkeypatch):
     assert backends.choose_backend("auto")[0] == "cpu"
 
 
-def test_cpu_backend_keeps_occupancies_out_of_the_subnormal_range():
-    # Robert & Howe's bound states decay through the subnormal range in the recovery
-    # protocol's long agonist-free gaps (a quarter of its occupancies did, unflushed), and
+FAST_CLOSING = """
+[model]
+name = "fast closing"
+[states]
+C = {}
+O = { conductance = 20 }
+[parameters]
+kon = { value = 5.0, bounds = [0.5, 50] }
+koff = { value = 10.0, bounds = [1, 100] }
+[transitions]
+"C -> O" = "kon * glu"
+"O -> C" = "koff"
+"""
+
+
+def test_cpu_backend_keeps_occupancies_out_of_the_subnormal_range(tmp_path):
+    # Bound states decay through the subnormal range in the recovery protocol's long
+    # agonist-free gaps (a quarter of Robert & Howe's occupancies did, unflushed), and
     # subnormal arithmetic is ~100x slower on Intel cores: the CPU step flushes them to zero.
-    scheme = _scheme(next(p for p in MODELS if p.stem == "robert_howe_2003"))
+    # Here O closes at 10/ms, so it passes 1e-308 after 71 ms of each gap.
+    path = tmp_path / "fast_closing.toml"
+    path.write_text(FAST_CLOSING)
+    scheme = Scheme.load(path)
     sim = Simulator(scheme, [standard_protocol("recovery")], options=SolverOptions(backend="cpu"))
     occ = sim.run(scheme.values[None, :], "traces", with_occupancy=True).occupancy[0]
     nonzero = np.abs(occ[occ != 0])
