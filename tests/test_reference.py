@@ -57,7 +57,7 @@ def test_probability_conserved_to_1e12(name, exchange):
 
 def test_smooth_solver_agrees_with_expm_where_both_apply():
     """A pulse with an exchange time far below the sampling resolution ≈ ideal steps, and the
-    BDF path (smooth) must agree with the expm path (constant) to its tolerance."""
+    LSODA path (smooth) must agree with the expm path (constant) to its tolerance."""
     s = Scheme.load(MODELS / "jonas_1993.toml")
     ideal = simulate_exact(s, standard_protocol("desensitization", exchange=0.0))
     smooth = simulate_exact(s, standard_protocol("desensitization", exchange=1e-4))
