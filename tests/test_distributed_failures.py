@@ -485,45 +485,77 @@ def test_ctrl_c_while_a_fit_drops_its_solver_leaves_the_scheduler_quiet(
     assert errors == []
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
-@pytest.mark.parametrize("start_s, press_s", [(120, 0.5), (120, 3.0), (5, 0.5)],
-                         ids=["hangs-pressed-early", "hangs-pressed-past-the-hold",
-                              "slow-pressed-early"])
-def test_ctrl_c_while_a_local_cluster_starts_slowly_or_never(tmp_path, start_s, press_s):
-    slow = tmp_path / "slow"
-    slow.mkdir()  # every worker process takes start_s as its interpreter starts
-    (slow / "sitecustomize.py").write_text(
-        f'import sys, time\nif "--multiprocessing-fork" in sys.argv:\n'
-        f'    time.sleep({start_s})\n')
-    # no BLAS threads: kingen's own thread is then the only one the press can reach
-    env = {**DASK_ENV, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-               [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    args = ["fit", str(_config(tmp_path, generations=4)), "--backend", "cpu",
-            "-o", str(tmp_path / "run.h5"), "--cluster", "local:2"]
-    code = ("import sys, kingen.scaleout.interrupts as c; c.HOLD_S = 2.0; "
-            "from kingen.cli import main; sys.exit(main(sys.argv[1:]))")
-    err_path = tmp_path / "err.txt"
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(err_path, "w"),
-                            start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+# Each case: how long every worker process takes as its interpreter starts, and when Ctrl-C
+# is pressed, counted from the first worker process's spawn (the hold, HOLD_S, is 3 s).
+SLOW_STARTS = {"hangs-pressed-early": (120, 0.5), "hangs-pressed-past-the-hold": (120, 4.0),
+               "slow-pressed-early": (5, 0.5)}
+
+
+@pytest.fixture(scope="module")
+def slow_starts(tmp_path_factory) -> dict[str, tuple[int, list[str], bool]]:
+    """Each case of SLOW_STARTS: a fit on a local cluster, Ctrl-C pressed as the cluster
+    starts; the driver's exit status, its stderr's lines, and whether its process group
+    (the worker processes) ended. The drivers run at once: each spends about 10 s waiting,
+    not computing, for Dask's wait for the start to wake."""
+    procs: dict[str, subprocess.Popen] = {}
+    logs: dict[str, Path] = {}
     try:
+        for case, (start_s, _) in SLOW_STARTS.items():
+            folder = tmp_path_factory.mktemp(case)
+            slow = folder / "slow"
+            slow.mkdir()
+            (slow / "sitecustomize.py").write_text(
+                f'import sys, time\nif "--multiprocessing-fork" in sys.argv:\n'
+                f'    time.sleep({start_s})\n')
+            # no BLAS threads: kingen's own thread is then the only one the press can reach
+            env = {**DASK_ENV, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+                       [str(slow), *filter(None, [os.environ.get("PYTHONPATH")])])}
+            args = ["fit", str(_config(folder, generations=4)), "--backend", "cpu",
+                    "-o", str(folder / "run.h5"), "--cluster", "local:2"]
+            code = ("import sys, kingen.scaleout.interrupts as c; c.HOLD_S = 3.0; "
+                    "from kingen.cli import main; sys.exit(main(sys.argv[1:]))")
+            logs[case] = folder / "err.txt"
+            procs[case] = subprocess.Popen(
+                [sys.executable, "-c", code, *args], env=env, stdout=subprocess.DEVNULL,
+                stderr=open(logs[case], "w"), start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        spawned: dict[str, float] = {}
+        pressed: set[str] = set()
         deadline = time.monotonic() + 120
-        while _spawned_workers(proc.pid) == 0:
-            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+        while len(pressed) < len(procs):
+            now = time.monotonic()
+            counts = _spawned_workers_of({p.pid for c, p in procs.items() if c not in spawned})
+            for case, proc in procs.items():
+                if case not in spawned:
+                    assert proc.poll() is None and now < deadline, logs[case].read_text()
+                    if counts.get(proc.pid):
+                        spawned[case] = now
+                elif case not in pressed and now >= spawned[case] + SLOW_STARTS[case][1]:
+                    os.killpg(proc.pid, signal.SIGINT)
+                    pressed.add(case)
             time.sleep(0.01)
-        time.sleep(press_s)  # HOLD_S is 2 s
-        os.killpg(proc.pid, signal.SIGINT)
-        # held back until the start ends, or for HOLD_S, then seen when Dask's wait for
-        # the start wakes (every 10 s)
-        assert proc.wait(timeout=60) in (130, -signal.SIGINT)
-        lines = [line for line in err_path.read_text().splitlines() if line.strip()]
-        assert lines == ["kingen: interrupted"], lines
-        _wait_for_the_group_to_end(proc.pid)  # the workers were ended
+        said = {}
+        for case, proc in procs.items():
+            code = proc.wait(timeout=60)
+            said[case] = (code, [line for line in logs[case].read_text().splitlines()
+                                 if line.strip()])
+        return {case: (*said[case], _group_ended(proc.pid)) for case, proc in procs.items()}
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        for proc in procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
+@pytest.mark.parametrize("case", list(SLOW_STARTS))
+def test_ctrl_c_while_a_local_cluster_starts_slowly_or_never(slow_starts, case):
+    # held back until the start ends, or for HOLD_S, then seen when Dask's wait for the
+    # start wakes (every 10 s)
+    code, lines, ended = slow_starts[case]
+    assert code in (130, -signal.SIGINT)
+    assert lines == ["kingen: interrupted"], lines
+    assert ended, "a worker process is still running"  # the workers were ended
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
@@ -577,29 +609,42 @@ def _state(pid: int) -> str:
         return ""
 
 
-def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
+def _group_ended(pgid: int, seconds: float = 30.0) -> bool:
+    """Whether process group ``pgid`` ends within ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
-            return
-        assert time.monotonic() < deadline, "a worker process is still running"
-        time.sleep(0.2)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
+    assert _group_ended(pgid, seconds), "a worker process is still running"
 
 
 def _spawned_workers(pid: int) -> int:
     """How many worker processes ``pid`` has spawned so far (Linux's /proc)."""
-    count = 0
+    return _spawned_workers_of({pid}).get(pid, 0)
+
+
+def _spawned_workers_of(pids: set[int]) -> dict[int, int]:
+    """How many worker processes each of ``pids`` has spawned so far (Linux's /proc), in
+    one look through /proc."""
+    counts: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         try:
             stat = (entry / "stat").read_text()
             cmdline = (entry / "cmdline").read_bytes()
         except (OSError, ValueError):
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmdline:
-            count += 1
-    return count
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent in pids and b"spawn_main" in cmdline:
+            counts[parent] = counts.get(parent, 0) + 1
+    return counts
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads Linux's /proc")
