@@ -264,12 +264,14 @@ def test_a_solver_that_cannot_be_built_is_not_left_on_the_scheduler(scheduler, t
 
 def test_a_fit_whose_workers_are_all_lost_stops_in_one_line_and_resumes(
         scheduler, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 4.0)
+    # the fit's first look for a worker, a poll (2 s) after its last, is its last
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 2.0)
     config, run = _config(tmp_path, generations=6), tmp_path / "run.h5"
-    reference = kingen.fit(config, progress=False, overrides={
-        "backend": "cpu", "output": str(tmp_path / "one.h5")})
     for _ in range(2):
         scheduler.add_worker()
+    # while the workers' interpreters start
+    reference = kingen.fit(config, progress=False, overrides={
+        "backend": "cpu", "output": str(tmp_path / "one.h5")})
     _wait_for_workers(scheduler.address, 2)
     # both workers die (nanny and all) as they start evaluation 3, generation 2's
     _register(scheduler.address, AtEvaluation(3), "kill-all")
@@ -298,8 +300,8 @@ def test_a_fit_whose_workers_are_all_lost_stops_in_one_line_and_resumes(
 
 def test_a_batch_whose_workers_are_all_lost_stops_in_one_line(scheduler, tmp_path,
                                                               monkeypatch, capsys):
-    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 4.0)
-    monkeypatch.setattr(cluster_module, "REMIND_S", 2.0)
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 2.0)
+    monkeypatch.setattr(cluster_module, "REMIND_S", 1.0)
     manifest = tmp_path / "batch.toml"
     manifest.write_text(f'config = "{_config(tmp_path, generations=4)}"\noutput = "out"\n'
                         'seeds = [1, 2]\n[overrides]\nbackend = "cpu"\n')
@@ -310,11 +312,11 @@ def test_a_batch_whose_workers_are_all_lost_stops_in_one_line(scheduler, tmp_pat
         c.register_plugin(_KillOnFit(), name="kill-fit")
     assert cli(["batch", str(manifest), "--cluster", scheduler.address]) == 2
     err = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
-    assert err[-1] == ("kingen: error: the cluster has had no worker for 4 s, with 2 fits "
+    assert err[-1] == ("kingen: error: the cluster has had no worker for 2 s, with 2 fits "
                        "unfinished: start workers, then run the batch again to resume them")
     waiting = [line for line in err[:-1] if not line.startswith("batch: ")]
     assert waiting and all(re.fullmatch(r"the cluster has no worker \(\d s so far\): the "
-                                        r"batch stops at 4 s unless one joins", line)
+                                        r"batch stops at 2 s unless one joins", line)
                            for line in waiting), waiting
     _unregister(scheduler.address, "kill-fit")
     scheduler.add_worker()
@@ -361,12 +363,14 @@ def test_a_worker_that_never_answers_does_not_hold_the_fit(tmp_path, monkeypatch
     try:
         s.add_worker()
         _wait_for_workers(s.address, 1)
-        monkeypatch.setattr(shard_module, "DROP_WAIT_S", 2.0)
-        monkeypatch.setattr(shard_module, "BUILD_WAIT_S", 3.0)
         cfg = kingen.load_config(kingen.demo_config(), overrides={"backend": "cpu"})
         said: list[str] = []
         with distributed.Client(s.address, timeout="30s") as client:
             ev = ShardedEvaluator.for_config(client, cfg, say=said.append)
+            # both waits below are waited out (the stuck worker never answers); the build
+            # above, on a healthy worker, had the default's time
+            monkeypatch.setattr(shard_module, "DROP_WAIT_S", 1.0)
+            monkeypatch.setattr(shard_module, "BUILD_WAIT_S", 1.0)
             stuck = s.add_worker(env={"PYTHONPATH": str(fake.parent)})
             deadline = time.monotonic() + 60
             while not _closing(client):
@@ -378,13 +382,13 @@ def test_a_worker_that_never_answers_does_not_hold_the_fit(tmp_path, monkeypatch
             t0 = time.monotonic()
             ev.close()
             assert time.monotonic() - t0 < 10
-            assert said == [f"the scheduler did not confirm within 2 s that its workers "
+            assert said == [f"the scheduler did not confirm within 1 s that its workers "
                             f"dropped this fit's solver; workers not running: {address} "
                             f"(closing) (restart them)"]
             with pytest.raises(KingenError) as caught:   # the next fit's solver
                 ShardedEvaluator.for_config(client, cfg)
             assert str(caught.value) == (
-                f"--cluster: the workers could not build the solver: no answer within 3 s; "
+                f"--cluster: the workers could not build the solver: no answer within 1 s; "
                 f"workers not running: {address} (closing) (restart them)")
     finally:
         s.close()
