@@ -55,13 +55,16 @@ class Scheduler:
             stdout=subprocess.DEVNULL, stderr=open(folder / "scheduler.log", "w"),
             start_new_session=True, cwd=folder)
         self.workers: list[subprocess.Popen] = []
+        # the scheduler writes the file once it listens; one read may catch it half written
         deadline = time.monotonic() + 60
-        while not info.exists() or not info.read_text().strip():
-            assert self.proc.poll() is None and time.monotonic() < deadline, \
-                (folder / "scheduler.log").read_text()
-            time.sleep(0.1)
-        time.sleep(0.2)  # the file is written whole before the scheduler listens
-        self.address = json.loads(info.read_text())["address"]
+        while True:
+            try:
+                self.address = json.loads(info.read_text())["address"]
+                break
+            except (OSError, ValueError):
+                assert self.proc.poll() is None and time.monotonic() < deadline, \
+                    (folder / "scheduler.log").read_text()
+                time.sleep(0.02)
 
     def add_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
         n = len(self.workers)
