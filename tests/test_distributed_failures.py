@@ -619,16 +619,30 @@ def _state(pid: int) -> str:
 
 
 def _group_ended(pgid: int, seconds: float = 30.0) -> bool:
-    """Whether process group ``pgid`` ends within ``seconds``."""
+    """Whether every process of group ``pgid`` ends within ``seconds``. One that has ended
+    but is not yet reaped (a zombie, whose parent was the driver) has ended: the init
+    process that inherits it may take seconds to reap it."""
     deadline = time.monotonic() + seconds
-    while True:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
+    while _running_in_group(pgid):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+    return True
+
+
+def _running_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that have not ended (Linux's /proc)."""
+    running = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            running.append(int(entry.name))
+    return running
 
 
 def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
