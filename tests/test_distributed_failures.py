@@ -534,7 +534,8 @@ def slow_starts(tmp_path_factory) -> dict[str, tuple[int, list[str], bool]]:
         deadline = time.monotonic() + 120
         while len(pressed) < len(procs):
             now = time.monotonic()
-            counts = _spawned_workers_of({p.pid for c, p in procs.items() if c not in spawned})
+            waiting = {p.pid for c, p in procs.items() if c not in spawned}
+            counts = _spawned_workers_of(waiting) if waiting else {}
             for case, proc in procs.items():
                 if case not in spawned:
                     assert proc.poll() is None and now < deadline, logs[case].read_text()
