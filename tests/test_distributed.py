@@ -437,17 +437,32 @@ def _sleep_then(seconds: float, value: str) -> str:
     return value
 
 
+def _when_set(event: str, value: str) -> str:
+    distributed.Event(event).wait()
+    return value
+
+
 def test_the_batch_driver_wakes_when_a_fit_ends_not_at_its_next_poll(client):
+    import uuid
+
     from kingen.scaleout.batch import finished_queue, next_finished
 
+    # the slow fit ends when the test says so, not after a sleep long enough to be sure
+    go = distributed.Event(f"slow-{uuid.uuid4().hex}", client=client)
     quick = client.submit(_sleep_then, 0.1, "quick", pure=False)
-    slow = client.submit(_sleep_then, 3.0, "slow", pure=False)
+    slow = client.submit(_when_set, go.name, "slow", pure=False)
     finished = finished_queue([quick, slow])
-    # a wait of a minute returns with the first fit to end, as soon as it ends: had it
-    # waited out its minute, both would be there
-    assert next_finished(finished, timeout=60.0) == [quick]
-    assert next_finished(finished, timeout=0.01) == []
+    try:
+        # a wait of a minute returns with the first fit to end, as soon as it ends
+        t0 = time.monotonic()
+        assert next_finished(finished, timeout=60.0) == [quick]
+        assert time.monotonic() - t0 < 30.0
+        assert next_finished(finished, timeout=0.01) == []
+    finally:
+        go.set()  # a worker of the module's cluster is held until then
+    t0 = time.monotonic()
     assert next_finished(finished, timeout=60.0) == [slow]
+    assert time.monotonic() - t0 < 30.0
     assert slow.result() == "slow"
 
 
@@ -476,7 +491,7 @@ def _fake_slurm(tmp_path: Path, monkeypatch, sbatch: str, kind: str = "slurm") -
     bin_dir.mkdir()
     submit, cancel = ("sbatch", "scancel") if kind == "slurm" else ("qsub", "qdel")
     for name, text in ((submit, sbatch), (cancel, _SCANCEL)):
-        (bin_dir / name).write_text(text.format(jobs=tmp_path, wait=3))
+        (bin_dir / name).write_text(text.format(jobs=tmp_path, wait=1))
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     cluster = tmp_path / f"{kind}.toml"
@@ -492,7 +507,7 @@ def test_a_sharded_fit_on_a_batch_system_waits_for_its_queued_job(tmp_path, monk
     reference, _ = one_process
     settings = parse_cluster_option(str(_fake_slurm(tmp_path, monkeypatch, _SBATCH)))
     result = fit_on_cluster(_small_config(tmp_path, "slurm"), settings, progress=False)
-    # the job waited 3 s in the "queue": the fit waited for its worker, and said so
+    # the job waited 1 s in the "queue": the fit waited for its worker, and said so
     assert "waiting for the batch system to start a worker (1 job submitted" in \
         capsys.readouterr().err
     assert result.fitness == reference.fitness
@@ -550,7 +565,7 @@ def test_an_existing_scheduler_without_workers_is_one_line(tmp_path, monkeypatch
     import kingen.scaleout.cluster as cluster_module
     from kingen.cli import main as cli
 
-    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 2.0)
+    monkeypatch.setattr(cluster_module, "WORKER_WAIT_S", 1.0)
     path = write_problem(tmp_path, ga="generations = 2")
     out = tmp_path / "never.h5"
     with distributed.LocalCluster(n_workers=0, dashboard_address=None) as empty:
@@ -558,7 +573,7 @@ def test_an_existing_scheduler_without_workers_is_one_line(tmp_path, monkeypatch
         assert cli(["fit", str(path), "--cluster", address, "-o", str(out)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"kingen: error: --cluster = '{address}': the scheduler at {address} has no worker "
-        f"(start some with: dask worker {address}); waited 2 s")
+        f"(start some with: dask worker {address}); waited 1 s")
     assert not out.exists()
 
 
