@@ -388,12 +388,13 @@ def _committed(path: Path) -> int:
 
 def test_a_second_writer_is_refused_and_nothing_is_lost(
         fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # The first run must outlive the two refused commands: it stops on its wall-time limit,
-    # which counts the load of its solver (``fitted`` compiled that solver: a load from the
-    # cache, not a compile, even when this test runs alone).
+    # The first run must outlive the two refused commands (0.1 s): it stops on its wall-time
+    # limit, which counts the load of its solver (``fitted`` compiled that solver: a load
+    # from the cache, not a compile, even when this test runs alone) and leaves seconds to
+    # spare on a loaded machine.
     generations = 1_000_000
     cfg = write_problem(tmp_path, ga=f"generations = {generations}",
-                        extra="[stop]\nwall_time = 5\npatience = 0")
+                        extra="[stop]\nwall_time = 10\npatience = 0")
     run = tmp_path / "run.h5"
     first = subprocess.Popen([sys.executable, "-m", "kingen.cli", "fit", str(cfg), "-q"],
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
