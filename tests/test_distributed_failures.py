@@ -446,6 +446,64 @@ def test_closing_a_local_cluster_leaves_out_only_what_the_closing_causes():
     assert quiet.filter(record("distributed.scheduler", "Unexpected worker failure"))
 
 
+def _ctrl_c_as_dask_starts_a_call() -> None:
+    """Ctrl-C in the first moment of a call into Dask (``distributed.utils.sync``): its
+    first wait is interrupted, and its cancel runs before the call has a task to cancel."""
+    import types
+
+    import distributed.utils as dask_utils
+    from distributed.utils import LoopRunner
+
+    class Interrupted(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            raise KeyboardInterrupt
+
+    runner = LoopRunner(asynchronous=False)
+    runner.start()  # its own start waits on an event: the press comes after it
+    try:
+        shim = types.SimpleNamespace(**{name: getattr(threading, name) for name in dir(threading)
+                                        if not name.startswith("__")})
+        shim.Event = Interrupted
+
+        async def work() -> int:
+            return 1
+
+        # the event loop held until the press has been seen: the call's start, then the
+        # cancel, queued in that order behind the hold, run in that order after it
+        hold = threading.Event()
+        runner.loop.add_callback(hold.wait, 30)
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(dask_utils, "threading", shim)
+                with pytest.raises(KeyboardInterrupt):
+                    dask_utils.sync(runner.loop, work)
+        finally:
+            hold.set()
+        # the cancel runs on the event loop's thread: a round trip through it after the cancel
+        dask_utils.sync(runner.loop, work)
+    finally:
+        runner.stop()
+
+
+def test_ctrl_c_as_dask_starts_a_call_is_not_followed_by_a_traceback(monkeypatch, caplog):
+    """Dask's cancel then fails (``NameError``: no task yet) and the event loop logs it with
+    its traceback under kingen's "kingen: interrupted"; kingen's filter drops it."""
+    from kingen.scaleout.logfilters import SHUTDOWN_LOGGERS, SHUTDOWN_NOISE, quiet_shutdown
+
+    for name in SHUTDOWN_LOGGERS:  # as before open_client: the bare record, first
+        monkeypatch.setattr(logging.getLogger(name), "filters", [])
+    with caplog.at_level(logging.ERROR):
+        _ctrl_c_as_dask_starts_a_call()
+    said = [r for r in caplog.records if "sync.<locals>.cancel" in r.getMessage()]
+    assert [(r.name, type(r.exc_info[1])) for r in said] == [("tornado.application", NameError)]
+    caplog.clear()
+    quiet_shutdown()  # as open_client does (on the test's own lists of filters)
+    assert all(SHUTDOWN_NOISE in logging.getLogger(name).filters for name in SHUTDOWN_LOGGERS)
+    with caplog.at_level(logging.ERROR):
+        _ctrl_c_as_dask_starts_a_call()
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
 def test_ctrl_c_while_the_workers_build_the_solver_leaves_the_scheduler_quiet(
         tmp_path, monkeypatch, caplog):
     def interrupted(seconds, call, *args, **kwargs):

@@ -30,7 +30,12 @@ from kingen.errors import KingenError
 from kingen.scaleout.interrupts import ctrl_c_held, in_main_thread
 from kingen.scaleout.jobqueue import jobqueue_cluster, need_submit_command, submit_jobs
 from kingen.scaleout.local_worker import PRELOAD
-from kingen.scaleout.logfilters import ABANDONED, LOST_WORKER_NOISE, SHUTDOWN_NOISE, KilledOnClose
+from kingen.scaleout.logfilters import (
+    ABANDONED,
+    LOST_WORKER_NOISE,
+    KilledOnClose,
+    quiet_shutdown,
+)
 from kingen.scaleout.settings import (
     KINDS,
     ClusterSettings,
@@ -416,8 +421,7 @@ def open_client(s: ClusterSettings, *, wait: bool = True,
         # Dask tells of every worker and connection at INFO: for kingen -v only
         for name in ("distributed", "dask_jobqueue", "dask_cuda"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("asyncio", "distributed.client", "distributed.utils"):
-        logging.getLogger(name).addFilter(SHUTDOWN_NOISE)  # once: filters are a set
+    quiet_shutdown()
     for name in ("distributed.nanny", "distributed.scheduler"):
         logging.getLogger(name).addFilter(LOST_WORKER_NOISE)
     with dask.config.set({"distributed.scheduler.allowed-failures": s.retries}):

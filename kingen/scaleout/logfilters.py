@@ -39,9 +39,12 @@ class ShutdownNoise(logging.Filter):
     - a ``CancelledError`` of the client's own tasks as it closes (its reconnection to a
       lost scheduler, say);
     - "Failed to reconnect to scheduler": the fit or batch then stops with its own line,
-      which says so.
+      which says so;
+    - the event loop's "Exception in callback" for Dask's ``sync.<locals>.cancel`` failing
+      with a ``NameError``: Ctrl-C pressed in the first moment of a call into Dask, before
+      the call had a task to cancel (a flaw of Dask's ``sync``; nothing was running).
 
-    ``kingen -v`` keeps the last two."""
+    ``kingen -v`` keeps the middle two."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         import asyncio
@@ -49,12 +52,22 @@ class ShutdownNoise(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if type(exc).__name__ == "AllExit":
             return False
+        if isinstance(exc, NameError) and "sync.<locals>.cancel" in record.getMessage():
+            return False
         noise = (isinstance(exc, asyncio.CancelledError)
                  or "Failed to reconnect to scheduler" in record.getMessage())
         return not noise or logging.getLogger().getEffectiveLevel() <= logging.INFO
 
 
 SHUTDOWN_NOISE = ShutdownNoise()
+# where it is logged: asyncio's tasks, Dask's client and utilities, tornado's event loop
+SHUTDOWN_LOGGERS = ("asyncio", "distributed.client", "distributed.utils", "tornado.application")
+
+
+def quiet_shutdown() -> None:
+    """Put :data:`SHUTDOWN_NOISE` on the loggers that log it (once: filters are a set)."""
+    for name in SHUTDOWN_LOGGERS:
+        logging.getLogger(name).addFilter(SHUTDOWN_NOISE)
 
 
 class LostWorkerNoise(logging.Filter):
