@@ -86,6 +86,28 @@ def test_synaptic_transient_matches_high_accuracy_ode():
     np.testing.assert_allclose(got.occupancy, sol.y.T, atol=1e-8)
 
 
+def test_exchange_edges_match_a_whole_sweep_radau_solve():
+    """The reference's edges (LSODA, segment by segment, with expm between) against Radau
+    over the whole sweep at rtol 1e-13, as SciPy alone computes it."""
+    from scipy.integrate import solve_ivp
+
+    s = Scheme.load(MODELS / "raman_trussell_1992.toml")
+    protocol = standard_protocol("deactivation", exchange=0.2)
+    got = simulate_exact(s, protocol).sweeps[0]
+    sweep, p = protocol.sweeps[0], s.values
+    q0, dq = s.Q(0.0, p), s.Q(1.0, p) - s.Q(0.0, p)
+
+    def q(t: float) -> np.ndarray:
+        return q0 + float(sweep.concentration(t)) * dq
+
+    sol = solve_ivp(lambda t, y: y @ q(t), (0.0, sweep.times()[-1]), s.rest_occupancy(p),
+                    method="Radau", jac=lambda t, y: q(t).T, rtol=1e-13, atol=1e-16,
+                    t_eval=sweep.times(), max_step=0.01)
+    want = s.current(sol.y.T, sweep.driving_force, None)
+    # 8e-12 of the peak; LSODA's own tolerance is rtol 1e-11
+    assert np.abs(got.current - want).max() <= 1e-10 * np.abs(want).max()
+
+
 FAST_PAIR = """
 [model]
 name = "fast pair"
