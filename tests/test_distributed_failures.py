@@ -689,9 +689,9 @@ def _group_ended(pgid: int, seconds: float = 30.0) -> bool:
     return True
 
 
-def _running_in_group(pgid: int) -> list[int]:
-    """The processes of group ``pgid`` that have not ended (Linux's /proc)."""
-    running = []
+def _processes() -> Iterator[tuple[int, list[str], Path]]:
+    """Every process now (Linux's /proc): its pid, the fields of its stat after the command
+    name (state, parent, process group, ...), and its /proc folder."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -699,9 +699,13 @@ def _running_in_group(pgid: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            running.append(int(entry.name))
-    return running
+        yield int(entry.name), fields, entry
+
+
+def _running_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that have not ended."""
+    return [pid for pid, fields, _ in _processes()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X")]
 
 
 def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
@@ -714,17 +718,18 @@ def _spawned_workers(pid: int) -> int:
 
 
 def _spawned_workers_of(pids: set[int]) -> dict[int, int]:
-    """How many worker processes each of ``pids`` has spawned so far (Linux's /proc), in
-    one look through /proc."""
+    """How many worker processes each of ``pids`` has spawned so far, in one look through
+    /proc."""
     counts: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError):
+    for _, fields, entry in _processes():
+        parent = int(fields[1])
+        if parent not in pids:
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent in pids and b"spawn_main" in cmdline:
+        try:
+            spawned = b"spawn_main" in (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if spawned:
             counts[parent] = counts.get(parent, 0) + 1
     return counts
 

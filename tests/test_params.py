@@ -87,8 +87,8 @@ def test_a_large_batch_on_threads_is_bit_for_bit_one_row_at_a_time_and_the_schem
         expected = np.repeat(s.values[None, :], genes.shape[0], axis=0)
         expected[:, pmap.free_index] = values
         expected[:, s.param_names.index("k12")] = 2.0 * expected[:, s.param_names.index("k01")]
+        # (NaN where the scheme's completion gives NaN, and only there)
         np.testing.assert_allclose(rows, s.complete(expected), rtol=1e-14, atol=0.0)
-        np.testing.assert_array_equal(np.isnan(rows), np.isnan(s.complete(expected)))
     np.testing.assert_array_equal(pmap.to_params(genes), one_thread)
     assert np.isnan(one_thread[::11, rule.param]).all()
 
