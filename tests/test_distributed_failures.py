@@ -671,10 +671,8 @@ def test_a_semaphore_left_by_a_stopped_start_is_cleaned_up_in_silence(held):
 
 def _state(pid: int) -> str:
     """A process's state letter from /proc ("" once it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
+    fields = _stat(Path(f"/proc/{pid}"))
+    return fields[0] if fields else ""
 
 
 def _group_ended(pgid: int, seconds: float = 30.0) -> bool:
@@ -689,17 +687,23 @@ def _group_ended(pgid: int, seconds: float = 30.0) -> bool:
     return True
 
 
+def _stat(entry: Path) -> list[str] | None:
+    """The fields of the stat of the process in /proc folder ``entry`` after its command
+    name (state, parent, process group, ...); None once the process is gone. The name is
+    cut at the last ")": it may hold spaces and parentheses of its own."""
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def _processes() -> Iterator[tuple[int, list[str], Path]]:
-    """Every process now (Linux's /proc): its pid, the fields of its stat after the command
-    name (state, parent, process group, ...), and its /proc folder."""
+    """Every process now (Linux's /proc): its pid, its :func:`_stat` fields, and its /proc
+    folder."""
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        yield int(entry.name), fields, entry
+        fields = _stat(entry) if entry.name.isdigit() else None
+        if fields is not None:
+            yield int(entry.name), fields, entry
 
 
 def _running_in_group(pgid: int) -> list[int]:
@@ -710,11 +714,6 @@ def _running_in_group(pgid: int) -> list[int]:
 
 def _wait_for_the_group_to_end(pgid: int, seconds: float = 30.0) -> None:
     assert _group_ended(pgid, seconds), "a worker process is still running"
-
-
-def _spawned_workers(pid: int) -> int:
-    """How many worker processes ``pid`` has spawned so far (Linux's /proc)."""
-    return _spawned_workers_of({pid}).get(pid, 0)
 
 
 def _spawned_workers_of(pids: set[int]) -> dict[int, int]:
@@ -757,7 +756,7 @@ def test_ctrl_c_on_a_local_cluster_is_one_line(tmp_path, command, when):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
-        while (_spawned_workers(proc.pid) == 0 if when == "worker-starting" else
+        while (not _spawned_workers_of({proc.pid}) if when == "worker-starting" else
                started not in err_path.read_text()):
             assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
             time.sleep(0.005)

@@ -386,17 +386,33 @@ def _committed(path: Path) -> int:
         return 0
 
 
+# ``kingen fit`` with one more stopping rule, which holds once the file ``stop`` exists in
+# its working folder: a run that the test ends when it chooses, yet whole (its best and its
+# reason written). Ctrl-C would end it too, but as an interrupted run: no best, no reason.
+_FIT_UNTIL_STOP_FILE = """
+import sys
+from pathlib import Path
+
+from kingen.fitting.engine import Engine
+
+rules = Engine.stop_reason
+Engine.stop_reason = lambda self, state: (
+    "stopped by the test" if Path("stop").exists() else rules(self, state))
+
+from kingen.cli import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_a_second_writer_is_refused_and_nothing_is_lost(
         fitted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # The first run must outlive the two refused commands (0.1 s): it stops on its wall-time
-    # limit, which counts the load of its solver (``fitted`` compiled that solver: a load
-    # from the cache, not a compile, even when this test runs alone) and leaves seconds to
-    # spare on a loaded machine.
-    generations = 1_000_000
-    cfg = write_problem(tmp_path, ga=f"generations = {generations}",
-                        extra="[stop]\nwall_time = 10\npatience = 0")
+    # The first run has no wall-time limit: it outlives the two refused commands on any
+    # machine, and only the test stops it. (``fitted`` compiled its solver: the first run
+    # loads it from the cache, well within the deadline for its start.)
+    cfg = write_problem(tmp_path, ga="generations = 1_000_000", extra="[stop]\npatience = 0")
     run = tmp_path / "run.h5"
-    first = subprocess.Popen([sys.executable, "-m", "kingen.cli", "fit", str(cfg), "-q"],
+    first = subprocess.Popen([sys.executable, "-c", _FIT_UNTIL_STOP_FILE, "fit", str(cfg), "-q"],
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -409,19 +425,26 @@ def test_a_second_writer_is_refused_and_nothing_is_lost(
         # The second writer is this process: another process than the first's, as a second
         # kingen started from a shell would be (the lock is the file system's, between
         # processes), without an interpreter's start that the first run must outlive.
-        # (The configuration's output is beside it, wherever kingen runs from.)
-        for argv in (["fit", str(cfg), "-q", "--overwrite"],
+        # (The configuration's output is beside it, wherever kingen runs from.) Were the
+        # refusal gone, the second fit would end after 3 generations and fail the test, not
+        # run as long as the first.
+        for argv in (["fit", str(cfg), "-q", "--overwrite", "--generations", "3"],
                      ["resume", str(run), "-q", "--generations", "5"]):
             capsys.readouterr()
             assert main(argv) == 2
             assert capsys.readouterr().err.strip() == f"kingen: error: {run}: {refusal}"
-            assert first.poll() is None or first.returncode == 0  # the first run goes on
+            assert first.poll() is None  # the first run goes on
     finally:
-        first.wait(timeout=300)
+        (tmp_path / "stop").touch()
+        try:
+            first.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            first.kill()
+            raise
     assert first.returncode == 0, first.stderr.read().decode()
     with RunStore.open(run) as st:  # the first run, whole
         n = st.n_generations
-        assert n > 2 and st.finished.startswith("wall-time limit")
+        assert n > 2 and st.finished.startswith("stopped by the test")
         np.testing.assert_array_equal(st.history()["generation"], np.arange(n))
         assert st.best() is not None and not st._f["run"].attrs["resumed"] != "[]"
     assert not (tmp_path / ".run.h5.lock").exists()
