@@ -244,13 +244,37 @@ def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size(
             in source)
     assert default_config(scheme).lanes == 4 and default_config(scheme).span == 8
     assert default_config(scheme, stage_rows="smooth").lanes == 1
-    smooth = default_config(_scheme("robert_howe_2003"), stage_rows="smooth")
-    assert (smooth.lanes, smooth.span) == (2, 8)
+    rh = _scheme("robert_howe_2003")
     for precision in ("float64", "float32"):
-        config = default_config(_scheme("robert_howe_2003"), precision)
+        config = default_config(rh, precision)
         assert (config.lanes, config.span) == (8, 16)
+        config = default_config(rh, precision, stage_rows="smooth", filtered=True)
+        assert (config.lanes, config.span) == (8, 16)
+    # with exchange and no filter only float32 runs faster on 2 lanes
+    assert default_config(rh, stage_rows="smooth").name == "prop-l8-s16-b128"
+    assert default_config(rh, "float32", stage_rows="smooth").name == "prop-l2-s8-b128"
     with pytest.raises(ValueError, match="power of two"):
         generate_propagator(scheme, "objective", lanes=3)
+
+
+def test_a_gpu_batch_with_exchange_takes_the_default_of_its_precision_and_filter(
+        monkeypatch, tmp_path):
+    from kingen.experiment.chain import Filter
+
+    monkeypatch.setenv("KINGEN_CACHE", str(tmp_path))  # no tuned choice recorded
+    rh = _scheme("robert_howe_2003")
+    protocol = [standard_protocol("deactivation", exchange=0.2)]
+    chosen = {}
+    for precision in ("float64", "float32"):
+        for filters in (None, [Filter("bessel", 8, 5.0)]):
+            sim = Simulator(rh, protocol, filters=filters,
+                            options=SolverOptions(backend="cuda", precision=precision))
+            assert sim.propagator_plan().stage_rows == "smooth"
+            chosen[precision, filters is not None] = sim.launch_config().name
+    assert chosen == {("float64", False): "prop-l8-s16-b128",
+                      ("float64", True): "prop-l8-s16-b128",
+                      ("float32", False): "prop-l2-s8-b128",
+                      ("float32", True): "prop-l8-s16-b128"}
 
 
 def test_kingen_info_prints_the_generated_kernel_with_its_legend(capsys):

@@ -289,13 +289,15 @@ class Simulator:
     def launch_config(self):
         """The launch this simulator uses when none is given: on the GPU the one
         ``kingen tune`` recorded for this device, scheme and precision, else the default
-        for the scheme's size; on the CPU the propagator form with spans of 16 samples
-        (objective mode; a trace takes one product per sample)."""
+        for the scheme's size, its stage rows and its filter; on the CPU the propagator
+        form with spans of 16 samples (objective mode; a trace takes one product per
+        sample)."""
         from kingen.solve.cuda import CPU_DEFAULT, tuned_config
 
         if self._config is None:
             self._config = (tuned_config(self.device, self.scheme, self.precision,
-                                         self.propagator_plan().stage_rows)
+                                         self.propagator_plan().stage_rows,
+                                         self.n_sections > 0)
                             if self.backend == "cuda" else CPU_DEFAULT)
         return self._config
 

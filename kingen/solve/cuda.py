@@ -124,7 +124,7 @@ def scheme_key(scheme) -> str:
 
 
 def default_config(scheme, precision: str = "float64",
-                   stage_rows: str = "none") -> LaunchConfig:
+                   stage_rows: str = "none", filtered: bool = False) -> LaunchConfig:
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
     As measured fastest on an H100 at 16,384 candidates
@@ -134,25 +134,38 @@ def default_config(scheme, precision: str = "float64",
       of 16 samples over 8 lanes for more than 8 states (Robert & Howe: 118,066 candidates/s
       against 53,855 with one product per sample on 4 lanes), spans of 8 over 4 lanes from
       4 to 8 states (Jonas: 225,740 against 193,296 on one lane);
-    - rows left in stage form (finite exchange): every lane of a pair repeats their RK4
-      steps, so fewer lanes (``2026-11-24_1b0b350_*_x0.2*.json``, kernel time at 0.2 ms
-      exchange): one lane up to 8 states (Jonas: 65 ms against 132 ms with spans of 8 over 4
-      lanes), spans of 8 over 2 lanes beyond (Robert & Howe: 302 ms, against 317 ms with spans of 4,
-      414 ms with spans of 8 over 4 lanes, 698 ms on 2 lanes without spans and 723 ms with
-      spans of 16 over 8).
+    - rows left in stage form (finite exchange; every lane of a pair repeats their RK4
+      steps), as measured on an H200 at 16,384 candidates with 0.2 ms exchange
+      (``benchmarks/results/h200/propagator/2026-11-29_5f95e60_*_lanes.json``):
+
+      - up to 8 states, one lane (Raman & Trussell: 248,365 candidates/s, against 236,590
+        with spans of 8 over 2 lanes and 164,123 over 4; Jonas: 216,818, 247,900 and
+        190,378);
+      - beyond, spans of 16 over 8 lanes, as for ideal steps (Robert & Howe float64:
+        60,913 against 56,759 with spans of 8 over 2 lanes; with an 8-pole filter 49,099
+        against 17,080, and 64,424 against 54,040 in float32; Coombs float64: 52,177
+        against 39,672), except in float32 without a filter, where spans of 8 over 2
+        lanes are faster (Robert & Howe: 98,726 against 76,276).
+
+    ``filtered``: the protocols pass the current through a recording filter in the kernel.
 
     >>> from kingen.model.scheme import Scheme
-    >>> default_config(Scheme.load("models/robert_howe_2003.toml")).name
+    >>> rh = Scheme.load("models/robert_howe_2003.toml")
+    >>> default_config(rh).name
     'prop-l8-s16-b128'
-    >>> default_config(Scheme.load("models/robert_howe_2003.toml"), stage_rows="smooth").name
+    >>> default_config(rh, stage_rows="smooth").name
+    'prop-l8-s16-b128'
+    >>> default_config(rh, "float32", stage_rows="smooth").name
     'prop-l2-s8-b128'
+    >>> default_config(rh, "float32", stage_rows="smooth", filtered=True).name
+    'prop-l8-s16-b128'
     >>> default_config(Scheme.load("models/jonas_1993.toml"), stage_rows="smooth").name
     'prop-l1-b128'
     """
     n = scheme.n_states
     if stage_rows != "none" and n <= 8:
         return LaunchConfig(form="propagator", lanes=1)
-    if stage_rows != "none":
+    if stage_rows != "none" and precision == "float32" and not filtered:
         return LaunchConfig(form="propagator", lanes=2, span=8)
     if n < 4:
         return LaunchConfig(form="propagator", lanes=1)
@@ -171,13 +184,13 @@ def load_tuning() -> dict:
 
 
 def tuned_config(device: str, scheme, precision: str,
-                 stage_rows: str = "none") -> LaunchConfig:
+                 stage_rows: str = "none", filtered: bool = False) -> LaunchConfig:
     """The launch configuration ``kingen tune`` chose for this device, scheme and precision,
-    or the default (for a batch with ``stage_rows``, see :func:`default_config`) when none
-    was recorded."""
+    or the default (for a batch with ``stage_rows`` and a filter or none, see
+    :func:`default_config`) when none was recorded."""
     entry = load_tuning().get(tuning_key(device, scheme_key(scheme), precision))
     if not entry:
-        return default_config(scheme, precision, stage_rows)
+        return default_config(scheme, precision, stage_rows, filtered)
     return LaunchConfig(int(entry["block"]), entry.get("max_registers"),
                         str(entry.get("form", "stage")), int(entry.get("lanes", 1)),
                         int(entry.get("span", 1)))
