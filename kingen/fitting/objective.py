@@ -42,7 +42,7 @@ from kingen.experiment.chain import Chain, check_filter
 from kingen.experiment.features import fit_hill_batch
 from kingen.experiment.protocol import Protocol
 from kingen.experiment.recordings import Recording, Targets
-from kingen.fitting.params import rows_outside
+from kingen.fitting.params import void_outside
 from kingen.fitting.placement import BASELINES, place_recording
 from kingen.fitting.scales import score_rows, solve_scales
 from kingen.fitting.scores import Evaluation, NoiseWeights
@@ -404,12 +404,9 @@ class Objective(TraceScoring):
             p = self.scheme.complete(p)
         if self.derived.any():
             j = np.flatnonzero(self.derived)
-            out = rows_outside(p, j, self.scheme.lower[j] * (1 - 1e-9),
-                               self.scheme.upper[j] * (1 + 1e-9))
-            if out is not None:
-                if not complete:
-                    p = p.copy()
-                p[out] = np.nan
+            # a copy only where a row is outside: p is the caller's unless completed here
+            p = void_outside(p, j, self.scheme.lower[j] * (1 - 1e-9),
+                             self.scheme.upper[j] * (1 + 1e-9), copy=not complete)
         return p
 
     @property

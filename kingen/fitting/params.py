@@ -134,6 +134,63 @@ def rows_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
     return out if out.any() else None
 
 
+def _void(params: np.ndarray, columns: np.ndarray, low: np.ndarray, high: np.ndarray,
+          copy: bool, out: np.ndarray) -> int:
+    n = 0
+    for i in numba.prange(params.shape[0]):
+        inside = True
+        for k in range(columns.size):
+            v = params[i, columns[k]]
+            inside &= v >= low[k] and v <= high[k]  # NaN: outside
+        if not inside:
+            n += 1
+            for j in range(out.shape[1]):
+                out[i, j] = math.nan
+        elif copy:
+            for j in range(out.shape[1]):
+                out[i, j] = params[i, j]
+    return n
+
+
+# The guard's check, copy and NaN rows in one pass on numba's threads: as rows_outside, then
+# a copy and a masked write on the calling thread, they took 1.3 ms on two threads at
+# 59,000 rows (45% of them outside, as in a GA's generation), 0.4 ms so.
+_void_serial, _void_parallel = serial_and_parallel(_void, cache=True, nogil=True)
+
+
+def void_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
+                 high: np.ndarray, *, copy: bool = True) -> np.ndarray:
+    """``params`` (N, n_params) with the rows that :func:`rows_outside` finds set to NaN,
+    in one pass over the rows.
+
+    Parameters
+    ----------
+    params, columns, low, high
+        As :func:`rows_outside`.
+    copy
+        Leave ``params`` as it is: the rows go to a new array (``params`` itself is returned
+        when no row is outside). False: the rows outside are set to NaN in ``params``, which
+        must then be a C-contiguous float64 array.
+
+    Examples
+    --------
+    >>> p = np.array([[1.0, 5.0], [1.0, np.nan], [1.0, 2.0]])
+    >>> void_outside(p, np.array([1]), np.array([1.0]), np.array([4.0])).tolist()
+    [[nan, nan], [nan, nan], [1.0, 2.0]]
+    >>> q = p[2:]
+    >>> void_outside(q, np.array([1]), np.array([1.0]), np.array([4.0])) is q
+    True
+    """
+    p = np.ascontiguousarray(params, dtype=np.float64)
+    if not copy and p is not params:
+        raise ValueError("copy=False needs a C-contiguous float64 array")
+    out = np.empty_like(p) if copy else p
+    kernel = _void_parallel if p.shape[0] >= PARALLEL_FROM_ROWS else _void_serial
+    n = kernel(p, np.asarray(columns, dtype=np.int64), np.asarray(low, dtype=np.float64),
+               np.asarray(high, dtype=np.float64), bool(copy), out)
+    return out if n else params
+
+
 @dataclass(frozen=True)
 class Tie:
     """``params[target] = factor * params[source]``."""

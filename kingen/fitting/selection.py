@@ -284,31 +284,59 @@ _choose_serial, _choose_parallel = serial_and_parallel(_choose, **_PASSES)
 _gather_serial, _gather_parallel = serial_and_parallel(_gather, **_PASSES)
 
 
+# keep_best's two scans, of the pool (131,072 rows at 65,536 candidates) and of the chosen,
+# each cut into _LANES spans scanned side by side: one scan's first lowest (first highest)
+# is a chain of dependent compares, 4.3 ns a row; side by side the spans' chains overlap,
+# and their results compared in order give the row one scan gives. On the calling thread:
+# with every core busy, a parallel region waits for a descheduled worker (on 2 cores, the
+# scans on numba's threads took the selection from 15 to 41 ms).
+_LANES = 8
+
+
 @numba.njit(cache=True, nogil=True)
 def _elite(parent_f: np.ndarray, new_f: np.ndarray, origin: np.ndarray,
            chosen: np.ndarray) -> tuple[int, int]:
     """keep_best's (pool best, place of the worst chosen) on the pool read through
     ``origin``; (-1, -1) where keep_best leaves ``chosen`` as it is."""
+    n, k = origin.size, chosen.size
+    step = (n + _LANES - 1) // _LANES
+    lane_best = np.full(_LANES, -1, dtype=np.int64)
+    lane_f = np.full(_LANES, np.inf)
+    for t in range(step):
+        for s in range(_LANES):
+            r = s * step + t
+            if r < n:
+                o = origin[r]
+                f = parent_f[o] if o >= 0 else new_f[-1 - o]
+                if f < lane_f[s] and f > -np.inf:  # the first lowest finite one
+                    lane_best[s], lane_f[s] = r, f
     best, fbest = -1, np.inf
-    for r in range(origin.size):
-        o = origin[r]
-        f = parent_f[o] if o >= 0 else new_f[-1 - o]
-        if f < fbest and f > -np.inf:  # the first lowest finite one
-            best, fbest = r, f
+    for s in range(_LANES):
+        if lane_best[s] >= 0 and lane_f[s] < fbest:
+            best, fbest = lane_best[s], lane_f[s]
     if best < 0:
         return -1, -1
-    worst, fworst = 0, -np.inf
-    for i in range(chosen.size):
-        c = chosen[i]
-        if c == best:
-            return -1, -1
-        o = origin[c]
-        f = parent_f[o] if o >= 0 else new_f[-1 - o]
-        if f != f:
-            f = np.inf
-        if f > fworst or i == 0:
-            worst, fworst = i, f
-    return best, worst
+    step = (k + _LANES - 1) // _LANES
+    lane_worst = np.full(_LANES, -1, dtype=np.int64)
+    lane_f[:] = -np.inf
+    for t in range(step):
+        for s in range(_LANES):
+            i = s * step + t
+            if i < k:
+                c = chosen[i]
+                if c == best:
+                    return -1, -1
+                o = origin[c]
+                f = parent_f[o] if o >= 0 else new_f[-1 - o]
+                if f != f:
+                    f = np.inf
+                if f > lane_f[s] or t == 0:  # the first highest, NaN as the highest
+                    lane_worst[s], lane_f[s] = i, f
+    worst, fworst = -1, -np.inf
+    for s in range(_LANES):
+        if lane_worst[s] >= 0 and (lane_f[s] > fworst or worst < 0):
+            worst, fworst = lane_worst[s], lane_f[s]
+    return best, max(worst, 0)
 
 
 def survivors(origin: np.ndarray, aspirants: np.ndarray,
