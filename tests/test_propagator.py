@@ -311,13 +311,20 @@ def test_an_edge_that_recurs_shares_its_waveform_and_one_that_differs_keeps_its_
               sweep("off grid", 2.01)]
     schedule = build_schedule(scheme, sweeps)
     first = _smooth_rows(schedule, 0)
-    assert len(first) == 6  # head, samples and tail of the rise and of the decay
+    # the rise and the decay: each its head, its samples grouped by their step counts, and
+    # its tail; the samples on an edge's foot step at their own concentration, the
+    # steepest at the pulse's
+    steps = schedule.rows_i[first, 0]
+    assert len(first) > 6 and steps.min() < steps.max()
+    assert schedule.rows_i[first, 1].sum() == 2 * (round(0.92 / 0.02) + 2)
     late = _smooth_rows(schedule, 1)
     assert [schedule.row_conc[r] for r in late] == [schedule.row_conc[r] for r in first]
     assert [schedule.rows_f[r, 1] for r in late] == [schedule.rows_f[r, 1] for r in first]
     for w in (2, 3):
         own = {int(schedule.row_conc[r]) for r in _smooth_rows(schedule, w)}
-        assert not own & {int(schedule.row_conc[r]) for r in first}
+        # its own waveform where it differs; a piece near 0 or 10 mM, where the shift moves
+        # the concentration by less than 1e-8 of the pulse, may be shared (checked below)
+        assert len(own & {int(schedule.row_conc[r]) for r in first}) < len(own) / 2
     # what every row reads is its own waveform, to 1e-8 of the pulse at most (a far tail,
     # within 1e-9 of 0 or 10 mM, may serve another), and exactly for the row that wrote it
     written: set[int] = set()
@@ -346,18 +353,23 @@ def test_recurring_edges_take_products_and_an_edge_that_occurs_once_keeps_its_st
     steps = rows_i[:, 0] * rows_i[:, 1]
     sweep_of = np.repeat(np.arange(sim.n_sweeps), np.diff(schedule.row_start))
     ten = np.array([sim.sweeps[w].pulses[0].concentration == 10.0 for w in sweep_of])
-    # the 10 mM edges recur 21 times over the set; each dose-response edge once
+    # the 10 mM edges recur 21 times over the set; each dose-response edge once, but for
+    # a piece whose waveform is a 10 mM edge's (a head within 1e-9 of 0 mM): it shares
     keyed = plan.row_key >= 0
-    assert keyed[smooth & ten].all() and not keyed[smooth & ~ten].any()
-    assert plan.edge_rows and plan.edge_samples == rows_i[smooth & ten, 1].sum() == 2016
+    assert keyed[smooth & ten].all()
+    shared = set(schedule.row_conc[smooth & ten].tolist())
+    once = np.nonzero(smooth & ~ten & keyed)[0]
+    assert len(once) == 2 and all(schedule.row_conc[r] in shared for r in once)
+    assert rows_i[smooth & ten, 1].sum() == 2016
+    assert plan.edge_rows and plan.edge_samples == rows_i[smooth & keyed, 1].sum() == 2018
     assert plan.stage_steps == steps[~keyed].sum()
-    assert plan.stage_steps < steps[smooth].sum() / 8  # 142,856 steps before, 15,008 now
+    assert plan.stage_steps < steps[smooth].sum() / 6  # 142,856 steps before, 14,990 now
     assert plan.prop_samples == rows_i[keyed, 1].sum()
     edge_keys = plan.keys_conc >= 0
     assert not edge_keys[:plan.n_span_keys].any() and edge_keys[plan.n_span_keys:].all()
     # 21 uses per sample; an edge's far tail (within 1e-9 of 10 mM or of 0) serves both the
     # rise's last and the decay's first interval
-    assert sorted({u for u, edge in zip(plan.key_uses, edge_keys) if edge}) == [21, 42]
+    assert sorted({u for u, edge in zip(plan.key_uses, edge_keys) if edge}) == [21, 42, 44]
     assert plan.n_keys - plan.n_span_keys == 94
     # repetition j of an edge row reads conc from its own sample on
     for r in np.nonzero(smooth & keyed)[0]:

@@ -139,7 +139,7 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
     >>> schedule = build_schedule(scheme, protocol_sweeps(standard_set(exchange=0.2))[0])
     >>> plan = plan_propagator(scheme, schedule, every_constant_row=True)
     >>> plan.edge_samples, plan.stage_steps, plan.stage_rows
-    (2016, 15008, 'smooth')
+    (2018, 14990, 'smooth')
     """
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
     n_rows = rows_f.shape[0]
