@@ -5,7 +5,9 @@ boundaries and its sample times; every piece gets the fewest equal steps that ke
 stable for every candidate inside the scheme's bounds at that piece's concentration
 (Gershgorin: the spectral radius of Q(c) is at most twice the largest total exit rate,
 taken with every parameter at the value that maximises it). Long agonist-free stretches
-thus take long steps while 10 mM pulses take short ones.
+thus take long steps while 10 mM pulses take short ones. Where the concentration varies,
+each sample takes its share of the steps of the segment's highest concentration by how much
+its concentration changes, never fewer than its own needs (:func:`_smooth_steps`).
 
 Rows are stored as two arrays so that a GPU thread reads them as plain numbers:
 ``rows_f`` (n_rows, 4) = [t0, h, concentration, step_time] and
