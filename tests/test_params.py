@@ -187,7 +187,6 @@ def test_the_gas_parallel_kernels_are_cached_apart_from_their_serial_twins():
                              (operators._var_or_serial, operators._var_or_parallel),
                              (selection._choose_serial, selection._choose_parallel),
                              (selection._gather_serial, selection._gather_parallel),
-                             (params_module._outside_serial, params_module._outside_parallel),
                              (params_module._void_serial, params_module._void_parallel)):
         assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get(
             "parallel")
@@ -195,25 +194,15 @@ def test_the_gas_parallel_kernels_are_cached_apart_from_their_serial_twins():
 
 
 @pytest.mark.parametrize("rows", [50, params_module.PARALLEL_FROM_ROWS])  # serial; threads
-def test_rows_outside_marks_rows_with_a_value_out_of_bounds_or_nan(rows):
-    rng = np.random.default_rng(2)
-    p = rng.uniform(-1.0, 3.0, (rows, 5))
-    p[rng.random((rows, 5)) < 0.02] = np.nan
-    columns, low, high = np.array([1, 3]), np.array([-0.9, 0.0]), np.array([2.9, 3.0])
-    want = ~((p[:, columns] >= low) & (p[:, columns] <= high)).all(axis=1)
-    assert want.any() and not want.all()
-    np.testing.assert_array_equal(params_module.rows_outside(p, columns, low, high), want)
-    assert params_module.rows_outside(p[~want], columns, low, high) is None
-
-
-@pytest.mark.parametrize("rows", [50, params_module.PARALLEL_FROM_ROWS])  # serial; threads
-def test_void_outside_sets_the_rows_outside_to_nan_as_a_mask_of_rows_outside(rows):
+def test_void_outside_sets_the_rows_with_a_value_out_of_bounds_or_nan_to_nan(rows):
     rng = np.random.default_rng(3)
     p = rng.uniform(-1.0, 3.0, (rows, 5))
     p[rng.random((rows, 5)) < 0.02] = np.nan
     columns, low, high = np.array([1, 3]), np.array([-0.9, 0.0]), np.array([2.9, 3.0])
+    outside = ~((p[:, columns] >= low) & (p[:, columns] <= high)).all(axis=1)
+    assert outside.any() and not outside.all()
     want = p.copy()
-    want[params_module.rows_outside(p, columns, low, high)] = np.nan
+    want[outside] = np.nan
     kept = p.copy()
     got = params_module.void_outside(p, columns, low, high)
     np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))  # NaN bits too

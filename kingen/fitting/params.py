@@ -98,42 +98,6 @@ _ROWS = {"cache": True, "nogil": True, "error_model": "numpy"}
 _fill_serial, _fill_parallel = serial_and_parallel(_fill_rows, **_ROWS)
 
 
-def _outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray, high: np.ndarray,
-             out: np.ndarray) -> None:
-    for i in numba.prange(params.shape[0]):
-        inside = True
-        for k in range(columns.size):
-            v = params[i, columns[k]]
-            inside &= v >= low[k] and v <= high[k]  # NaN: outside
-        out[i] = not inside
-
-
-# the objective's guard of every candidate of every generation: as the map, on numba's
-# threads from PARALLEL_FROM_ROWS rows
-_outside_serial, _outside_parallel = serial_and_parallel(_outside, cache=True, nogil=True)
-
-
-def rows_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
-                 high: np.ndarray) -> np.ndarray | None:
-    """Rows of ``params`` (N, n_params) with a value of ``columns`` outside ``[low, high]``
-    (NaN counts as outside), in one pass over the rows; None if there is none.
-
-    Examples
-    --------
-    >>> p = np.array([[1.0, 5.0], [1.0, np.nan], [1.0, 2.0]])
-    >>> rows_outside(p, np.array([1]), np.array([1.0]), np.array([4.0])).tolist()
-    [True, True, False]
-    >>> rows_outside(p[2:], np.array([1]), np.array([1.0]), np.array([4.0])) is None
-    True
-    """
-    out = np.empty(params.shape[0], dtype=np.bool_)
-    p = np.ascontiguousarray(params, dtype=np.float64)
-    kernel = _outside_parallel if p.shape[0] >= PARALLEL_FROM_ROWS else _outside_serial
-    kernel(p, np.asarray(columns, dtype=np.int64), np.asarray(low, dtype=np.float64),
-           np.asarray(high, dtype=np.float64), out)
-    return out if out.any() else None
-
-
 def _void(params: np.ndarray, columns: np.ndarray, low: np.ndarray, high: np.ndarray,
           copy: bool, out: np.ndarray) -> int:
     n = 0
@@ -152,21 +116,24 @@ def _void(params: np.ndarray, columns: np.ndarray, low: np.ndarray, high: np.nda
     return n
 
 
-# The guard's check, copy and NaN rows in one pass on numba's threads: as rows_outside, then
-# a copy and a masked write on the calling thread, they took 1.3 ms on two threads at
-# 59,000 rows (45% of them outside, as in a GA's generation), 0.4 ms so.
+# The objective's guard of every candidate of every generation: the check, the copy and the
+# NaN rows in one pass, on numba's threads from PARALLEL_FROM_ROWS rows. As a check, then a
+# copy and a masked write on the calling thread, they took 1.3 ms on two threads at 59,000
+# rows (45 % of them outside, as in a GA's generation), 0.4 ms so.
 _void_serial, _void_parallel = serial_and_parallel(_void, cache=True, nogil=True)
 
 
 def void_outside(params: np.ndarray, columns: np.ndarray, low: np.ndarray,
                  high: np.ndarray, *, copy: bool = True) -> np.ndarray:
-    """``params`` (N, n_params) with the rows that :func:`rows_outside` finds set to NaN,
-    in one pass over the rows.
+    """``params`` (N, n_params) with every row that has a value of ``columns`` outside
+    ``[low, high]`` (NaN counts as outside) set to NaN, in one pass over the rows.
 
     Parameters
     ----------
-    params, columns, low, high
-        As :func:`rows_outside`.
+    params
+        (N, n_params) parameters.
+    columns, low, high
+        The columns checked and their bounds.
     copy
         Leave ``params`` as it is: the rows go to a new array (``params`` itself is returned
         when no row is outside). False: the rows outside are set to NaN in ``params``, which
