@@ -228,13 +228,6 @@ def _plan_sweep(scheme: Scheme, sweep: Sweep, pmax: np.ndarray, step: float | No
     total = 0
     for seg in sweep.segments():
         mid = 0.5 * (seg.start + seg.end)
-        if seg.smooth:
-            probe = np.linspace(seg.start, seg.end, 257)
-            cmax = float(sweep.concentration(probe, steps_at=mid).max())
-        else:
-            cmax = seg.concentration
-        h_max = step if step is not None else step_limit(scheme, cmax, pmax, courant)
-        h_max = min(h_max, dt)
         # samples strictly after seg.start and up to seg.end
         k_first = math.floor(seg.start / dt + _ON_SAMPLE / dt) + 1
         k_last = math.floor(seg.end / dt + _ON_SAMPLE / dt)
@@ -255,8 +248,10 @@ def _plan_sweep(scheme: Scheme, sweep: Sweep, pmax: np.ndarray, step: float | No
         if seg.smooth and step is None:
             pieces = [(t0 + k * length, length, 1, record)
                       for t0, length, reps, record in pieces for k in range(reps)]
-            steps = _smooth_steps(scheme, sweep, pieces, mid, pmax, courant, h_max)
+            steps = _smooth_steps(scheme, sweep, pieces, mid, pmax, courant)
         else:
+            h_max = min(dt, step if step is not None
+                        else step_limit(scheme, seg.concentration, pmax, courant))
             steps = [_steps(length, h_max) for _, length, _, _ in pieces]
         i = 0
         while i < len(pieces):
@@ -274,7 +269,7 @@ def _plan_sweep(scheme: Scheme, sweep: Sweep, pmax: np.ndarray, step: float | No
 
 
 def _smooth_steps(scheme: Scheme, sweep: Sweep, pieces: list[tuple[float, float, int, int]],
-                  mid: float, pmax: np.ndarray, courant: float, h_segment: float) -> list[int]:
+                  mid: float, pmax: np.ndarray, courant: float) -> list[int]:
     """RK4 steps of each piece (start, length, …) of a smooth segment.
 
     The segment's stiffest concentration sets the step where its concentration changes
@@ -292,6 +287,7 @@ def _smooth_steps(scheme: Scheme, sweep: Sweep, pieces: list[tuple[float, float,
     probe = start[:, None] + np.linspace(0.0, 1.0, 9) * length[:, None]
     conc = sweep.concentration(probe.ravel(), steps_at=mid).reshape(probe.shape)
     rho = 2.0 * scheme.exit_rates(pmax, conc.max(axis=1)).max(axis=-1)
+    h_segment = courant / rho.max() if rho.max() > 0 else math.inf
     variation = np.abs(np.diff(conc, axis=1)).sum(axis=1)
     share = variation / variation.max() if variation.max() > 0 else np.zeros(len(pieces))
     steps = []
