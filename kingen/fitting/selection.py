@@ -239,17 +239,23 @@ def take_pool(origin: np.ndarray, rows: np.ndarray, parents: np.ndarray, new: np
 _PASSES = {"cache": True, "nogil": True}
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pool_fitness(parent_f: np.ndarray, new_f: np.ndarray, o: int) -> float:
+    """The fitness of a pool row whose ``origin`` is ``o``: parent o, or new row -1 - o."""
+    return parent_f[o] if o >= 0 else new_f[-1 - o]
+
+
 def _choose(parent_f: np.ndarray, new_f: np.ndarray, origin: np.ndarray,
             aspirants: np.ndarray, out: np.ndarray) -> None:
     """_tournament_winners on the pool's fitness read where it lives (see take_pool)."""
     for i in numba.prange(aspirants.shape[0]):
         best = aspirants[i, 0]
         o = origin[best]
-        fb = parent_f[o] if o >= 0 else new_f[-1 - o]
+        fb = _pool_fitness(parent_f, new_f, o)
         for t in range(1, aspirants.shape[1]):
             c = aspirants[i, t]
             o = origin[c]
-            fc = parent_f[o] if o >= 0 else new_f[-1 - o]
+            fc = _pool_fitness(parent_f, new_f, o)
             if fc < fb or (fc != fc and fb == fb):  # np.argmin's choice
                 best, fb = c, fc
         out[i] = best
@@ -307,7 +313,7 @@ def _elite(parent_f: np.ndarray, new_f: np.ndarray, origin: np.ndarray,
             r = s * step + t
             if r < n:
                 o = origin[r]
-                f = parent_f[o] if o >= 0 else new_f[-1 - o]
+                f = _pool_fitness(parent_f, new_f, o)
                 if f < lane_f[s] and f > -np.inf:  # the first lowest finite one
                     lane_best[s], lane_f[s] = r, f
     best, fbest = -1, np.inf
@@ -327,7 +333,7 @@ def _elite(parent_f: np.ndarray, new_f: np.ndarray, origin: np.ndarray,
                 if c == best:
                     return -1, -1
                 o = origin[c]
-                f = parent_f[o] if o >= 0 else new_f[-1 - o]
+                f = _pool_fitness(parent_f, new_f, o)
                 if f != f:
                     f = np.inf
                 if f > lane_f[s] or t == 0:  # the first highest, NaN as the highest
