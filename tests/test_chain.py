@@ -145,12 +145,12 @@ def test_kernel_filter_equals_scipy_on_the_cpu_in_stage_propagator_and_span_form
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
     starts = sim.schedule.sample_start
     # float32's own arithmetic in the propagator form's traces and the fit's span form; the
-    # stage form emits the same filter sections, and float64 checks them and the propagator
-    # form's sums (four more kernels to compile in float32). Objective mode: the sums of
-    # the filtered current (a span regroups the propagator form's products: its traces are
-    # the propagator form's).
+    # stage form emits the same filter sections, and float64 checks them, the span form's
+    # traces (what intervals and plots read) and the propagator form's sums (more kernels
+    # to compile in float32). Objective mode: the sums of the filtered current (in float32
+    # against the propagator form's traces, of which a span regroups the products).
     if precision == "float64":
-        forms, sums = (STAGE, PROP), ((STAGE, STAGE), (PROP, PROP), (SPAN, PROP))
+        forms, sums = (STAGE, PROP, SPAN), ((STAGE, STAGE), (PROP, PROP), (SPAN, SPAN))
     else:
         forms, sums = (PROP,), ((SPAN, PROP),)
     want = {}

@@ -120,7 +120,9 @@ def test_cuda_spans_under_simulator_match_the_cpu_stage_form(lanes, span):
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
     got, ref = _sums_against_the_cpu_stage_form(cpu, gpu, params, config)
     np.testing.assert_allclose(got.windows, ref.windows, rtol=1e-9, atol=1e-12)
-    # a trace needs every sample: the same launch falls back to one product per sample
+    # a trace takes its samples from the same spans (occupancies alone need every state)
+    assert gpu._config_for(config, False, "traces").span == span
+    assert gpu._config_for(config, True, "traces").span == 1
     traces = gpu.run(params, "traces", launch_config=config)
     stage = cpu.run(params, "traces", launch_config=STAGE)
     assert np.abs(traces.traces - stage.traces).max() <= 1e-9 * np.abs(stage.traces).max()
@@ -153,8 +155,9 @@ def test_a_span_variant_names_itself_and_bad_spans_are_refused():
     for bad in ("prop-l8-s12-b128", "prop-l8-s4-b128", "prop-l2-s6-b128"):
         with pytest.raises(KingenError, match="unknown solver variant"):
             LaunchConfig.parse(bad)
-    with pytest.raises(ValueError, match="objective mode only"):
-        generate_propagator(_scheme("jonas_1993"), "traces", lanes=2, span=4)
+    with pytest.raises(ValueError, match="one product per sample"):
+        generate_propagator(_scheme("jonas_1993"), "traces", span=16, target="cpu",
+                            with_occupancy=True)
     scheme = _scheme("jonas_1993")
     protocols = _mini_protocols()[:1]
     obj = _objective_case(scheme, protocols, np.random.default_rng(0))
@@ -187,6 +190,30 @@ def test_cpu_spans_equal_one_product_per_sample_with_stage_rows_and_propagated_e
     np.testing.assert_allclose(got.sgg, one.sgg, rtol=1e-9)
     np.testing.assert_allclose(got.sgd, one.sgd, rtol=1e-9)
     np.testing.assert_allclose(got.windows, one.windows, rtol=1e-9, atol=1e-12)
+    # a trace takes its samples from the spans too (what intervals and plots read)
+    traces = sim.run(params, "traces")
+    assert sim._config_for(None, False, "traces").span == 16 and not traces.fail.any()
+    want = sim.run(params, "traces", launch_config=PROP).traces
+    assert np.abs(traces.traces - want).max() <= 1e-11 * np.abs(want).max()
+
+
+def test_cpu_traces_kept_for_a_reduction_are_rewritten_whole_by_every_call():
+    # on_device on the CPU: a buffer the simulator keeps and every call rewrites (no NaN
+    # fill first), so every sample of a sweep that succeeds must be written by the kernel:
+    # spans, their remainders, stage rows and propagated edges alike
+    scheme = _scheme("jonas_1993")
+    protocols = [standard_protocol("deactivation"),
+                 standard_protocol("desensitization", exchange=0.2), _edge_protocols()[0]]
+    sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
+    first = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                    scheme.upper)
+    kept = sim.run(first, "traces", on_device=True).traces
+    kept[:] = np.nan  # a sample the next call leaves unwritten would stay NaN
+    again = sim.run(first[::-1] * 0.9, "traces", on_device=True)
+    assert again.traces is kept and not again.fail.any()  # the same buffer, rewritten
+    fresh = sim.run(first[::-1] * 0.9, "traces")
+    assert np.isfinite(fresh.traces).all()
+    np.testing.assert_array_equal(again.traces, fresh.traces)
 
 
 @pytest.mark.parametrize("backend,lanes,span", [("cpu", 1, 1), ("cpu", 1, 16), ("cuda", 1, 1),
@@ -200,7 +227,7 @@ def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes, spa
     unstable[2] *= 1e4  # far above its bound: R(hQ) has eigenvalues beyond 1 at 10 mM
     params = np.vstack([good, unstable, good * 1.1])
     config = LaunchConfig(block=32, form="propagator", lanes=lanes, span=span)
-    if span > 1:  # spans serve the objective mode
+    if span > 1:  # the objective's sums too
         obj = _objective_case(scheme, protocols, np.random.default_rng(1))
         sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend), objective=obj)
         res = sim.run(params, "objective", launch_config=config)
@@ -208,7 +235,6 @@ def test_an_unstable_matrix_gives_a_failure_code_not_garbage(backend, lanes, spa
         assert np.isinf(res.sgg[1]).all() and np.isfinite(res.sgg[[0, 2]]).all()
         alone = sim.run(params[[0, 2]], "objective", launch_config=config)
         np.testing.assert_array_equal(res.sgg[[0, 2]], alone.sgg)
-        return
     sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend))
     res = sim.run(params, "traces", launch_config=config)
     assert (res.fail[[0, 2]] == 0).all()

@@ -465,8 +465,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         coalesce, and held in registers) or ``cpu`` (D laid out (candidate, key, row,
         column), read from the cache at each product).
     span
-        Samples per product on propagated rows (objective mode; on the GPU with lanes ≥ 2;
-        see :mod:`kingen.codegen.span`): 1 is one product per sample.
+        Samples per product on propagated rows (not with ``with_occupancy``; on the GPU
+        with lanes ≥ 2; see :mod:`kingen.codegen.span`): 1 is one product per sample.
     n_sections, with_sum
         The recording's filter and the extra sum, as for :func:`kingen.codegen.generate`.
         On the GPU spans fold a filter of up to four sections into their arrays, which are
@@ -501,8 +501,8 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         raise ValueError("lanes > 1 runs on the GPU only")
     if span != 1:
         span_check(scheme.n_states, lanes, span, target)
-        if mode != "objective":
-            raise ValueError("spans serve the objective mode only")
+        if with_occupancy:
+            raise ValueError("occupancies are stored with one product per sample (span 1)")
     a = Emitter(scheme, compensated=compensated, flush_below=flush_below, n_windows=n_windows,
                 n_sections=n_sections, with_sum=with_sum)
     a.legend()
@@ -527,7 +527,7 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
             a(f"{ind}gc{k} = {a.cast}(GCOND[lane * {C} + {k}])")
         a(f"{ind}for j in range({scheme.n_states}, {2 * padded_states(scheme.n_states, lanes)}):")
         a(f"{ind}    sh[base + j] = {a.cast}(0.0)")
-    if span > 1 and target == "cuda":
+    if span > 1 and target == "cuda" and mode == "objective":
         emit_window_bounds(a, ind)
     a.record(ind, mode, with_occupancy=with_occupancy, first=True)
     a(f"{ind}for r in range(row_start[w], row_start[w + 1]):")
@@ -550,18 +550,18 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         else:
             a(f"{ind2}if kk >= 0:")
         if span > 1 and target == "cpu":
-            emit_span_row_cpu(a, ind2 + "    ", span)
+            emit_span_row_cpu(a, ind2 + "    ", span, mode)
         elif span > 1:
             a(f"{ind2}    kf = {'row_fold[r]' if fold else 'kk'}")
             emit_span_row(a, ind2 + "    ", lanes, span,
-                          padded_states(scheme.n_states, lanes) // lanes)
+                          padded_states(scheme.n_states, lanes) // lanes, mode)
         elif lanes == 1:
             _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target)
         else:
             _lanes_row(a, ind2 + "    ", mode, lanes)
     a(f"{ind2}else:")
     a.stage_rows(ind2 + "    ", mode, with_occupancy, stage_rows, merged=target == "cpu")
-    if span > 1 and target == "cuda":
+    if span > 1 and target == "cuda" and mode == "objective":
         emit_span_reduce(a, ind, lanes)
     a.finish(ind, mode, writer="lane == 0" if lanes > 1 else None)
     return finished(a)

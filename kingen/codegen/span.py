@@ -21,7 +21,9 @@ bookkeeping is shared out instead of repeated on every lane. A row's last nrep m
 take their currents from GV too, and the state crosses them by single products with D, read
 from memory (a few samples per row).
 
-Only the objective mode uses spans: a trace needs every sample's current written anyway.
+A trace takes its samples from the same dot products: each lane writes its J samples of a
+span to the trace instead of adding them to sums (with occupancies, which need every
+sample's state, a trace takes one product per sample).
 
 **The recording filter, folded into the span (GPU).** The filter's cascade of second-order
 sections in transposed direct form II is a linear state-space system of order
@@ -307,14 +309,18 @@ def emit_window_bounds(a: Emitter, ind: str) -> None:
         a(f"{ind}sg_s = 0.0")
 
 
-def _span_sample(a: Emitter, ind: str, s: str) -> None:
-    """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows.
+def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective") -> None:
+    """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows, or in
+    trace mode store it.
 
     Peak windows go to the shared ``wv``/``wi`` (a maximum is the same however often a
     sample is seen); sums go to ``ws``, because stage-form rows are walked by every lane
     alike and their samples are already in ``wv``.
     """
     a(f"{ind}gs = sample0 + {s}")
+    if mode != "objective":
+        a(f"{ind}trace[c, U(gs)] = g")
+        return
     a(f"{ind}d = data[U(gs)]")
     a(f"{ind}wt = weight[U(gs)]")
     a(f"{ind}sgg_s += wt * g * g")
@@ -333,8 +339,10 @@ def _span_sample(a: Emitter, ind: str, s: str) -> None:
         a(f"{ind}            ws{q} += g")
 
 
-def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> None:
-    """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads.
+def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
+                  mode: str = "objective") -> None:
+    """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads, whose
+    currents go to the sums (``mode`` objective) or to the trace.
 
     Entered with the full state in ``p{i}`` on every lane (and the filter's in ``fz``);
     left the same way, after the row's checks. ``n_cols`` is C, the state columns each lane
@@ -415,9 +423,9 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
             if partial:
                 a(f"{ind3}if first + {q + 1} <= rem:")
-                _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}")
+                _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}", mode)
             else:
-                _span_sample(a, ind3, f"smp + first + {q + 1}")
+                _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
 
     def folded_currents(ind3: str, zdst: str) -> None:
         # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of
@@ -426,7 +434,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv + "
               f"({dot([f'{zc(q, n)} * {x}' for n, x in enumerate(z)])})")
-            _span_sample(a, ind3, f"smp + first + {q + 1}")
+            _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
         for k in range(NZ):
             a(f"{ind3}{zdst}[U(zr + {k})] = "
               f"{dot([f'{za(k, n)} * {x}' for n, x in enumerate(z)])} + "
@@ -444,7 +452,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         a(f"{ind3}    g = float(fb[t]) * drv")
         a.filter_sample(ind3 + "    ")
         a(f"{ind3}    if t >= first and t < first + {J}:")
-        _span_sample(a, ind3 + "        ", "smp + t + 1")
+        _span_sample(a, ind3 + "        ", "smp + t + 1", mode)
 
     def advance(ind2: str, dst: str, matrix: str) -> None:
         for k in range(C):
@@ -493,11 +501,11 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int) -> N
         a(f"{ind4}g = float(gp) * drv")
         a.filter_sample(ind4)
         a(f"{ind4}if lane == 0:")
-        _span_sample(a, ind4 + "    ", "smp + t + 1")
+        _span_sample(a, ind4 + "    ", "smp + t + 1", mode)
     a(f"{ind2}if rec == 1:")
     a(f"{ind2}    smp += rem")
     a(f"{ind}last = half1 if (nb + rem) % 2 == 1 else half0")
-    lanes_row_exit(a, ind, C, lanes, "objective")
+    lanes_row_exit(a, ind, C, lanes, mode)
 
 
 def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
@@ -550,9 +558,10 @@ def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
     a("")
 
 
-def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
+def emit_span_row_cpu(a: Emitter, ind: str, span: int, mode: str = "objective") -> None:
     """A propagated row in spans of ``span`` samples, one thread holding the whole state
-    ``p{i}`` (objective mode); the row's checks follow as for one product per sample."""
+    ``p{i}``, its currents reduced (``mode`` objective) or stored in the trace; the row's
+    checks follow as for one product per sample."""
     from kingen.codegen.propagator import dot, row_end_check
 
     S, F = a.scheme.n_states, a.cast
@@ -573,7 +582,7 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
         a(f"{ind3}g = float({dot([f'{x} * GVf[U(gq + {i})]' for i, x in enumerate(p)])}) * drv")
         a(f"{ind3}smp += 1")
         a(f"{ind3}code = 0")
-        a.store_sample(ind3, "objective", [])
+        a.store_sample(ind3, mode, [])
 
     def advance(ind2: str, matrix: str, start: str) -> None:
         for j in range(S):
@@ -591,7 +600,7 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int) -> None:
     a(f"{ind}    for t in range(rem):")
     advance(ind + "        ", "Df", "db")
     row_end_check(a, ind, " + ".join(p), " | ".join(f"({x} < -tol) | ({x} > 1.0 + tol)"
-                                                      for x in p), "objective", None)
+                                                      for x in p), mode, None)
     if a.compensated:
         for j in range(S):
             a(f"{ind}e{j} = {F}(0.0)")

@@ -114,16 +114,15 @@ class Likelihood:
             len(p.targets) for p in self.objective.plans)
 
     def solve(self, genes: np.ndarray, *, count: bool = True, on_device: bool = True):
-        """The traces of a batch of genes: ONE solver call in trace mode, left on the GPU
-        where the solver runs there (``on_device``; see
-        :mod:`kingen.identify.gauss_newton`)."""
+        """The traces of a batch of genes: ONE solver call in trace mode, left where the
+        solver makes them (``on_device``: on the GPU, or in the simulator's buffer on the
+        CPU, valid until the next call; see :mod:`kingen.identify.gauss_newton`)."""
         from kingen.solve.batch import Simulator
 
         obj = self.objective
         g = np.atleast_2d(np.asarray(genes, dtype=float))
         sim = obj.simulator
-        kw = ({"on_device": True} if on_device and isinstance(sim, Simulator)
-              and sim.backend == "cuda" else {})
+        kw = {"on_device": True} if on_device and isinstance(sim, Simulator) else {}
         t0 = time.perf_counter()
         # to_params computes the derived rates, the guard checks them: taken as they are
         res = sim.run(obj.guard(self.pmap.to_params(g, clip=True), complete=False),

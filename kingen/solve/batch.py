@@ -97,6 +97,7 @@ class Simulator:
                 raise ValueError("windows must be (n_sweeps, 4, 3)")
         self.sections = filter_sections(self.protocols, filters)
         self._device_arrays: dict[str | tuple, object] = {}
+        self._host: dict[str, np.ndarray] = {}  # scratch that calls rewrite (on_device)
         self._fold_host: dict[tuple, tuple] = {}  # a folded filter's arrays, per launch
         self._gpu_lock = threading.Lock()
         self._config = None
@@ -105,7 +106,7 @@ class Simulator:
     def __getstate__(self) -> dict:
         # device arrays and the lock belong to this process: a copy builds its own
         state = self.__dict__.copy()
-        state["_device_arrays"] = {}
+        state["_device_arrays"], state["_host"] = {}, {}
         del state["_gpu_lock"]
         return state
 
@@ -153,10 +154,11 @@ class Simulator:
             Pass the current through the protocols' filters (default); False gives the
             model's own current (a plot shows both).
         on_device
-            Trace mode on the GPU: leave the traces on the device (``traces`` is then a
-            device array, valid until the next call; a failed candidate's samples are not
-            NaN, its ``fail`` code says so) for a reduction there
-            (:mod:`kingen.solve.gnsums`). Ignored on the CPU.
+            Trace mode, for a reduction where the traces are made
+            (:mod:`kingen.solve.gnsums`): on the GPU leave them on the device (``traces`` is
+            then a device array), on the CPU write them into a buffer the simulator keeps.
+            Either is valid until the next call, and a failed candidate's samples there
+            are not NaN: its ``fail`` code says so.
         """
         import time
 
@@ -180,6 +182,11 @@ class Simulator:
             shape = (n, self.schedule.n_samples)
             if on_device and self.backend == "cuda":
                 traces = np.empty(shape)  # kept on the GPU: only its shape is read
+            elif on_device:  # a reduction's scratch, which every call rewrites: filling
+                # a fresh GB of traces with NaN cost as long as the solve itself
+                if getattr(self._host.get("traces"), "shape", None) != shape:
+                    self._host["traces"] = np.empty(shape)
+                traces = self._host["traces"]
             else:
                 traces = np.full(shape, np.nan, dtype=np.float64)
             occ_shape = ((n, self.schedule.n_samples, self.scheme.n_states) if with_occupancy
@@ -243,7 +250,7 @@ class Simulator:
             res.traces = results[0]
             if with_occupancy:
                 res.occupancy = results[1]
-            for k in range(self.n_sweeps if isinstance(res.traces, np.ndarray) else 0):
+            for k in range(0 if on_device else self.n_sweeps):
                 a, b = self.schedule.sample_start[k], self.schedule.sample_start[k + 1]
                 res.traces[fail[:, k] != 0, a:b] = np.nan
         t_end = time.perf_counter()
@@ -253,8 +260,7 @@ class Simulator:
         return res
 
     def _out_shape(self, n: int) -> tuple[int, int, int]:
-        """The objective-mode results: (value, candidate, sweep), values as
-        :func:`kingen.codegen.out_width` lists them."""
+        """The objective mode's results: (value, candidate, sweep); see ``out_width``."""
         return (out_width(self._n_windows("objective"), self._sums()), n, self.n_sweeps)
 
     def _sums(self) -> int:
@@ -290,8 +296,7 @@ class Simulator:
         """The launch this simulator uses when none is given: on the GPU the one
         ``kingen tune`` recorded for this device, scheme and precision, else the default
         for the scheme's size, its stage rows and its filter; on the CPU the propagator
-        form with spans of 16 samples (objective mode; a trace takes one product per
-        sample)."""
+        form with spans of 16 samples (occupancies take one product per sample)."""
         from kingen.solve.cuda import CPU_DEFAULT, tuned_config
 
         if self._config is None:
@@ -349,12 +354,10 @@ class Simulator:
         if config.span > 1 and config.lanes < 2 and self.backend == "cuda":
             raise KingenError("spans on the GPU need at least two lanes (e.g. "
                               "prop-l8-s16-b128)", field="variant", value=config.name)
-        if config.span > 1 and mode != "objective":
-            # a trace needs every sample's current stored: one product per sample
-            config = replace(config, span=1)
-        if with_occupancy and config.lanes != 1:
-            # occupancies are written by the thread that holds the whole state
-            config = replace(config, lanes=1)
+        if with_occupancy and (config.lanes != 1 or config.span > 1):
+            # occupancies are written by the thread that holds the whole state, sample by
+            # sample: one product per sample
+            config = replace(config, lanes=1, span=1)
         return config
 
     def _cuda_module(self, mode: str, config, with_occupancy: bool, n_sections: int = 0):

@@ -263,7 +263,7 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     shared memory is sized per block; ``stage_rows`` says which rows
     the propagator form's code must also step in stage form (see
     :func:`kingen.codegen.generate_propagator`), and ``edge_rows`` whether rows whose
-    concentration varies take products. With ``span`` > 1 (objective mode) the module also
+    concentration varies take products. With ``span`` > 1 the module also
     has ``build_span``, which fills the span arrays from D (see
     :mod:`kingen.codegen.span`). ``n_sections`` (the recording filter's second-order
     sections, read from the ``flt`` argument) and ``with_sum`` (Σw·g) are as for
