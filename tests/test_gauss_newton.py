@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import kingen
 from kingen.experiment.chain import Chain
@@ -103,6 +104,53 @@ def _tiny_inputs():
     return traces, samples, sblock, bstart, w, d, first, count, use, coef
 
 
+def _chunk_inputs():
+    """Blocks of 30, 3, 0 and 28 compared samples; groups of 3, 0, 2 and 1 perturbations,
+    the third's first perturbation failed and the fourth's base."""
+    rng = np.random.default_rng(5)
+    count = np.array([3, 0, 2, 1], np.int64)
+    first = np.concatenate([[0], np.cumsum(count + 1)[:-1]]).astype(np.int64)
+    traces = rng.normal(size=(int((count + 1).sum()), 100))
+    for f, m in zip(first, count, strict=True):
+        traces[f + 1:f + 1 + m] = traces[f] + 1e-3 * rng.normal(size=(m, 100))
+    sizes = np.array([30, 3, 0, 28])
+    bstart = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    samples = np.sort(rng.choice(np.arange(2, 98), bstart[-1], replace=False)).astype(np.int64)
+    sblock = np.repeat(np.arange(sizes.size), sizes).astype(np.int64)
+    w, d = rng.uniform(0.5, 1, samples.size), rng.normal(size=samples.size)
+    use = np.ones((count.size, 4), bool)
+    use[2, 1] = use[3, 0] = False
+    coef = [rng.normal(size=(count.size, sizes.size)) for _ in range(2)] + [
+        rng.normal(size=(count.size, sizes.size, 3)) for _ in range(3)]
+    return traces, samples, sblock, bstart, w, d, first, count, use, coef
+
+
+def test_the_chunks_cover_each_block_once_and_fill_the_gpu():
+    from kingen.solve.gnsums import GN_BLOCKS, GN_MIN_CHUNK, block_chunks, gn_chunk
+
+    rng = np.random.default_rng(6)
+    for chunk in (1, 3, 7, 4096):
+        sizes = rng.integers(0, 30, size=12)
+        sizes[3] = 0
+        bstart = np.concatenate([[0], np.cumsum(sizes)])
+        table, cstart = block_chunks(bstart, chunk)
+        assert cstart[0] == 0 and cstart[-1] == table.shape[0]
+        for b in range(sizes.size):
+            rows = table[cstart[b]:cstart[b + 1]]
+            assert (rows[:, 0] == b).all()
+            lengths = rows[:, 2] - rows[:, 1]
+            assert (lengths > 0).all() and (lengths <= chunk).all()
+            assert (lengths[:-1] == chunk).all()  # only the last is short
+            covered = np.concatenate([np.arange(lo, hi) for _, lo, hi in rows] + [[]])
+            np.testing.assert_array_equal(covered, np.arange(bstart[b], bstart[b + 1]))
+    for g in (1, 2, 35, 400, 10_000):
+        for n in (0, 100, 5_000, 357_170, 10**8):
+            size = gn_chunk(g, n)
+            chunks = -(-n // size)
+            assert size >= GN_MIN_CHUNK and chunks <= 65535
+            assert g * chunks >= GN_BLOCKS or size == GN_MIN_CHUNK
+
+
 def test_the_cpu_reduction_equals_numpy():
     from kingen.solve.gnsums import gn_sums, scale_sums, unpack
 
@@ -149,29 +197,82 @@ def test_window_values_equal_the_host_windows():
 
 
 CUDASIM = """
+import sys
 import numpy as np
 from numba import cuda
 import test_gauss_newton as t
+from kingen.solve import gnsums
 from kingen.solve.gnsums import gn_sums, scale_sums, window_values
-traces, samples, sblock, bstart, w, d, first, count, use, coef = t._tiny_inputs()
-dev = cuda.to_device(traces)
-np.testing.assert_allclose(scale_sums(dev, samples, bstart, w, d, first, count),
-                           scale_sums(traces, samples, bstart, w, d, first, count), rtol=1e-12)
-args = (samples, sblock, w, d, first, count, use, *coef)
-np.testing.assert_allclose(gn_sums(dev, *args), gn_sums(traces, *args), rtol=1e-12,
-                           atol=1e-15)
-start = np.array([0, 25, 50], dtype=np.int64)
-windows = np.array([[[0, 9, 0], [3, 15, 1], [0, 0, -1], [0, 0, -1]]] * 2, dtype=np.int64)
-np.testing.assert_allclose(window_values(dev, start, windows),
-                           window_values(traces, start, windows), rtol=1e-12)
+gnsums.THREADS = int(sys.argv[1])  # before the first kernel is built
+if gnsums.THREADS == 128:  # the module's own: one chunk per block and group, then pass 2 in 6
+    traces, samples, sblock, bstart, w, d, first, count, use, coef = t._tiny_inputs()
+    dev = cuda.to_device(traces)
+    np.testing.assert_allclose(scale_sums(dev, samples, bstart, w, d, first, count),
+                               scale_sums(traces, samples, bstart, w, d, first, count),
+                               rtol=1e-12)
+    args = (samples, sblock, w, d, first, count, use, *coef)
+    for chunk in (None, 7):
+        np.testing.assert_allclose(gn_sums(dev, *args, chunk=chunk), gn_sums(traces, *args),
+                                   rtol=1e-12, atol=1e-15)
+    start = np.array([0, 25, 50], dtype=np.int64)
+    windows = np.array([[[0, 9, 0], [3, 15, 1], [0, 0, -1], [0, 0, -1]]] * 2, dtype=np.int64)
+    np.testing.assert_allclose(window_values(dev, start, windows),
+                               window_values(traces, start, windows), rtol=1e-12)
+else:  # a few threads (the simulator runs each as a Python thread), so many chunks are cheap
+    traces, samples, sblock, bstart, w, d, first, count, use, coef = t._chunk_inputs()
+    dev = cuda.to_device(traces)
+    want = scale_sums(traces, samples, bstart, w, d, first, count)
+    for chunk in (7, 16):  # 30 = 4 x 7 + 2, 3 < 7, 28 = 4 x 7; 30 = 16 + 14, 28 = 16 + 12
+        np.testing.assert_allclose(scale_sums(dev, samples, bstart, w, d, first, count,
+                                              chunk=chunk), want, rtol=1e-12)
+    args = (samples, sblock, w, d, first, count, use, *coef)
+    want = gn_sums(traces, *args)
+    assert want[2].any() and not want[3].any()
+    for chunk in (7, 20):  # 61 = 8 x 7 + 5 (under a tile); 3 x 20 + 1 (tiles 8, 8, 4)
+        np.testing.assert_allclose(gn_sums(dev, *args, chunk=chunk), want, rtol=1e-12)
 print("same")
 """
 
 
-def test_the_gpu_kernels_equal_the_cpu_under_the_simulator():
+def _simulate(threads: int) -> None:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    out = subprocess.run([sys.executable, "-c", CUDASIM], env=env, capture_output=True,
-                         text=True, timeout=280)
+    out = subprocess.run([sys.executable, "-c", CUDASIM, str(threads)], env=env,
+                         capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "same" in out.stdout
+
+
+def test_the_gpu_kernels_equal_the_cpu_under_the_simulator():
+    _simulate(128)
+
+
+def test_the_gpu_chunks_add_up_to_the_cpu_sums_under_the_simulator():
+    """Pass 1 in several chunks per block, the last short, a block shorter than a chunk and an
+    empty one; pass 2 in several chunks per group, under and over a tile; groups of different
+    m, a failed perturbation and a failed base. Eight threads per CUDA block: pass 2's
+    threads then hold two pairs each (15 pairs of 4 columns)."""
+    _simulate(8)
+
+
+CACHED = """
+from kingen.solve import gnsums
+for kernel in (*gnsums._kernels(), gnsums._gn_kernel(4), gnsums._gn_kernel(12)):
+    assert kernel.stats.cache_path, kernel  # Numba's disk cache, not a NullCache
+    cells = kernel.py_func.__closure__ or ()
+    assert all(type(c.cell_contents) is int for c in cells), kernel  # hashable as the key
+print("cached")
+"""
+
+
+def test_the_gpu_kernels_compile_into_numbas_disk_cache():
+    """Built (not compiled: that needs a GPU) outside the simulator, each kernel has Numba's
+    disk cache, and pass 2's closure holds ints only, which numba-cuda hashes into a cached
+    closure's key."""
+    pytest.importorskip("numba_cuda")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    out = subprocess.run([sys.executable, "-c", CACHED], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "cached" in out.stdout

@@ -22,6 +22,22 @@ sweep of a recorded protocol):
    weight), Σ cw·r₀², Σ cw·e_k·r₀ and Σ cw·e_k·e_l. JᵀJ and Jᵀr are these over the steps:
    products of differences, never differences of accumulated sums.
 
+On the GPU both passes are parallel over the samples as well as the groups, each in two
+kernels. Pass 1 cuts every block's samples into chunks of at most :data:`SCALE_CHUNK`
+(:func:`block_chunks`: a chunk never crosses a block's end); one CUDA block of
+:data:`THREADS` threads per chunk, group and column sums its chunk, consecutive threads on
+consecutive samples (the reads of a trace's row coalesce), and adds its threads' sums as a
+tree in shared memory. Pass 2 cuts the compared samples into chunks of :func:`gn_chunk`
+samples, enough that groups × chunks fill the GPU; one CUDA block per group and chunk. Then
+a small kernel adds the chunks' partial sums, of each block (pass 1) or group (pass 2), in
+chunk order: no atomics, so a result is the same bits from run to run. The chunk sizes are
+constants of this module, not read from the device, so they do not change with the GPU.
+
+The kernels compile at first use into Numba's disk cache (``cache=True``), and later
+processes load them from there. They are module-level functions, bar pass 2's: a closure
+per multiple of 4 columns that captures integer sizes only (numba-cuda keys a cached
+closure by a hash of its cells' values).
+
 Both return per group a packed triangle of the pairs of (r₀, e₁ … e_m): pair (i, j), j ≤ i,
 at i(i + 1)/2 + j; (0, 0) is χ², (k, 0) is Σ cw·e_k·r₀, (k, l) Σ cw·e_k·e_l (see
 :func:`unpack`). A column whose candidate failed (``use`` False) reads 0 there.
@@ -52,9 +68,14 @@ import numpy as np
 
 from kingen.codegen import N_WINDOWS
 
-THREADS = 128  # GPU threads per group (pass 2) and per block of the other kernels
+THREADS = 128  # GPU threads per CUDA block of every kernel (a power of 2: pass 1's tree)
+SCALE_CHUNK = 4096  # pass 1: samples per chunk (32 per thread: the tree's cost is amortised)
+GN_BLOCKS = 4 * 132  # pass 2: CUDA blocks to reach at least (4 per SM of an H100/H200)
+GN_MIN_CHUNK = 1024  # pass 2: fewest samples per chunk (8 tiles: the partials stay few)
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's y extent, where the chunks go
 OP_NONE, OP_PEAK = -1, 0
 cuda = None  # numba.cuda, imported with the first GPU kernel (a global: see _numba_cuda)
+_windows_row_gpu = None  # _windows_row as a CUDA device function (set by _kernels)
 
 
 def _numba_cuda():
@@ -80,25 +101,61 @@ def is_device_array(x) -> bool:
 
 # ---------------------------------------------------------------------- pass 1: scale sums
 def scale_sums(traces, samples: np.ndarray, bstart: np.ndarray, weight: np.ndarray,
-               data: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+               data: np.ndarray, first: np.ndarray, count: np.ndarray, *,
+               chunk: int = SCALE_CHUNK) -> np.ndarray:
     """(G, B, 3, M + 1) sums per group and block: column 0 the base's Σw·g₀², Σw·g₀·d,
     Σw·g₀, column k the changes Σw·δ_k(2g₀ + δ_k), Σw·δ_k·d, Σw·δ_k (0 beyond the group's
     m). ``samples`` are sample indices sorted by block, block b holding
     ``samples[bstart[b]:bstart[b + 1]]``; ``weight`` and ``data`` are per entry of
-    ``samples``."""
+    ``samples``. ``chunk`` is the GPU's samples per chunk (:func:`block_chunks`; ignored
+    on the CPU)."""
     g, b, m = first.size, bstart.size - 1, int(count.max(initial=0))
     if is_device_array(traces):
-        cuda = _numba_cuda()
-        out = cuda.to_device(np.zeros((g, b, 3, m + 1)))
-        total = g * b * (m + 1)
-        if total:
-            _cuda_kernels()[0][(total + THREADS - 1) // THREADS, THREADS](
-                traces, *(cuda.to_device(np.ascontiguousarray(x)) for x in (
-                    samples, bstart, weight, data, first, count)), out)
-        return out.copy_to_host()
+        return _scale_sums_gpu(traces, samples, bstart, weight, data, first, count, chunk)
     out = np.zeros((g, b, 3, m + 1))
     _scale_sums_cpu(traces, samples, bstart, weight, data, first, count, out)
     return out
+
+
+def block_chunks(bstart: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pass 1's chunks: a (C, 3) table of block, first and past-the-end entry of
+    ``samples``, at most ``chunk`` entries each, in sample order, none across a block's end
+    (only a block's last chunk is shorter); and the (B + 1,) offsets of each block's chunks
+    in it (an empty block has none). ``chunk`` grows if C would pass :data:`MAX_GRID_Y`.
+
+    >>> table, cstart = block_chunks(np.array([0, 5, 7, 7]), 3)
+    >>> table.tolist(), cstart.tolist()
+    ([[0, 0, 3], [0, 3, 5], [1, 5, 7]], [0, 2, 3, 3])
+    """
+    bstart = np.asarray(bstart, dtype=np.int64)
+    size = np.diff(bstart)
+    room = max(MAX_GRID_Y - size.size, 1)  # each block adds at most one short chunk
+    chunk = max(int(chunk), 1, -(-int(size.sum()) // room))
+    per = -(-size // chunk)
+    cstart = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
+    blk = np.repeat(np.arange(size.size, dtype=np.int64), per)
+    lo = bstart[blk] + (np.arange(blk.size, dtype=np.int64) - cstart[blk]) * chunk
+    hi = np.minimum(lo + chunk, bstart[blk + 1])
+    return np.stack([blk, lo, hi], axis=1), cstart
+
+
+def _scale_sums_gpu(traces, samples, bstart, weight, data, first, count, chunk):
+    """:func:`scale_sums` on the device's traces: per chunk, group and column its three
+    sums (:func:`_scale_chunk_kernel`), then each block's chunks added in order."""
+    cuda = _numba_cuda()
+    g, b, mc = first.size, bstart.size - 1, int(count.max(initial=0)) + 1
+    table, cstart = block_chunks(bstart, chunk)
+    width = g * 3 * mc
+    if not (table.shape[0] and width):
+        return np.zeros((g, b, 3, mc))
+    scale_kernel, sum_kernel, _ = _kernels()
+    dev = [cuda.to_device(np.ascontiguousarray(x)) for x in (
+        samples, weight, data, first, count, table)]
+    part = cuda.device_array((table.shape[0], width))
+    scale_kernel[(g * mc, table.shape[0]), THREADS](traces, *dev, part)
+    out = cuda.device_array((b, width))
+    sum_kernel[-(-b * width // THREADS), THREADS](part, cuda.to_device(cstart), out)
+    return np.ascontiguousarray(out.copy_to_host().reshape(b, g, 3, mc).transpose(1, 0, 2, 3))
 
 
 @numba.njit(parallel=True, cache=True)
@@ -112,8 +169,8 @@ def _scale_sums_cpu(tr, samples, bstart, weight, data, first, count, out):  # pr
 @numba.njit(cache=True)
 def _block_scale_sums(tr, samples, bstart, weight, data, r0, blk, k, out):  # pragma: no cover
     """Pass 1's three sums of block ``blk`` for column ``k`` of the group at row ``r0``, into
-    ``out[blk, :, k]``: the base's (k = 0), else their change by perturbation k. One source
-    for both backends (the GPU kernel compiles its ``py_func`` as a device function)."""
+    ``out[blk, :, k]``: the base's (k = 0), else their change by perturbation k. The GPU
+    forms the same terms in :func:`_scale_chunk_kernel`, a chunk at a time."""
     sgg = sgd = sg = 0.0
     for s in range(bstart[blk], bstart[blk + 1]):
         t = samples[s]
@@ -136,7 +193,7 @@ def _block_scale_sums(tr, samples, bstart, weight, data, r0, blk, k, out):  # pr
 def gn_sums(traces, samples: np.ndarray, sblock: np.ndarray, cw: np.ndarray,
             data: np.ndarray, first: np.ndarray, count: np.ndarray, use: np.ndarray,
             a0: np.ndarray, c0: np.ndarray, ak: np.ndarray, dak: np.ndarray,
-            dck: np.ndarray) -> np.ndarray:
+            dck: np.ndarray, *, chunk: int | None = None) -> np.ndarray:
     """(G, P) packed pairs of (r₀, e₁ … e_M) per group (module docstring), P =
     :func:`n_pairs` (M), M the largest group's m.
 
@@ -156,26 +213,56 @@ def gn_sums(traces, samples: np.ndarray, sblock: np.ndarray, cw: np.ndarray,
     ak, dak, dck
         (G, B, M) each perturbation's amplitude, and its amplitude's and offset's change
         from the base's.
+    chunk
+        The GPU's samples per chunk; None: :func:`gn_chunk`'s. Ignored on the CPU.
     """
     g, m = first.size, max(ak.shape[2], 0)
     p = n_pairs(m)
     if is_device_array(traces):
-        cuda = _numba_cuda()
-        mmax = max(4, -(-m // 4) * 4)  # one kernel per multiple of 4 columns
-        out = cuda.to_device(np.zeros((g, n_pairs(mmax))))
-        if g:
-            args = [np.ascontiguousarray(x) for x in (samples, sblock, cw, data, first,
-                                                       count, use.astype(np.uint8))]
-            pad = [np.zeros(x.shape[:2] + (mmax,)) for x in (ak, dak, dck)]
-            for full, x in zip(pad, (ak, dak, dck), strict=True):
-                full[:, :, :m] = x
-            _gn_kernel(mmax)[g, THREADS](traces, *(cuda.to_device(x) for x in (
-                *args, np.ascontiguousarray(a0), np.ascontiguousarray(c0), *pad)), out)
-        return out.copy_to_host()[:, :p]
+        return _gn_sums_gpu(traces, samples, sblock, cw, data, first, count, use, a0, c0,
+                            ak, dak, dck, chunk)[:, :p]
     out = np.zeros((g, p))
     _gn_sums_cpu(traces, samples, sblock, cw, data, first, count, use, a0, c0, ak, dak, dck,
                  out)
     return out
+
+
+def gn_chunk(n_groups: int, n_samples: int) -> int:
+    """Pass 2's samples per chunk on the GPU: enough chunks that groups × chunks reach
+    :data:`GN_BLOCKS` CUDA blocks, none under :data:`GN_MIN_CHUNK` samples, at most
+    :data:`MAX_GRID_Y` chunks. (A chunk needs no whole tiles: its last is masked.)
+
+    >>> gn_chunk(35, 357_170), gn_chunk(1, 5_000), gn_chunk(600, 357_170)
+    (22324, 1024, 357170)
+    """
+    want = -(-GN_BLOCKS // max(n_groups, 1))
+    return max(GN_MIN_CHUNK, -(-n_samples // want), -(-n_samples // MAX_GRID_Y))
+
+
+def _gn_sums_gpu(traces, samples, sblock, cw, data, first, count, use, a0, c0, ak, dak, dck,
+                 chunk):
+    """:func:`gn_sums` on the device's traces, (G, P') for P' ≥ P: per group and chunk the
+    packed pairs (:func:`_gn_kernel`), then each group's chunks added in order."""
+    cuda = _numba_cuda()
+    g, m, n_s = first.size, max(ak.shape[2], 0), samples.size
+    mmax = max(4, -(-m // 4) * 4)  # one kernel per multiple of 4 columns
+    pp = n_pairs(mmax)
+    size = max(int(chunk or gn_chunk(g, n_s)), 1, -(-n_s // MAX_GRID_Y))
+    nc = -(-n_s // size)
+    if not (g and nc):
+        return np.zeros((g, pp))
+    args = [np.ascontiguousarray(x) for x in (samples, sblock, cw, data, first, count,
+                                               use.astype(np.uint8), a0, c0)]
+    pad = [np.zeros(x.shape[:2] + (mmax,)) for x in (ak, dak, dck)]
+    for full, x in zip(pad, (ak, dak, dck), strict=True):
+        full[:, :, :m] = x
+    part = cuda.device_array((nc, g * pp))
+    _gn_kernel(mmax)[(g, nc), THREADS](traces, *(cuda.to_device(x) for x in (*args, *pad)),
+                                      size, part)
+    out = cuda.device_array((1, g * pp))
+    _kernels()[1][-(-g * pp // THREADS), THREADS](
+        part, cuda.to_device(np.array([0, nc], np.int64)), out)
+    return out.copy_to_host().reshape(g, pp)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -235,7 +322,7 @@ def window_values(traces, sample_start: np.ndarray, windows: np.ndarray) -> np.n
         cuda = _numba_cuda()
         out = cuda.to_device(np.zeros((n, k, N_WINDOWS, 2)))
         if n * k:
-            _cuda_kernels()[1][(n * k + THREADS - 1) // THREADS, THREADS](
+            _kernels()[2][-(-n * k // THREADS), THREADS](
                 traces, cuda.to_device(np.ascontiguousarray(sample_start)),
                 cuda.to_device(np.ascontiguousarray(windows)), out)
         return out.copy_to_host()
@@ -276,98 +363,147 @@ def _windows_row(tr, i, k, sample_start, windows, out):  # pragma: no cover
 
 
 # ---------------------------------------------------------------------- GPU kernels
+# Plain module-level functions, compiled by _kernels and _gn_kernel with cache=True: Numba
+# then keys each by its source file's stamp, its bytecode and (a closure) its cells' values.
+# They name ``cuda`` and the device function as module globals, which the simulator swaps.
 @functools.cache
-def _cuda_kernels():
-    """The GPU's pass 1 (one thread per group, block and column) and window kernels (one
-    thread per candidate and sweep)."""
-    _numba_cuda()
-    scale_row = cuda.jit(device=True)(_windows_row.py_func)
-    block_sums = cuda.jit(device=True)(_block_scale_sums.py_func)
+def _kernels():
+    """The kernels without compile-time sizes: pass 1's per chunk (:func:`_scale_chunk_kernel`),
+    the chunks' sum (:func:`_chunk_sum_kernel`) and the window values'."""
+    global _windows_row_gpu
+    cuda = _numba_cuda()
+    _windows_row_gpu = cuda.jit(device=True)(_windows_row.py_func)
+    jit = cuda.jit(cache=True)
+    return jit(_scale_chunk_kernel), jit(_chunk_sum_kernel), jit(_window_kernel)
 
-    @cuda.jit
-    def scale_kernel(tr, samples, bstart, weight, data, first, count, out):
-        nb, mc = out.shape[1], out.shape[3]
-        idx = cuda.grid(1)
-        if idx >= first.size * nb * mc:
-            return
-        gi = idx // (nb * mc)
-        blk = (idx // mc) % nb
-        k = idx % mc
-        if k > count[gi]:
-            return
-        block_sums(tr, samples, bstart, weight, data, first[gi], blk, k, out[gi])
 
-    @cuda.jit
-    def window_kernel(tr, sample_start, windows, out):
-        idx = cuda.grid(1)
-        k_all = windows.shape[0]
-        if idx >= tr.shape[0] * k_all:
-            return
-        scale_row(tr, idx // k_all, idx % k_all, sample_start, windows, out)
+def _scale_chunk_kernel(tr, samples, weight, data, first, count, table, part):  # pragma: no cover
+    """Pass 1 on the GPU: CUDA block (x, y) sums column k = x mod (M + 1) of group x // (M + 1)
+    over chunk y of ``table`` (:func:`block_chunks`), the terms of :func:`_block_scale_sums`,
+    into ``part[y, (group · 3 + sum) · (M + 1) + k]`` (0 where k > the group's m)."""
+    th, mc = cuda.threadIdx.x, part.shape[1] // (3 * first.size)  # mc = M + 1
+    gi, k, c = cuda.blockIdx.x // mc, cuda.blockIdx.x % mc, cuda.blockIdx.y
+    red = cuda.shared.array((3, THREADS), numba.float64)
+    sgg = sgd = sg = 0.0
+    if k <= count[gi]:
+        r0 = first[gi]
+        for s in range(table[c, 1] + th, table[c, 2], THREADS):  # coalesced: th → s
+            t = samples[s]
+            w, g0 = weight[s], tr[r0, t]
+            if k == 0:
+                sgg += w * g0 * g0
+                sgd += w * g0 * data[s]
+                sg += w * g0
+            else:
+                dl = tr[r0 + k, t] - g0
+                sgg += w * dl * (2.0 * g0 + dl)
+                sgd += w * dl * data[s]
+                sg += w * dl
+    red[0, th] = sgg
+    red[1, th] = sgd
+    red[2, th] = sg
+    cuda.syncthreads()
+    half = THREADS // 2
+    while half > 0:  # a fixed tree: the same additions, in the same order, every run
+        if th < half:
+            for q in range(3):
+                red[q, th] += red[q, th + half]
+        cuda.syncthreads()
+        half //= 2
+    if th < 3:
+        part[c, (gi * 3 + th) * mc + k] = red[th, 0]
 
-    return scale_kernel, window_kernel
+
+def _chunk_sum_kernel(part, cstart, out):  # pragma: no cover
+    """``out[b, r]`` = Σ ``part[c, r]`` over the chunks c of ``cstart[b]`` ≤ c <
+    ``cstart[b + 1]``, in chunk order (deterministic, unlike atomics); one thread per entry,
+    consecutive threads on consecutive r (coalesced)."""
+    idx = cuda.grid(1)
+    width = part.shape[1]
+    if idx >= out.shape[0] * width:
+        return
+    b, r = idx // width, idx % width
+    acc = 0.0
+    for c in range(cstart[b], cstart[b + 1]):
+        acc += part[c, r]
+    out[b, r] = acc
+
+
+def _window_kernel(tr, sample_start, windows, out):  # pragma: no cover
+    """Window values on the GPU: one thread per candidate and sweep."""
+    idx = cuda.grid(1)
+    k_all = windows.shape[0]
+    if idx >= tr.shape[0] * k_all:
+        return
+    _windows_row_gpu(tr, idx // k_all, idx % k_all, sample_start, windows, out)
 
 
 @functools.cache
 def _gn_kernel(mmax: int):
-    """Pass 2 on the GPU for groups of at most ``mmax`` perturbations: one block of
-    :data:`THREADS` threads per group. The threads form (r₀, e₁ … e_m) of a tile of
-    consecutive samples in shared memory (coalesced reads of the traces), then each
-    accumulates its own pairs over the tile in registers."""
+    """Pass 2 on the GPU for groups of at most ``mmax`` perturbations: one CUDA block of
+    :data:`THREADS` threads per group (x) and chunk (y) of ``size`` samples. The threads form
+    (r₀, e₁ … e_m) of a tile of consecutive samples in shared memory (coalesced reads of the
+    traces), then each accumulates its own pairs over the tile in registers; the chunk's
+    pairs go to ``part[y, group · P + pair]``. The closure captures ints only, which
+    numba-cuda's cache hashes into the kernel's key (a captured dispatcher or type would be
+    pickled by value there)."""
     _numba_cuda()
-    float64 = numba.float64
     rows = mmax + 1
+    stride = THREADS + 1  # a shared array's shape must be constants: captured, not formed
     pairs = n_pairs(mmax)
     per_thread = -(-pairs // THREADS)
 
-    @cuda.jit
-    def kernel(tr, samples, sblock, cw, data, first, count, use, a0, c0, ak, dak, dck, out):
-        gi = cuda.blockIdx.x
-        th = cuda.threadIdx.x
-        ev = cuda.shared.array((rows, THREADS), float64)
-        wv = cuda.shared.array(THREADS, float64)
-        acc = cuda.local.array(per_thread, float64)
-        for q in range(per_thread):
+    def gn_chunk_kernel(tr, samples, sblock, cw, data, first, count, use, a0, c0, ak, dak, dck,
+                        size, part):  # pragma: no cover
+        gi, c, th = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
+        # a row's stride of THREADS + 1 words: the threads of a warp read one sample of
+        # different rows, which then lie in different banks
+        ev = cuda.shared.array((rows, stride), numba.float64)
+        wv = cuda.shared.array(THREADS, numba.float64)
+        acc = cuda.local.array(per_thread, numba.float64)
+        pi = cuda.local.array(per_thread, numba.int64)
+        for q in range(per_thread):  # this thread's pairs (i, j), j ≤ i
+            p = th + q * THREADS
+            i = 0
+            while (i + 1) * (i + 2) // 2 <= p:
+                i += 1
+            pi[q] = i
             acc[q] = 0.0
-        if use[gi, 0] == 0:
-            return  # the whole block leaves together: no barrier is left waiting
-        r0, m = first[gi], count[gi]
-        n_s = samples.size
-        for tile in range(0, n_s, THREADS):
-            s = tile + th
-            if s < n_s:
-                t, b = samples[s], sblock[s]
-                g0 = tr[r0, t]
-                ev[0, th] = a0[gi, b] * g0 + c0[gi, b] - data[s]
-                for k in range(mmax):
-                    v = 0.0
-                    if k < m and use[gi, k + 1] != 0:
-                        v = (ak[gi, b, k] * (tr[r0 + 1 + k, t] - g0) + dak[gi, b, k] * g0
-                             + dck[gi, b, k])
-                    ev[k + 1, th] = v
-                wv[th] = cw[s]
-            else:
-                for k in range(rows):
-                    ev[k, th] = 0.0
-                wv[th] = 0.0
-            cuda.syncthreads()
-            for q in range(per_thread):
-                p = th + q * THREADS
-                if p < pairs:
-                    i = int((math.sqrt(8.0 * p + 1.0) - 1.0) / 2.0)
-                    while i * (i + 1) // 2 > p:
-                        i -= 1
-                    while (i + 1) * (i + 2) // 2 <= p:
-                        i += 1
-                    j = p - i * (i + 1) // 2
-                    a = 0.0
-                    for u in range(THREADS):
-                        a += wv[u] * ev[i, u] * ev[j, u]
-                    acc[q] += a
-            cuda.syncthreads()
+        lo = c * size
+        hi = min(lo + size, samples.size)
+        if use[gi, 0] != 0:  # the same for the whole block: every barrier is met by all
+            r0, m = first[gi], count[gi]
+            for tile in range(lo, hi, THREADS):
+                s = tile + th
+                if s < hi:
+                    t, b = samples[s], sblock[s]
+                    g0 = tr[r0, t]
+                    ev[0, th] = a0[gi, b] * g0 + c0[gi, b] - data[s]
+                    for k in range(mmax):
+                        v = 0.0
+                        if k < m and use[gi, k + 1] != 0:
+                            v = (ak[gi, b, k] * (tr[r0 + 1 + k, t] - g0) + dak[gi, b, k] * g0
+                                 + dck[gi, b, k])
+                        ev[k + 1, th] = v
+                    wv[th] = cw[s]
+                else:
+                    for k in range(rows):
+                        ev[k, th] = 0.0
+                    wv[th] = 0.0
+                cuda.syncthreads()
+                for q in range(per_thread):
+                    p = th + q * THREADS
+                    if p < pairs:
+                        i = pi[q]
+                        j = p - i * (i + 1) // 2
+                        a = 0.0
+                        for u in range(THREADS):
+                            a += wv[u] * ev[i, u] * ev[j, u]
+                        acc[q] += a
+                cuda.syncthreads()
         for q in range(per_thread):
             p = th + q * THREADS
             if p < pairs:
-                out[gi, p] = acc[q]
+                part[c, gi * pairs + p] = acc[q]
 
-    return kernel
+    return cuda.jit(cache=True)(gn_chunk_kernel)
