@@ -276,3 +276,21 @@ def test_the_gpu_kernels_compile_into_numbas_disk_cache():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cached" in out.stdout
+
+
+def test_the_layout_goes_to_the_gpu_once_and_a_new_array_gets_its_own_copy():
+    # the layout's arrays are megabytes that every LM step read; a copy is kept per array
+    # while it lives, and an array made later (perhaps at a freed one's address) is sent anew
+    from kingen.solve import gnsums
+
+    a = np.arange(5.0)
+    first = gnsums._resident(a)
+    assert gnsums._resident(a) is first
+    b = a.copy()
+    assert gnsums._resident(b) is not first
+    np.testing.assert_array_equal(gnsums._resident(b).copy_to_host(), a)
+    key = id(a)
+    del a  # its device copy goes with it
+    assert key not in gnsums._kept
+    c = np.zeros(5)
+    np.testing.assert_array_equal(gnsums._resident(c).copy_to_host(), np.zeros(5))

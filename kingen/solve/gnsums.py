@@ -117,6 +117,25 @@ def scale_sums(traces, samples: np.ndarray, bstart: np.ndarray, weight: np.ndarr
     return out
 
 
+_kept: dict[int, tuple] = {}  # id → (weak reference, device copy): see _resident
+
+
+def _resident(x: np.ndarray):
+    """The device copy of a host array that stays the same from call to call (the
+    layout's samples, weights and data: megabytes that every LM step would otherwise send
+    again), made once and kept while the array lives."""
+    import weakref
+
+    hit = _kept.get(id(x))
+    if hit is not None and hit[0]() is x:
+        return hit[1]
+    dev = _numba_cuda().to_device(np.ascontiguousarray(x))
+    _kept[id(x)] = (weakref.ref(x), dev)
+    # dropped as the array dies, before its id can be another's
+    weakref.finalize(x, _kept.pop, id(x), None)
+    return dev
+
+
 def block_chunks(bstart: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     """Pass 1's chunks: a (C, 3) table of block, first and past-the-end entry of
     ``samples``, at most ``chunk`` entries each, in sample order, none across a block's end
@@ -149,8 +168,8 @@ def _scale_sums_gpu(traces, samples, bstart, weight, data, first, count, chunk):
     if not (table.shape[0] and width):
         return np.zeros((g, b, 3, mc))
     scale_kernel, sum_kernel, _ = _kernels()
-    dev = [cuda.to_device(np.ascontiguousarray(x)) for x in (
-        samples, weight, data, first, count, table)]
+    dev = [*map(_resident, (samples, weight, data)),
+           *(cuda.to_device(np.ascontiguousarray(x)) for x in (first, count, table))]
     part = cuda.device_array((table.shape[0], width))
     scale_kernel[(g * mc, table.shape[0]), THREADS](traces, *dev, part)
     out = cuda.device_array((b, width))
@@ -251,14 +270,13 @@ def _gn_sums_gpu(traces, samples, sblock, cw, data, first, count, use, a0, c0, a
     nc = -(-n_s // size)
     if not (g and nc):
         return np.zeros((g, pp))
-    args = [np.ascontiguousarray(x) for x in (samples, sblock, cw, data, first, count,
-                                               use.astype(np.uint8), a0, c0)]
+    args = [np.ascontiguousarray(x) for x in (first, count, use.astype(np.uint8), a0, c0)]
     pad = [np.zeros(x.shape[:2] + (mmax,)) for x in (ak, dak, dck)]
     for full, x in zip(pad, (ak, dak, dck), strict=True):
         full[:, :, :m] = x
     part = cuda.device_array((nc, g * pp))
-    _gn_kernel(mmax)[(g, nc), THREADS](traces, *(cuda.to_device(x) for x in (*args, *pad)),
-                                      size, part)
+    _gn_kernel(mmax)[(g, nc), THREADS](traces, *map(_resident, (samples, sblock, cw, data)),
+                                      *(cuda.to_device(x) for x in (*args, *pad)), size, part)
     out = cuda.device_array((1, g * pp))
     _kernels()[1][-(-g * pp // THREADS), THREADS](
         part, cuda.to_device(np.array([0, nc], np.int64)), out)
