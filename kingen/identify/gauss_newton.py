@@ -214,7 +214,10 @@ def gauss_newton(lik, genes: np.ndarray, count: np.ndarray, steps: np.ndarray
     chi2 = np.where(base_ok, chi2, FAILED)
     jtj[~base_ok] = 0.0
     jtr[~base_ok] = 0.0
-    lik.steps_s = getattr(lik, "steps_s", 0.0) + time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    lik.steps_s = getattr(lik, "steps_s", 0.0) + took
+    # each call's time and size: a process's first call also loads its kernels
+    lik.step_log = [*getattr(lik, "step_log", []), (took, g.shape[0])]
     return chi2, jtj, jtr
 
 

@@ -298,4 +298,5 @@ def profile_run(run: str | os.PathLike[str], *, parameters: list[str] | None = N
         wall_s=time.perf_counter() - t0, resumed=state is not None,
         extra={"solver_s": lik.solver_s, "finished": finished,
                "steps_s": getattr(lik, "steps_s", 0.0),
+               "step_log": getattr(lik, "step_log", []),
                "device": str(getattr(lik.objective.simulator, "device", ""))})
