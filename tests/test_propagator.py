@@ -55,23 +55,23 @@ def _sums_against_the_cpu_stage_form(cpu, gpu, params, config):
 
 @pytest.mark.parametrize("path", by_model(MODELS))  # after test_solver.py's, in one process:
 def test_propagator_equals_stage_form_with_the_same_steps_and_the_exact_solution(path):
-    # the same traces kernel (0.2 ms exchange) and exact references as test_solver.py's, at
-    # full size; the fit's path (spans between stage rows and propagated edges) is checked on
-    # a smaller scheme below, as a span kernel takes a minute or more to compile for this one
+    # the same traces kernel (0.2 ms exchange: spans of 16 between stage rows and propagated
+    # edges) and exact references as test_solver.py's, at full size; one product per sample
+    # is checked against the spans on a smaller scheme below
     model = path.stem
     scheme = _scheme(model)
     # constant rows propagated, the exchange's edges in products of their own or stage form
     protocols = [standard_protocol(n, exchange=0.2) for n in STANDARD]
     sim = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
-    assert sim.propagator_plan().n_keys > 0
-    prop = sim.run(scheme.values[None], "traces", launch_config=PROP)
+    assert sim.propagator_plan().n_keys > 0 and sim.launch_config().span == 16
+    prop = sim.run(scheme.values[None], "traces")
     stage = sim.run(scheme.values[None], "traces", launch_config=STAGE)
     assert not prop.fail.any() and not stage.fail.any()
     if model == "robert_howe_2003":  # its recovery trains' edges recur: products too
         assert sim.propagator_plan().edge_samples > 0
     # an identity, not an approximation: equal up to float64 rounding, which over the 10⁵
-    # products of the longest recovery sweeps lets the total probability drift by up to
-    # ~4e-12 (Robert & Howe; 1.5e-12 at most in sweeps under 5·10⁴ samples)
+    # samples of the longest recovery sweeps lets the total probability drift by a few
+    # 1e-12
     for w in range(sim.n_sweeps):
         a, b = prop.sweep_trace(0, w), stage.sweep_trace(0, w)
         err = np.abs(a - b).max() / np.abs(b).max()

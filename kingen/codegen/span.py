@@ -21,9 +21,8 @@ bookkeeping is shared out instead of repeated on every lane. A row's last nrep m
 take their currents from GV too, and the state crosses them by single products with D, read
 from memory (a few samples per row).
 
-A trace takes its samples from the same dot products: each lane writes its J samples of a
-span to the trace instead of adding them to sums (with occupancies, which need every
-sample's state, a trace takes one product per sample).
+A trace stores the same dot products' currents, each lane its own J of a span (occupancies,
+which need every sample's state, take one product per sample instead).
 
 **The recording filter, folded into the span (GPU).** The filter's cascade of second-order
 sections in transposed direct form II is a linear state-space system of order
@@ -310,8 +309,7 @@ def emit_window_bounds(a: Emitter, ind: str) -> None:
 
 
 def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective") -> None:
-    """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows, or in
-    trace mode store it.
+    """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows (or store it).
 
     Peak windows go to the shared ``wv``/``wi`` (a maximum is the same however often a
     sample is seen); sums go to ``ws``, because stage-form rows are walked by every lane
@@ -341,20 +339,14 @@ def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective") -> None:
 
 def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
                   mode: str = "objective") -> None:
-    """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads, whose
-    currents go to the sums (``mode`` objective) or to the trace.
+    """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads (``mode``'s).
 
     Entered with the full state in ``p{i}`` on every lane (and the filter's in ``fz``);
     left the same way, after the row's checks. ``n_cols`` is C, the state columns each lane
     carries. The span arrays are read at ``kf``: the row's fold entry with a folded filter
     (``row_fold[r]``), else its key.
     """
-    from kingen.codegen.propagator import (
-        alternating,
-        dot,
-        lanes_row_enter,
-        lanes_row_exit,
-    )
+    from kingen.codegen.propagator import alternating, dot, lanes_row_enter, lanes_row_exit
 
     S, F = a.scheme.n_states, a.cast
     C, J = n_cols, span // lanes
@@ -560,8 +552,7 @@ def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
 
 def emit_span_row_cpu(a: Emitter, ind: str, span: int, mode: str = "objective") -> None:
     """A propagated row in spans of ``span`` samples, one thread holding the whole state
-    ``p{i}``, its currents reduced (``mode`` objective) or stored in the trace; the row's
-    checks follow as for one product per sample."""
+    ``p{i}`` (``mode``'s); the row's checks follow as for one product per sample."""
     from kingen.codegen.propagator import dot, row_end_check
 
     S, F = a.scheme.n_states, a.cast
