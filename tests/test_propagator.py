@@ -447,3 +447,22 @@ def test_cuda_propagated_edges_under_simulator_match_the_cpu_stage_form(lanes, s
         worst = max(float(np.abs(traces.sweep_trace(cand, w) * scheme.channels - e).max()
                           / np.abs(e).max()) for w, e in enumerate(exact))
         assert worst <= 1e-6
+
+
+def test_a_launch_finds_its_compiled_module_once(monkeypatch):
+    # making a kernel's source to look its module up cost 4 ms a call on the GPU's host, a
+    # fifth of a profile's step: each launch (mode, config, filter) looks it up once
+    import kingen.solve.batch as batch
+
+    calls = []
+    real = batch.solver_module
+    monkeypatch.setattr(batch, "solver_module",
+                        lambda *a, **k: calls.append((a[1], k["span"])) or real(*a, **k))
+    scheme = _scheme("jonas_1993")
+    sim = Simulator(scheme, [standard_protocol("deactivation")],
+                    options=SolverOptions(backend="cpu"))
+    first = sim.run(scheme.values[None], "traces")
+    again = sim.run(scheme.values[None] * 1.1, "traces")
+    sim.run(scheme.values[None], "traces", launch_config=PROP)
+    assert calls == [("traces", 16), ("traces", 1)]
+    assert not np.array_equal(first.traces, again.traces)  # the second call solved anew

@@ -70,7 +70,9 @@ from kingen.codegen import N_WINDOWS
 
 THREADS = 128  # GPU threads per CUDA block of every kernel (a power of 2: pass 1's tree)
 SCALE_CHUNK = 4096  # pass 1: samples per chunk (32 per thread: the tree's cost is amortised)
-GN_BLOCKS = 4 * 132  # pass 2: CUDA blocks to reach at least (4 per SM of an H100/H200)
+# pass 2: CUDA blocks to reach at least, 16 per SM of an H100/H200 (a wave at ~15 KB of
+# shared memory each): 4 per SM left a profile step's 32 groups 6.0 ms of chains of tiles
+GN_BLOCKS = 16 * 132
 GN_MIN_CHUNK = 1024  # pass 2: fewest samples per chunk (8 tiles: the partials stay few)
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's y extent, where the chunks go
 OP_NONE, OP_PEAK = -1, 0
@@ -252,7 +254,7 @@ def gn_chunk(n_groups: int, n_samples: int) -> int:
     :data:`MAX_GRID_Y` chunks. (A chunk needs no whole tiles: its last is masked.)
 
     >>> gn_chunk(35, 357_170), gn_chunk(1, 5_000), gn_chunk(600, 357_170)
-    (22324, 1024, 357170)
+    (5856, 1024, 89293)
     """
     want = -(-GN_BLOCKS // max(n_groups, 1))
     return max(GN_MIN_CHUNK, -(-n_samples // want), -(-n_samples // MAX_GRID_Y))
