@@ -583,13 +583,15 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int, mode: str = "objective") 
             a(f"{ind2}p{j} = n{j}")
             a.flush(ind2, f"p{j}")
 
-    a(f"{ind}for b in range(nb):")
-    currents(ind + "    ", str(span))
-    advance(ind + "    ", "DVf", "vb")
-    a(f"{ind}if rem > 0:")
-    currents(ind + "    ", "rem")
-    a(f"{ind}    for t in range(rem):")
-    advance(ind + "        ", "Df", "db")
+    # the spans and then the remainder's single products in one loop, whose product reads
+    # M^B or M: one copy of the S² multiply-adds, not two, halves what Numba compiles here
+    a(f"{ind}for b in range(nb + rem):")
+    ind2 = ind + "    "
+    a(f"{ind2}if b <= nb:")
+    currents(ind2 + "    ", f"{span} if b < nb else rem")
+    a(f"{ind2}M = DVf if b < nb else Df")
+    a(f"{ind2}mb = vb if b < nb else db")
+    advance(ind2, "M", "mb")
     row_end_check(a, ind, " + ".join(p), " | ".join(f"({x} < -tol) | ({x} > 1.0 + tol)"
                                                       for x in p), mode, None)
     if a.compensated:
