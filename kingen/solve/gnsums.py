@@ -78,6 +78,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on a grid's y extent, where the chunks go
 OP_NONE, OP_PEAK = -1, 0
 cuda = None  # numba.cuda, imported with the first GPU kernel (a global: see _numba_cuda)
 _windows_row_gpu = None  # _windows_row as a CUDA device function (set by _kernels)
+_scale_terms_gpu = None  # _scale_terms as a CUDA device function (set by _kernels)
 
 
 def _numba_cuda():
@@ -188,23 +189,29 @@ def _scale_sums_cpu(tr, samples, bstart, weight, data, first, count, out):  # pr
 
 
 @numba.njit(cache=True)
+def _scale_terms(tr, samples, weight, data, r0, k, s):  # pragma: no cover
+    """Entry ``s``'s three terms of pass 1 for column ``k`` of the group at row ``r0``: the
+    base's w·g₀², w·g₀·d, w·g₀ (k = 0), else their changes w·δ(2g₀ + δ), w·δ·d, w·δ. One
+    source for both backends (the GPU compiles its ``py_func`` as a device function)."""
+    t = samples[s]
+    w, g0 = weight[s], tr[r0, t]
+    if k == 0:
+        return w * g0 * g0, w * g0 * data[s], w * g0
+    dl = tr[r0 + k, t] - g0
+    return w * dl * (2.0 * g0 + dl), w * dl * data[s], w * dl
+
+
+@numba.njit(cache=True)
 def _block_scale_sums(tr, samples, bstart, weight, data, r0, blk, k, out):  # pragma: no cover
     """Pass 1's three sums of block ``blk`` for column ``k`` of the group at row ``r0``, into
-    ``out[blk, :, k]``: the base's (k = 0), else their change by perturbation k. The GPU
-    forms the same terms in :func:`_scale_chunk_kernel`, a chunk at a time."""
+    ``out[blk, :, k]``: the base's (k = 0), else their change by perturbation k
+    (:func:`_scale_terms`, which :func:`_scale_chunk_kernel` sums a chunk at a time)."""
     sgg = sgd = sg = 0.0
     for s in range(bstart[blk], bstart[blk + 1]):
-        t = samples[s]
-        w, g0 = weight[s], tr[r0, t]
-        if k == 0:
-            sgg += w * g0 * g0
-            sgd += w * g0 * data[s]
-            sg += w * g0
-        else:
-            dl = tr[r0 + k, t] - g0
-            sgg += w * dl * (2.0 * g0 + dl)
-            sgd += w * dl * data[s]
-            sg += w * dl
+        a, b, c = _scale_terms(tr, samples, weight, data, r0, k, s)
+        sgg += a
+        sgd += b
+        sg += c
     out[blk, 0, k] = sgg
     out[blk, 1, k] = sgd
     out[blk, 2, k] = sg
@@ -390,16 +397,17 @@ def _windows_row(tr, i, k, sample_start, windows, out):  # pragma: no cover
 def _kernels():
     """The kernels without compile-time sizes: pass 1's per chunk (:func:`_scale_chunk_kernel`),
     the chunks' sum (:func:`_chunk_sum_kernel`) and the window values'."""
-    global _windows_row_gpu
+    global _windows_row_gpu, _scale_terms_gpu
     cuda = _numba_cuda()
     _windows_row_gpu = cuda.jit(device=True)(_windows_row.py_func)
+    _scale_terms_gpu = cuda.jit(device=True)(_scale_terms.py_func)
     jit = cuda.jit(cache=True)
     return jit(_scale_chunk_kernel), jit(_chunk_sum_kernel), jit(_window_kernel)
 
 
 def _scale_chunk_kernel(tr, samples, weight, data, first, count, table, part):  # pragma: no cover
     """Pass 1 on the GPU: CUDA block (x, y) sums column k = x mod (M + 1) of group x // (M + 1)
-    over chunk y of ``table`` (:func:`block_chunks`), the terms of :func:`_block_scale_sums`,
+    over chunk y of ``table`` (:func:`block_chunks`), the terms of :func:`_scale_terms`,
     into ``part[y, (group · 3 + sum) · (M + 1) + k]`` (0 where k > the group's m)."""
     th, mc = cuda.threadIdx.x, part.shape[1] // (3 * first.size)  # mc = M + 1
     gi, k, c = cuda.blockIdx.x // mc, cuda.blockIdx.x % mc, cuda.blockIdx.y
@@ -408,17 +416,10 @@ def _scale_chunk_kernel(tr, samples, weight, data, first, count, table, part):  
     if k <= count[gi]:
         r0 = first[gi]
         for s in range(table[c, 1] + th, table[c, 2], THREADS):  # coalesced: th → s
-            t = samples[s]
-            w, g0 = weight[s], tr[r0, t]
-            if k == 0:
-                sgg += w * g0 * g0
-                sgd += w * g0 * data[s]
-                sg += w * g0
-            else:
-                dl = tr[r0 + k, t] - g0
-                sgg += w * dl * (2.0 * g0 + dl)
-                sgd += w * dl * data[s]
-                sg += w * dl
+            a, b, d = _scale_terms_gpu(tr, samples, weight, data, r0, k, s)
+            sgg += a
+            sgd += b
+            sg += d
     red[0, th] = sgg
     red[1, th] = sgd
     red[2, th] = sg
