@@ -64,7 +64,7 @@ def kernel_info(sim: Simulator, config: LaunchConfig) -> dict:
     """Registers and local memory per thread of the compiled kernels (GPU only)."""
     if sim.backend != "cuda":
         return {}
-    module = sim._cuda_module("objective", config, False)
+    module = sim._module("objective", config, False)
     info = {}
     for name in ("launch", "build"):
         kern = getattr(module, name, None)

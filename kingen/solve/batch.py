@@ -195,9 +195,8 @@ class Simulator:
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
         config = self._config_for(launch_config, with_occupancy, mode)
-        sections = self.n_sections if filtered else 0
+        module = self._module(mode, config, with_occupancy, self.n_sections if filtered else 0)
         if self.backend == "cpu":
-            module = self._cuda_module(mode, config, with_occupancy, sections)
             if while_solving is not None:
                 while_solving()
             t_compile = time.perf_counter()  # the callback's time is not the solve's
@@ -205,7 +204,6 @@ class Simulator:
             results = list(extra) + [fail]
             t_run = time.perf_counter()
         else:
-            module = self._cuda_module(mode, config, with_occupancy, sections)
             from numba import cuda
 
             # one call at a time: the device buffers are the simulator's, not the call's
@@ -270,7 +268,7 @@ class Simulator:
         P, S0, _ = self._inputs(params)
         n = P.shape[1]
         config = self._config_for(launch_config, False)
-        module = self._cuda_module("objective", config, False, self.n_sections)
+        module = self._module("objective", config, False, self.n_sections)
         out = np.empty((0, 0, 0))  # the kernel's results stay on the GPU
         obj = self.objective
         assert obj is not None
@@ -355,8 +353,8 @@ class Simulator:
             config = replace(config, lanes=1, span=1)
         return config
 
-    def _cuda_module(self, mode: str, config, with_occupancy: bool, n_sections: int = 0):
-        """A launch's compiled module (either backend), found once: making its source to
+    def _module(self, mode: str, config, with_occupancy: bool, n_sections: int = 0):
+        """A launch's compiled module, on either backend, found once: making its source to
         look it up cost 4 ms a call, a fifth of a profile's step."""
         key = (mode, config, with_occupancy, n_sections)
         if key not in self._modules:
