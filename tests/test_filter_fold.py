@@ -121,7 +121,7 @@ def test_folded_spans_equal_scipy_under_the_cuda_simulator(lanes, span, precisio
     assert ((spans > 2 * span) & (spans % span != 0)).any()
     row_fold, fold_key, _, _ = gpu._fold_arrays(config)
     assert len(set(fold_key.tolist())) < fold_key.size  # one key, two filters
-    assert gpu._cuda_module("objective", config, False, gpu.n_sections).FOLD_ORDER == 8
+    assert gpu._module("objective", config, False, gpu.n_sections).FOLD_ORDER == 8
 
     params = RT.complete(np.clip(np.vstack([RT.values, RT.values * 1.3]), RT.lower, RT.upper))
     one = LaunchConfig(block=32, form="propagator", lanes=1)  # one product per sample
