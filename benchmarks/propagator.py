@@ -7,7 +7,10 @@ requested variant (``stage-b128``, ``prop-l4-b128``, ...) is:
 1. compiled (time recorded) and checked against the CPU stage form on 64 candidates:
    relative error of Σw·g² and Σw·g·d;
 2. timed end to end through ``Simulator.run`` (upload, matrix build, sample kernel,
-   download: what a generation pays), median of ``--repeats``;
+   download: what a generation pays), median of ``--repeats``, with the process's
+   allocator set up as ``kingen fit`` sets it (:mod:`kingen.base.allocator`: freed memory
+   reused, not faulted in afresh each call); each run records the host's share (the
+   solver's ``prepare_s``, ``finish_s``);
 3. timed kernel-only with CUDA events around the prepared launch (GPU only).
 
 Figures: candidates/s (the headline), seconds per generation at that population,
@@ -49,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from benchmarks.solver import candidates, objective_inputs  # noqa: E402
 from kingen.analysis.bound import variant_flops  # noqa: E402
+from kingen.base.allocator import keep_freed_memory  # noqa: E402
 from kingen.experiment.chain import parse_filter  # noqa: E402
 from kingen.experiment.exchange import ExchangeSpec, apply_exchange  # noqa: E402
 from kingen.experiment.protocol import standard_protocol  # noqa: E402
@@ -121,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
     out = output_path(args, "propagator")
+    keep_freed_memory()  # as kingen fit: a generation's arrays reuse the last one's pages
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -218,15 +223,17 @@ def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: 
         row["runs"] = []
         for n in map(int, args.populations.split(",")):
             params = candidates(scheme, n, seed=n)
-            times = []
-            for _ in range(args.repeats):
+            timings = []
+            for _ in range(args.repeats):  # one result alive at a time, as in a fit
                 res = sim.run(params, "objective", launch_config=config)
-                times.append(res.timings["total_s"])
-            total = float(np.median(times))
+                timings.append(res.timings)
+            total = float(np.median([t["total_s"] for t in timings]))
             run = {"population": n, "run_s": total, "candidates_per_s": n / total,
                    "model_steps_per_s": n * steps / total,
                    "failed": int((res.fail != 0).any(1).sum()),
-                   "share_of_bound": n / total / bound}
+                   "share_of_bound": n / total / bound,
+                   "host_ms": {k: 1e3 * float(np.median([t[f"{k}_s"] for t in timings]))
+                               for k in ("prepare", "finish")}}
             if args.backend == "cuda":
                 call = sim.prepare_launch(params, config)
                 ms = event_ms(call, args.repeats)

@@ -136,3 +136,37 @@ def test_run_files_written_before_the_algorithm_classes_resume_as_they_did(tmp_p
     assert resumed.generations == 4
     with RunStore.open(resumed.path) as store:
         _assert_same_state(store.last_state()[1], old["generation_4"])
+
+
+def _hall_by_ranking_all(hall, genes, fitness, k):
+    """The hall's rule spelled out: the k best distinct finite rows of hall then batch,
+    ties in that order."""
+    g, f = np.vstack([hall.genes, genes]), np.concatenate([hall.fitness, fitness])
+    g, f = g[np.isfinite(f)], f[np.isfinite(f)]
+    _, first = np.unique(g, axis=0, return_index=True)
+    g, f = g[np.sort(first)], f[np.sort(first)]
+    order = np.argsort(f, kind="stable")[:k]
+    return g[order], f[order]
+
+
+def test_the_hall_of_fame_keeps_the_k_best_distinct_of_all_it_was_shown():
+    from kingen.fitting.state import HallOfFame
+
+    rng = np.random.default_rng(3)
+    k = 10
+    hall = HallOfFame(np.zeros((0, 3)), np.zeros(0))
+    admitted = 0
+    for size in (4, 30, 2000, 7, 2000, 2000):
+        genes = rng.integers(0, 50, (size, 3)).astype(float)
+        fitness = rng.random(size) * 2.0 ** -len(hall.fitness)
+        fitness[rng.random(size) < 0.1] = np.nan
+        if hall.fitness.size == k:  # ties with the hall's last, and copies of its rows
+            fitness[:3] = hall.fitness[-1]
+            genes[3:5], fitness[3:5] = hall.genes[:2], hall.fitness[:2] / 2.0
+        want_g, want_f = _hall_by_ranking_all(hall, genes, fitness, k)
+        before = hall.fitness.copy()
+        hall = hall.merged(genes, fitness, k)
+        np.testing.assert_array_equal(hall.genes, want_g)
+        np.testing.assert_array_equal(hall.fitness, want_f)
+        admitted += before.size == k and not np.array_equal(hall.fitness, before)
+    assert admitted >= 2  # the full hall's fast path was taken, and let rows in

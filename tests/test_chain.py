@@ -98,6 +98,11 @@ def _check_objective(got, traces, starts, obj, tol):
     np.testing.assert_allclose(got.sg, sg, rtol=tol, atol=tol * np.abs(sg).max())
     np.testing.assert_allclose(got.windows[:, :, 0, 0], peak[..., 0], rtol=tol)
     np.testing.assert_array_equal(got.windows[:, :, 0, 1], peak[..., 1])
+    # a window a sweep does not use, carried by the kernel or not, reads 0 at sample −1
+    unused = obj.windows[:, :, 2] < 0
+    assert unused.any()
+    np.testing.assert_array_equal(got.windows[:, unused], np.broadcast_to(
+        [0.0, -1.0], (sgg.shape[0], unused.sum(), 2)))
 
 
 # ------------------------------------------------------------------------------ design

@@ -30,7 +30,7 @@ from kingen.solve.inputs import checked_transpose
 from kingen.solve.options import SolverOptions, options_from_keywords
 from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.rest import rest_occupancy_batch
-from kingen.solve.results import BatchResult, ObjectiveInputs, window_values
+from kingen.solve.results import BatchResult, ObjectiveInputs, result_store, window_values
 from kingen.solve.schedule import build_schedule, protocol_sweeps
 
 log = logging.getLogger("kingen")
@@ -175,9 +175,12 @@ class Simulator:
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
             obj = self.objective
-            # on the GPU the kernel writes every value: the host array is only its shape
-            out = (np.zeros(self._out_shape(n), dtype=np.float64) if self.backend == "cpu"
-                   else np.empty((0, 0, 0)))
+            # fresh every call (a result may keep views of it); the kernel's results fill
+            # its first planes, on the GPU by the copy back, and the windows are a view
+            store = result_store(n, self.n_sweeps, self._sums(), self._n_windows(mode))
+            out = store[:self._out_shape(n)[0]]
+            if self.backend == "cpu":
+                out[...] = 0.0
             extra = (obj.data, obj.weight, obj.windows, out)
         else:
             shape = (n, self.schedule.n_samples)
@@ -219,8 +222,8 @@ class Simulator:
                     cuda.synchronize()
                 t_run = time.perf_counter()
                 if mode == "objective":  # the inputs (data, weights, windows) stay there
-                    results = [*extra[:3], dev_out[3].copy_to_host(),
-                               dev_out[4].copy_to_host()]
+                    dev_out[3].copy_to_host(out)
+                    results = [*extra[:3], out, dev_out[4].copy_to_host()]
                 elif on_device:  # the traces stay; the failure codes come back
                     results = [*dev_out[:-1], dev_out[-1].copy_to_host()]
                 else:
@@ -229,10 +232,8 @@ class Simulator:
         fail[bad, :] = FAIL_PARAMS
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
         if mode == "objective":
-            out = results[3]
-            # fresh arrays every call: the result may keep views of them
             res.sgg, res.sgd = out[0], out[1]
-            res.windows = window_values(out, n, self.n_sweeps, self._sums())
+            res.windows = window_values(store, n, self.n_sweeps, self._sums())
             failed = fail != 0
             res.sgg[failed] = np.inf
             res.sgd[failed] = 0.0
