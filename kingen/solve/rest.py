@@ -95,17 +95,16 @@ def _stationary_serial(params, rate_param, source, target, param, factor, states
         _solve_one(params, rate_param, source, target, param, factor, states, out, c)
 
 
-# From this much elimination work (candidates × states³) on, all cores: 16,384 R&H
+# From this much elimination work (candidates × states³) on, all cores: 32,768 R&H
 # candidates (2 resting states) and up. The rest_state suite, R&H
-# (benchmarks/results/<device>/rest_state/2026-11-2*_*.json), one thread against all:
+# (benchmarks/results/<device>/rest_state/2026-11-24_5bbd686_*.json), one thread against all:
 # - a GPU host, after 0.3 s of sleep as through a GPU solve: waking numba's threads costs
 #   less than one core's loop. On the H100 machine's 16-core host 65,536 candidates take
-#   19.8 against 2.2 ms, 32,768 take 11.1 against 4.4; on the H200 machine's, 16,384 take
-#   5.95 against 3.88, but 8,192 take 3.05 against 3.81.
+#   19.8 against 2.2 ms, 32,768 take 11.1 against 4.4.
 # - a CPU fit, threads awake from the solve: on the 2-core CI machine 65,536 take 6.0
 #   against 2.3 ms. (After idling there, all threads lose by 1 ms: 6.4 against 7.4.)
 # Smaller batches stay on one thread, where the wake-up would weigh more.
-PARALLEL_FROM_WORK = 1 << 17
+PARALLEL_FROM_WORK = 1 << 18
 
 
 def rest_occupancy_batch(scheme: Scheme, params: np.ndarray) -> np.ndarray:
