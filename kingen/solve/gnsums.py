@@ -67,6 +67,7 @@ import numba
 import numpy as np
 
 from kingen.codegen import N_WINDOWS
+from kingen.solve import staging
 
 THREADS = 128  # GPU threads per CUDA block of every kernel (a power of 2: pass 1's tree)
 SCALE_CHUNK = 4096  # pass 1: samples per chunk (32 per thread: the tree's cost is amortised)
@@ -164,20 +165,22 @@ def block_chunks(bstart: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray
 def _scale_sums_gpu(traces, samples, bstart, weight, data, first, count, chunk):
     """:func:`scale_sums` on the device's traces: per chunk, group and column its three
     sums (:func:`_scale_chunk_kernel`), then each block's chunks added in order."""
-    cuda = _numba_cuda()
     g, b, mc = first.size, bstart.size - 1, int(count.max(initial=0)) + 1
     table, cstart = block_chunks(bstart, chunk)
     width = g * 3 * mc
     if not (table.shape[0] and width):
         return np.zeros((g, b, 3, mc))
     scale_kernel, sum_kernel, _ = _kernels()
-    dev = [*map(_resident, (samples, weight, data)),
-           *(cuda.to_device(np.ascontiguousarray(x)) for x in (first, count, table))]
-    part = cuda.device_array((table.shape[0], width))
-    scale_kernel[(g * mc, table.shape[0]), THREADS](traces, *dev, part)
-    out = cuda.device_array((b, width))
-    sum_kernel[-(-b * width // THREADS), THREADS](part, cuda.to_device(cstart), out)
-    return np.ascontiguousarray(out.copy_to_host().reshape(b, g, 3, mc).transpose(1, 0, 2, 3))
+    with staging.LOCK:  # the call's small inputs in one upload, its scratch kept
+        d_first, d_count, d_table, d_cstart = staging.upload(
+            "scale_sums", *(np.asarray(x, np.int64) for x in (first, count, table, cstart)))
+        part = staging.scratch("scale_sums.part", (table.shape[0], width))
+        scale_kernel[(g * mc, table.shape[0]), THREADS](
+            traces, *map(_resident, (samples, weight, data)), d_first, d_count, d_table, part)
+        out = staging.scratch("scale_sums.out", (b, width))
+        sum_kernel[-(-b * width // THREADS), THREADS](part, d_cstart, out)
+        host = out.copy_to_host()
+    return np.ascontiguousarray(host.reshape(b, g, 3, mc).transpose(1, 0, 2, 3))
 
 
 @numba.njit(parallel=True, cache=True)
@@ -271,7 +274,6 @@ def _gn_sums_gpu(traces, samples, sblock, cw, data, first, count, use, a0, c0, a
                  chunk):
     """:func:`gn_sums` on the device's traces, (G, P') for P' ≥ P: per group and chunk the
     packed pairs (:func:`_gn_kernel`), then each group's chunks added in order."""
-    cuda = _numba_cuda()
     g, m, n_s = first.size, max(ak.shape[2], 0), samples.size
     mmax = max(4, -(-m // 4) * 4)  # one kernel per multiple of 4 columns
     pp = n_pairs(mmax)
@@ -279,17 +281,20 @@ def _gn_sums_gpu(traces, samples, sblock, cw, data, first, count, use, a0, c0, a
     nc = -(-n_s // size)
     if not (g and nc):
         return np.zeros((g, pp))
-    args = [np.ascontiguousarray(x) for x in (first, count, use.astype(np.uint8), a0, c0)]
+    ints = [np.asarray(x, np.int64) for x in (first, count, use, [0, nc])]
     pad = [np.zeros(x.shape[:2] + (mmax,)) for x in (ak, dak, dck)]
     for full, x in zip(pad, (ak, dak, dck), strict=True):
         full[:, :, :m] = x
-    part = cuda.device_array((nc, g * pp))
-    _gn_kernel(mmax)[(g, nc), THREADS](traces, *map(_resident, (samples, sblock, cw, data)),
-                                      *(cuda.to_device(x) for x in (*args, *pad)), size, part)
-    out = cuda.device_array((1, g * pp))
-    _kernels()[1][-(-g * pp // THREADS), THREADS](
-        part, cuda.to_device(np.array([0, nc], np.int64)), out)
-    return out.copy_to_host().reshape(g, pp)
+    with staging.LOCK:  # the call's small inputs in one upload per dtype, its scratch kept
+        *args, d_cstart, d_a0, d_c0, d_ak, d_dak, d_dck = staging.upload(
+            "gn_sums", *ints, *(np.asarray(x, np.float64) for x in (a0, c0, *pad)))
+        part = staging.scratch("gn_sums.part", (nc, g * pp))
+        _gn_kernel(mmax)[(g, nc), THREADS](
+            traces, *map(_resident, (samples, sblock, cw, data)), *args, d_a0, d_c0, d_ak,
+            d_dak, d_dck, size, part)
+        out = staging.scratch("gn_sums.out", (1, g * pp))
+        _kernels()[1][-(-g * pp // THREADS), THREADS](part, d_cstart, out)
+        return out.copy_to_host().reshape(g, pp)
 
 
 @numba.njit(parallel=True, cache=True)
