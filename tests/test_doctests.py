@@ -45,6 +45,7 @@ PUBLIC_MODULES = {
     "kingen.solve.plan": True,
     "kingen.solve.batch": True,
     "kingen.solve.gnsums": True,
+    "kingen.solve.staging": True,
     "kingen.base.console": True,
     "kingen.outputs.interop": True,
     "kingen.outputs.interop.exported": True,
