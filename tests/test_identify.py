@@ -165,6 +165,29 @@ def test_profiles_of_identifiable_rates_contain_the_truth_and_resume(jonas_run, 
         assert store.finished  # profiling leaves the fit's record as it was
 
 
+def test_the_state_is_committed_at_most_so_often_and_where_a_profile_stops(jonas_run, tmp_path,
+                                                                         monkeypatch):
+    # a commit after every step cost a GPU profile a third of its time; throttled, the run
+    # file still holds the state where the profile stopped, the same as with every commit
+    from kingen.runs import profile as run_profile
+    from kingen.store import profiles
+
+    commit, counts, stored = profiles.commit_state, [], []
+    monkeypatch.setattr(profiles, "commit_state",
+                        lambda f, state: counts.append(1) or commit(f, state))
+    for every in (0.0, 1e9):
+        copy = tmp_path / f"every_{every:g}.h5"
+        shutil.copy(jonas_run, copy)
+        monkeypatch.setattr(run_profile, "COMMIT_EVERY_S", every)
+        counts.clear()
+        profile_run(copy, points=9, progress=False, max_steps=3)
+        with RunStore.open(copy) as store:
+            stored.append((len(counts), store.profiles()["engine"]))
+    (each, first), (once, second) = stored
+    assert (each, once) == (3, 1)
+    assert first["steps"] == second["steps"] == 3 and first == second
+
+
 @pytest.mark.parametrize("args, message", [
     (["--parameters", "k99"], "--parameters = 'k99': not a free parameter of this fit"),
     (["--parameters", "k13"], "--parameters = 'k13': not a free parameter of this fit"),
