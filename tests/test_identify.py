@@ -180,7 +180,7 @@ def test_the_state_is_committed_at_most_so_often_and_where_a_profile_stops(jonas
         shutil.copy(jonas_run, copy)
         monkeypatch.setattr(run_profile, "COMMIT_EVERY_S", every)
         counts.clear()
-        profile_run(copy, points=9, progress=False, max_steps=3)
+        profile_run(copy, points=9, progress=False, max_steps=3, restart=True)
         with RunStore.open(copy) as store:
             stored.append((len(counts), store.profiles()["engine"]))
     (each, first), (once, second) = stored
