@@ -2,11 +2,10 @@
 
 A numba-cuda allocation costs about 0.2 ms of the host's time on the H200 machine, and so
 does each upload into a fresh array (``cuda.to_device``). A profile step's Gauss–Newton
-sums made seventeen of them: of the two passes' 7.5 ms at 352 candidates, their kernels
-took 2.2 ms. Here a call's small host arrays travel in one upload per dtype into a buffer
-that is kept while it is large enough (:func:`upload`), and its scratch arrays are kept by
-name and shape (:func:`scratch`). The ``lm_step`` benchmark times the passes
-(``docs/performance.md``).
+sums made seventeen of them. Here a call's small host arrays travel in one upload per dtype
+into a buffer that is kept while it is large enough (:func:`upload`), and its scratch
+arrays are kept by name and shape (:func:`scratch`): the two passes of a 352-candidate
+step went from 7.3 to 4.5 ms (``python -m benchmarks lm_step``, ``docs/performance.md``).
 
 A buffer is reused by the next call under the same name. That is safe on one stream: the
 kernels of a call are queued on the default stream after its uploads, and a later upload
