@@ -281,16 +281,16 @@ def test_the_gpu_kernels_compile_into_numbas_disk_cache():
 def test_the_layout_goes_to_the_gpu_once_and_a_new_array_gets_its_own_copy():
     # the layout's arrays are megabytes that every LM step read; a copy is kept per array
     # while it lives, and an array made later (perhaps at a freed one's address) is sent anew
-    from kingen.solve import gnsums
+    from kingen.solve import staging
 
     a = np.arange(5.0)
-    first = gnsums._resident(a)
-    assert gnsums._resident(a) is first
+    first = staging.resident(a)
+    assert staging.resident(a) is first
     b = a.copy()
-    assert gnsums._resident(b) is not first
-    np.testing.assert_array_equal(gnsums._resident(b).copy_to_host(), a)
+    assert staging.resident(b) is not first
+    np.testing.assert_array_equal(staging.resident(b).copy_to_host(), a)
     key = id(a)
     del a  # its device copy goes with it
-    assert key not in gnsums._kept
+    assert key not in staging._copies
     c = np.zeros(5)
-    np.testing.assert_array_equal(gnsums._resident(c).copy_to_host(), np.zeros(5))
+    np.testing.assert_array_equal(staging.resident(c).copy_to_host(), np.zeros(5))

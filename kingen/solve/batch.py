@@ -23,6 +23,7 @@ from kingen.errors import KingenError
 from kingen.experiment.chain import SECTION_VALUES, filter_sections
 from kingen.experiment.protocol import Protocol
 from kingen.model.scheme import Scheme
+from kingen.solve import staging
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
 from kingen.solve.cpu import run_on_cpu
@@ -421,13 +422,7 @@ class Simulator:
     def _device_buffer(self, name: str, shape: tuple[int, ...], dtype):
         """One device array per name, kept while its shape stays: every call rewrites it
         whole, and a fresh allocation costs the host more than the copy does."""
-        from numba import cuda
-
-        key = ("buffer", name)
-        buf = self._device_arrays.get(key)
-        if buf is None or buf.shape != tuple(shape) or buf.dtype != np.dtype(dtype):
-            buf = self._device_arrays[key] = cuda.device_array(shape, dtype=dtype)
-        return buf
+        return staging.scratch(name, shape, dtype, self._device_arrays)
 
     def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                   fail: np.ndarray) -> None:
@@ -462,12 +457,15 @@ class Simulator:
                          self._device_buffer("out", self._out_shape(n), np.float64))
             dfail = self._device_buffer("fail", fail.shape, fail.dtype)
         elif on_device:  # the traces stay where written; the rest in kept buffers (a fresh
-            # allocation costs the host 0.2 ms a call, kingen.solve.staging)
+            # allocation costs the host 0.2 ms a call, kingen.solve.staging). The kernel
+            # writes a failure code only on failure, so the codes go up zeroed; occupancies
+            # go up when asked for; the two unused arguments are never read.
             dev_extra = tuple(self._device_buffer(f"arg{k}", x.shape, x.dtype)
                               for k, x in enumerate(extra))
             dfail = self._device_buffer("fail", fail.shape, fail.dtype)
-            for dev, host in zip((*dev_extra[1:], dfail), (*extra[1:], fail), strict=True):
-                dev.copy_to_device(host)
+            dfail.copy_to_device(fail)
+            if extra[1].size > 1:  # not the (1, 1, 1) stand-in
+                dev_extra[1].copy_to_device(extra[1])
         else:
             dev_extra = tuple(cuda.to_device(x) for x in extra)
             dfail = cuda.to_device(fail)

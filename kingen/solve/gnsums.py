@@ -121,25 +121,6 @@ def scale_sums(traces, samples: np.ndarray, bstart: np.ndarray, weight: np.ndarr
     return out
 
 
-_kept: dict[int, tuple] = {}  # id → (weak reference, device copy): see _resident
-
-
-def _resident(x: np.ndarray):
-    """The device copy of a host array that stays the same from call to call (the
-    layout's samples, weights and data: megabytes that every LM step would otherwise send
-    again), made once and kept while the array lives."""
-    import weakref
-
-    hit = _kept.get(id(x))
-    if hit is not None and hit[0]() is x:
-        return hit[1]
-    dev = _numba_cuda().to_device(np.ascontiguousarray(x))
-    _kept[id(x)] = (weakref.ref(x), dev)
-    # dropped as the array dies, before its id can be another's
-    weakref.finalize(x, _kept.pop, id(x), None)
-    return dev
-
-
 def block_chunks(bstart: np.ndarray, chunk: int) -> tuple[np.ndarray, np.ndarray]:
     """Pass 1's chunks: a (C, 3) table of block, first and past-the-end entry of
     ``samples``, at most ``chunk`` entries each, in sample order, none across a block's end
@@ -176,7 +157,8 @@ def _scale_sums_gpu(traces, samples, bstart, weight, data, first, count, chunk):
             "scale_sums", *(np.asarray(x, np.int64) for x in (first, count, table, cstart)))
         part = staging.scratch("scale_sums.part", (table.shape[0], width))
         scale_kernel[(g * mc, table.shape[0]), THREADS](
-            traces, *map(_resident, (samples, weight, data)), d_first, d_count, d_table, part)
+            traces, *map(staging.resident, (samples, weight, data)), d_first, d_count,
+            d_table, part)
         out = staging.scratch("scale_sums.out", (b, width))
         sum_kernel[-(-b * width // THREADS), THREADS](part, d_cstart, out)
         host = out.copy_to_host()
@@ -290,7 +272,7 @@ def _gn_sums_gpu(traces, samples, sblock, cw, data, first, count, use, a0, c0, a
             "gn_sums", *ints, *(np.asarray(x, np.float64) for x in (a0, c0, *pad)))
         part = staging.scratch("gn_sums.part", (nc, g * pp))
         _gn_kernel(mmax)[(g, nc), THREADS](
-            traces, *map(_resident, (samples, sblock, cw, data)), *args, d_a0, d_c0, d_ak,
+            traces, *map(staging.resident, (samples, sblock, cw, data)), *args, d_a0, d_c0, d_ak,
             d_dak, d_dck, size, part)
         out = staging.scratch("gn_sums.out", (1, g * pp))
         _kernels()[1][-(-g * pp // THREADS), THREADS](part, d_cstart, out)
