@@ -54,9 +54,12 @@ def test_spans_count_their_products_tails_dense_currents_and_builds():
     # span samples read dense columns M^j g (2S); the edge and stage rows the state
     assert f.currents == 40 * 2 * S + (5 + 10) * CURRENT
     assert f.matrix_builds == S * 4 * STEP
-    # the two constant keys build S rows x 16 products, each with its current
-    assert f.span_builds == 2 * S * 16 * (PRODUCT + 2 * S) == 286_720
+    # on the GPU the two constant keys build their currents by 16 products of a vector
+    # and M^16 - I by 4 squarings E <- 2E + E·E
+    assert f.span_builds == 2 * (2 * S * S * 16 + 4 * S * S * (2 * S + 2)) == 86_016
     assert f.total == sum(getattr(f, t) for t in TERMS)
+    # on the CPU (one lane) S rows x 16 products, each with its current
+    assert count("prop-l1-s16-b128").span_builds == 2 * S * 16 * (PRODUCT + 2 * S) == 286_720
 
 
 def test_lanes_leave_the_count_unchanged():

@@ -16,8 +16,10 @@ follows the variant, term by term (S states, g the conductances, B samples per s
 ``currents``        every recorded sample's current: 2·nnz(g) from the state, or 2S
                     from a dense span column Mʲ·g (span samples and tails)
 ``matrix_builds``   each key's M = R(hQ)ⁿ: S unit rows advanced n float64 RK4 steps
-``span_builds``     each constant key's span columns: S rows advanced B products, each
-                    followed by its current, S·B·(2S² + S + 2S)
+``span_builds``     each constant key's span arrays: on the CPU S rows advanced B
+                    products, each followed by its current, S·B·(2S² + S + 2S); on
+                    the GPU (lanes ≥ 2) B products of the vector g and log₂B
+                    squarings, 2S²·B + log₂B·S²·(2S + 2)
 ==================  ==============================================================
 
 The builds run in float64 whatever the precision: in a float32 run they count at the FP64
@@ -32,7 +34,8 @@ Examples
 --------
 Robert & Howe 2003 (S = 16, 3 conducting states) with spans of 16: a sample in a full span
 costs 2·16 + (2·16² + 16)/16 = 32 + 33 = 65 flops, against 2·16² + 16 + 2·3 = 534 with one
-product per sample; the span columns of one key cost 16·16·(512 + 16 + 32) = 143,360.
+product per sample; the span arrays of one key cost 16·16·(512 + 16 + 32) = 143,360 by
+products (CPU), and 2·256·16 + 4·256·34 = 43,008 by squaring (GPU).
 
 >>> from kingen.model.scheme import Scheme
 >>> from kingen.solve.plan import flops_per_span_build, flops_per_span_sample
@@ -125,7 +128,7 @@ def variant_flops(scheme: Any, schedule: Any, config: Any, precision: str = "flo
     614000.0
     >>> f = variant_flops(s, sched, LaunchConfig.parse("prop-l8-s16-b128"), plan=plan)
     >>> f.products, f.currents, f.matrix_builds, f.span_builds  # 62 spans + a tail of 8
-    (36960.0, 32000.0, 9728.0, 143360.0)
+    (36960.0, 32000.0, 9728.0, 43008.0)
     """
     rows = np.asarray(schedule.rows_i, dtype=np.int64).reshape(-1, 4)
     steps, reps, recorded = rows[:, 0], rows[:, 1], rows[:, 2] != 0
@@ -159,5 +162,6 @@ def variant_flops(scheme: Any, schedule: Any, config: Any, precision: str = "flo
         currents=float(currents),
         matrix_builds=float(s * flops_per_step(scheme, "float64")
                             * sum(int(n) for n in plan.key_steps)),
-        span_builds=float(n_span_keys * flops_per_span_build(scheme, span)),
+        span_builds=float(n_span_keys * flops_per_span_build(scheme, span,
+                                                             squaring=config.lanes > 1)),
     )

@@ -211,9 +211,11 @@ SPAN_GROUPS = {groups}
 
 @cuda.jit({options})
 def build_span(N, n_keys, D, GV, DV{fold_args}):
-    # the S threads of one (key, candidate) are neighbours in a block and share its D;
-    # with a folded filter k counts (key, filter) entries, and fold_key[k] is the key
-    Ms = cuda.shared.array(({groups}, {states}, {states}), dtype=F64)
+    # the S threads of one (key, candidate) are neighbours in a block and share its D (one
+    # word more per group, so that the two groups of a warp read different banks) and a
+    # vector; with a folded filter k counts (key, filter) entries, and fold_key[k] is the key
+    Ms = cuda.shared.array(({groups}, {states} * {states} + 1), dtype=F64)
+    Vs = cuda.shared.array(({groups}, 2 * {states} + 1), dtype=F64)
     grp = cuda.threadIdx.x // {states}
     i = cuda.threadIdx.x % {states}
     m = cuda.blockIdx.x * {groups} + grp
@@ -223,10 +225,10 @@ def build_span(N, n_keys, D, GV, DV{fold_args}):
     if active:
         kd = {key_of_k}
         for j in range({states}):
-            Ms[grp, i, j] = F64(D[kd, i, j, c])
+            Ms[grp, i * {states} + j] = F64(D[kd, i, j, c])
     cuda.syncthreads()
-    if active:
-        span_thread(c, k, i, Ms[grp], GV, DV{thread_args})
+    if grp < {groups}:
+        span_thread(c, k, i, active, Ms[grp], Vs[grp], GV, DV{thread_args})
 
 """
 

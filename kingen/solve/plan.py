@@ -104,10 +104,22 @@ def flops_per_span_sample(scheme: Scheme, span: int) -> float:
     return (span * 2 * s + 2 * s * s + s) / span
 
 
-def flops_per_span_build(scheme: Scheme, span: int) -> int:
-    """Floating-point operations of building one key's span arrays (S rows advanced
-    ``span`` products, each followed by its current)."""
+def flops_per_span_build(scheme: Scheme, span: int, squaring: bool = False) -> int:
+    """Floating-point operations of building one key's span arrays.
+
+    By products (the CPU): S rows advanced ``span`` products, each followed by its
+    current. By ``squaring`` (the GPU, :func:`kingen.codegen.span.emit_span_build`): the
+    currents as ``span`` products of a vector with M, and M^B − I by log₂B squarings
+    E ← 2E + E·E.
+
+    >>> from kingen.model.scheme import Scheme
+    >>> s = Scheme.load("models/robert_howe_2003.toml")
+    >>> flops_per_span_build(s, 16), flops_per_span_build(s, 16, squaring=True)
+    (143360, 43008)
+    """
     s = scheme.n_states
+    if squaring:
+        return 2 * s * s * span + (span.bit_length() - 1) * s * s * (2 * s + 2)
     return s * span * (2 * s * s + s + 2 * s)
 
 
