@@ -105,8 +105,23 @@ def test_cuda_lanes_under_simulator_match_the_cpu_stage_form(lanes):
 
 @pytest.mark.parametrize("lanes,span", [(2, 4), (4, 8)])
 def test_cuda_spans_under_simulator_match_the_cpu_stage_form(lanes, span):
+    _spans_match_the_cpu_stage_form(lanes, span, _mini_protocols())
+
+
+def test_cuda_spans_of_32_on_8_lanes_match_the_cpu_stage_form():
+    # float32's default with ideal steps: four currents per lane and span; sweeps long
+    # enough for rows of two spans and more
+    kw = dict(dt=0.02)
+    protocols = [
+        Protocol("deactivation", "deactivation",
+                 (Sweep("1", 3.0, pulses=(Pulse(0.2, 0.3, 0.3, 0.05, 0.05),), **kw),)),
+        Protocol("dose_response", "dose_response", tuple(
+            Sweep(f"{c}", 2.0, pulses=(Pulse(0.2, 0.5, c),), x=c, **kw) for c in (0.03, 0.3)))]
+    _spans_match_the_cpu_stage_form(8, 32, protocols)
+
+
+def _spans_match_the_cpu_stage_form(lanes: int, span: int, protocols: list) -> None:
     scheme = _scheme("robert_howe_2003")
-    protocols = _mini_protocols()
     obj = _objective_case(scheme, protocols, np.random.default_rng(span))
     params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
                      scheme.upper)

@@ -147,11 +147,23 @@ def default_config(scheme, precision: str = "float64",
         against 39,672), except in float32 without a filter, where spans of 8 over 2
         lanes are faster (Robert & Howe: 98,726 against 76,276).
 
+    - float32 with ideal steps and no filter, beyond 8 states: spans of 32 over 8 lanes,
+      as measured on an H200 at 16,384 candidates once the span arrays were built by
+      squaring (``benchmarks/results/h200/propagator/2026-11-29_dc7b496_*``; Robert &
+      Howe: kernels 43.0 ms against 51.5 with spans of 16, 285,223–313,955 candidates/s
+      against 267,931–268,119). In float64 spans of 32 spill registers and gain 4 % with
+      ideal steps (204,852 against 197,292), and lose with exchange (74,070 against
+      75,420) and a filter (51,499 against 59,148): spans of 16 stay.
+
     ``filtered``: the protocols pass the current through a recording filter in the kernel.
 
     >>> from kingen.model.scheme import Scheme
     >>> rh = Scheme.load("models/robert_howe_2003.toml")
     >>> default_config(rh).name
+    'prop-l8-s16-b128'
+    >>> default_config(rh, "float32").name
+    'prop-l8-s32-b128'
+    >>> default_config(rh, "float32", filtered=True).name
     'prop-l8-s16-b128'
     >>> default_config(rh, stage_rows="smooth").name
     'prop-l8-s16-b128'
@@ -171,6 +183,8 @@ def default_config(scheme, precision: str = "float64",
         return LaunchConfig(form="propagator", lanes=1)
     if n <= 8:
         return LaunchConfig(form="propagator", lanes=4, span=8)
+    if precision == "float32" and stage_rows == "none" and not filtered:
+        return LaunchConfig(form="propagator", lanes=8, span=32)
     return LaunchConfig(form="propagator", lanes=8, span=16)
 
 
