@@ -286,14 +286,21 @@ def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size(
     assert default_config(scheme).lanes == 4 and default_config(scheme).span == 8
     assert default_config(scheme, stage_rows="smooth").lanes == 1
     rh = _scheme("robert_howe_2003")
+    # ideal steps: spans of 16 over 8 lanes, of 32 in float32 (unless filtered)
+    assert default_config(rh).name == "prop-l8-s16-b128"
+    assert default_config(rh, "float32").name == "prop-l8-s32-b128"
     for precision in ("float64", "float32"):
-        config = default_config(rh, precision)
+        config = default_config(rh, precision, filtered=True)
         assert (config.lanes, config.span) == (8, 16)
         config = default_config(rh, precision, stage_rows="smooth", filtered=True)
         assert (config.lanes, config.span) == (8, 16)
-    # with exchange and no filter only float32 runs faster on 2 lanes
-    assert default_config(rh, stage_rows="smooth").name == "prop-l8-s16-b128"
+    # with exchange and no filter the stage steps are repeated on fewer lanes: 4 in
+    # float64 up to 16 states, 2 in float32
+    assert default_config(rh, stage_rows="smooth").name == "prop-l4-s8-b128"
     assert default_config(rh, "float32", stage_rows="smooth").name == "prop-l2-s8-b128"
+    coombs = _scheme("coombs_2017")
+    assert coombs.n_states > 16
+    assert default_config(coombs, stage_rows="smooth").name == "prop-l8-s16-b128"
     with pytest.raises(ValueError, match="power of two"):
         generate_propagator(scheme, "objective", lanes=3)
 

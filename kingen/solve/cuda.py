@@ -144,8 +144,13 @@ def default_config(scheme, precision: str = "float64",
       - beyond, spans of 16 over 8 lanes, as for ideal steps (Robert & Howe float64:
         60,913 against 56,759 with spans of 8 over 2 lanes; with an 8-pole filter 49,099
         against 17,080, and 64,424 against 54,040 in float32; Coombs float64: 52,177
-        against 39,672), except in float32 without a filter, where spans of 8 over 2
-        lanes are faster (Robert & Howe: 98,726 against 76,276).
+        against 39,672), except without a filter: in float32 spans of 8 over 2 lanes
+        (Robert & Howe: 98,726 against 76,276; 133,971 against 97,346 at dc7b496, and
+        120,718 over 4 lanes), and in float64 up to 16 states spans of 8 over 4 lanes, which
+        repeat the stage steps on half as many lanes (Robert & Howe: 86,464 against
+        75,420; with the filter 4 lanes lose, 48,244 against 59,148; files
+        ``2026-11-29_{dc7b496,2b63c54}_rh03_*``). Beyond 16
+        states 4 lanes would hold more columns than were measured.
 
     - float32 with ideal steps and no filter, beyond 8 states: spans of 32 over 8 lanes,
       as measured on an H200 at 16,384 candidates once the span arrays were built by
@@ -166,6 +171,8 @@ def default_config(scheme, precision: str = "float64",
     >>> default_config(rh, "float32", filtered=True).name
     'prop-l8-s16-b128'
     >>> default_config(rh, stage_rows="smooth").name
+    'prop-l4-s8-b128'
+    >>> default_config(rh, stage_rows="smooth", filtered=True).name
     'prop-l8-s16-b128'
     >>> default_config(rh, "float32", stage_rows="smooth").name
     'prop-l2-s8-b128'
@@ -179,6 +186,8 @@ def default_config(scheme, precision: str = "float64",
         return LaunchConfig(form="propagator", lanes=1)
     if stage_rows != "none" and precision == "float32" and not filtered:
         return LaunchConfig(form="propagator", lanes=2, span=8)
+    if stage_rows != "none" and not filtered and n <= 16:
+        return LaunchConfig(form="propagator", lanes=4, span=8)
     if n < 4:
         return LaunchConfig(form="propagator", lanes=1)
     if n <= 8:
