@@ -35,8 +35,6 @@ from kingen.codegen.emit import N_WINDOWS, Emitter
 from kingen.codegen.span import (
     SPAN_ARGS,
     SPAN_ARGS_FOLDED,
-    emit_span_build,
-    emit_span_build_cpu,
     emit_span_reduce,
     emit_span_row,
     emit_span_row_cpu,
@@ -45,6 +43,7 @@ from kingen.codegen.span import (
     fold_padded,
     span_check,
 )
+from kingen.codegen.span_build import emit_span_build, emit_span_build_cpu
 from kingen.codegen.stage import (
     MODE_ARGS,
     GeneratedCode,

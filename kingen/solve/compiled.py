@@ -17,7 +17,8 @@ from types import ModuleType
 
 from kingen.codegen import N_WINDOWS, generate, generate_matrix_build, generate_propagator
 from kingen.codegen.propagator import shared_stride
-from kingen.codegen.span import fold_order, span_groups, span_shared_extra
+from kingen.codegen.span import fold_order, span_shared_extra
+from kingen.codegen.span_build import span_groups
 from kingen.model.scheme import Scheme
 
 _LOADED: dict[str, ModuleType] = {}

@@ -108,7 +108,7 @@ def flops_per_span_build(scheme: Scheme, span: int, squaring: bool = False) -> i
     """Floating-point operations of building one key's span arrays.
 
     By products (the CPU): S rows advanced ``span`` products, each followed by its
-    current. By ``squaring`` (the GPU, :func:`kingen.codegen.span.emit_span_build`): the
+    current. By ``squaring`` (the GPU, :func:`kingen.codegen.span_build.emit_span_build`): the
     currents as ``span`` products of a vector with M, and M^B − I by log₂B squarings
     E ← 2E + E·E.
 
