@@ -319,7 +319,7 @@ def test_a_gpu_batch_with_exchange_takes_the_default_of_its_precision_and_filter
                             options=SolverOptions(backend="cuda", precision=precision))
             assert sim.propagator_plan().stage_rows == "smooth"
             chosen[precision, filters is not None] = sim.launch_config().name
-    assert chosen == {("float64", False): "prop-l8-s16-b128",
+    assert chosen == {("float64", False): "prop-l4-s8-b128",
                       ("float64", True): "prop-l8-s16-b128",
                       ("float32", False): "prop-l2-s8-b128",
                       ("float32", True): "prop-l8-s16-b128"}
