@@ -102,7 +102,7 @@ class Simulator:
         self._modules: dict[tuple, object] = {}  # each launch's compiled module
         self._fold_host: dict[tuple, tuple] = {}  # a folded filter's arrays, per launch
         self._gpu_lock = threading.Lock()
-        self._config = None
+        self._config: dict[bool, object] = {}  # the default launch, per batch size class
         self._plan: PropagatorPlan | None = None
 
     def __getstate__(self) -> dict:
@@ -198,7 +198,7 @@ class Simulator:
             occ = np.full(occ_shape, np.nan, dtype=np.float64)
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
-        config = self._config_for(launch_config, with_occupancy, mode)
+        config = self._config_for(launch_config, with_occupancy, mode, n)
         module = self._module(mode, config, with_occupancy, self.n_sections if filtered else 0)
         if self.backend == "cpu":
             if while_solving is not None:
@@ -269,7 +269,7 @@ class Simulator:
         device buffers: a later :meth:`run` with as many candidates replaces its inputs."""
         P, S0, _ = self._inputs(params)
         n = P.shape[1]
-        config = self._config_for(launch_config, False)
+        config = self._config_for(launch_config, False, n=n)
         module = self._module("objective", config, False, self.n_sections)
         out = np.empty((0, 0, 0))  # the kernel's results stay on the GPU
         obj = self.objective
@@ -287,19 +287,21 @@ class Simulator:
                                          every_constant_row=self.backend == "cuda")
         return self._plan
 
-    def launch_config(self):
-        """The launch this simulator uses when none is given: on the GPU the one
-        ``kingen tune`` recorded for this device, scheme and precision, else the default
-        for the scheme's size, its stage rows and its filter; on the CPU the propagator
-        form with spans of 16 samples (occupancies take one product per sample)."""
-        from kingen.solve.cuda import CPU_DEFAULT, tuned_config
+    def launch_config(self, n_candidates: int | None = None):
+        """The launch used when none is given: on the GPU the one ``kingen tune`` recorded
+        for this device, scheme and precision, else the default for the scheme's size, its
+        stage rows, its filter and the batch's size (``n_candidates``; None: a fit's
+        generation); on the CPU the propagator form with spans of 16 samples."""
+        from kingen.solve.cuda import CPU_DEFAULT, small_batch, tuned_config
 
-        if self._config is None:
-            self._config = (tuned_config(self.device, self.scheme, self.precision,
-                                         self.propagator_plan().stage_rows,
-                                         self.n_sections > 0)
-                            if self.backend == "cuda" else CPU_DEFAULT)
-        return self._config
+        if self.backend != "cuda":
+            return CPU_DEFAULT
+        small = small_batch(n_candidates)
+        if small not in self._config:
+            self._config[small] = tuned_config(self.device, self.scheme, self.precision,
+                                               self.propagator_plan().stage_rows,
+                                               self.n_sections > 0, small)
+        return self._config[small]
 
     # ------------------------------------------------------------------ internals
     def _inputs(self, params: np.ndarray, complete: bool = True
@@ -339,10 +341,10 @@ class Simulator:
             return np.zeros((self.n_sweeps, 1, SECTION_VALUES))
         return self.sections
 
-    def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective"):
+    def _config_for(self, launch_config, with_occupancy: bool, mode: str = "objective",
+                    n: int | None = None):
         from kingen.solve.cuda import FORMS
-
-        config = launch_config or self.options.launch or self.launch_config()
+        config = launch_config or self.options.launch or self.launch_config(n)
         if config.form not in FORMS:
             raise KingenError("unknown solver form (use stage or propagator)", field="form",
                               value=config.form)

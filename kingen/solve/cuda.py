@@ -123,8 +123,26 @@ def scheme_key(scheme) -> str:
     return generate(scheme, "objective").key
 
 
-def default_config(scheme, precision: str = "float64",
-                   stage_rows: str = "none", filtered: bool = False) -> LaunchConfig:
+# The batch size at which the defaults chosen on the H200 for float32's ideal steps and for
+# float64 with exchange were measured faster (2026-11-29, dc7b496 and 2b63c54). Smaller
+# batches, such as a profile's steps of a few hundred candidates, were not measured with
+# them, and a batch too small to fill the GPU waits on each pair's own path, which 4 lanes
+# make longer: they keep the launch measured at those sizes (spans of 16 over 8 lanes).
+FULL_BATCH = 16_384
+
+
+def small_batch(n_candidates: int | None) -> bool:
+    """Whether a batch of ``n_candidates`` (None: a fit's generation) is below
+    :data:`FULL_BATCH`.
+
+    >>> small_batch(352), small_batch(16_384), small_batch(None)
+    (True, False, False)
+    """
+    return n_candidates is not None and n_candidates < FULL_BATCH
+
+
+def default_config(scheme, precision: str = "float64", stage_rows: str = "none",
+                   filtered: bool = False, small: bool = False) -> LaunchConfig:
     """The launch used where ``kingen tune`` recorded none: the propagator form.
 
     As measured fastest on an H100 at 16,384 candidates
@@ -161,6 +179,8 @@ def default_config(scheme, precision: str = "float64",
       75,420) and a filter (51,499 against 59,148): spans of 16 stay.
 
     ``filtered``: the protocols pass the current through a recording filter in the kernel.
+    ``small``: a batch below :data:`FULL_BATCH` candidates, which keeps spans of 16 over 8
+    lanes where these two rules would change them.
 
     >>> from kingen.model.scheme import Scheme
     >>> rh = Scheme.load("models/robert_howe_2003.toml")
@@ -168,10 +188,14 @@ def default_config(scheme, precision: str = "float64",
     'prop-l8-s16-b128'
     >>> default_config(rh, "float32").name
     'prop-l8-s32-b128'
+    >>> default_config(rh, "float32", small=True).name
+    'prop-l8-s16-b128'
     >>> default_config(rh, "float32", filtered=True).name
     'prop-l8-s16-b128'
     >>> default_config(rh, stage_rows="smooth").name
     'prop-l4-s8-b128'
+    >>> default_config(rh, stage_rows="smooth", small=True).name
+    'prop-l8-s16-b128'
     >>> default_config(rh, stage_rows="smooth", filtered=True).name
     'prop-l8-s16-b128'
     >>> default_config(rh, "float32", stage_rows="smooth").name
@@ -186,13 +210,13 @@ def default_config(scheme, precision: str = "float64",
         return LaunchConfig(form="propagator", lanes=1)
     if stage_rows != "none" and precision == "float32" and not filtered:
         return LaunchConfig(form="propagator", lanes=2, span=8)
-    if stage_rows != "none" and not filtered and n <= 16:
+    if stage_rows != "none" and not filtered and n <= 16 and not small:
         return LaunchConfig(form="propagator", lanes=4, span=8)
     if n < 4:
         return LaunchConfig(form="propagator", lanes=1)
     if n <= 8:
         return LaunchConfig(form="propagator", lanes=4, span=8)
-    if precision == "float32" and stage_rows == "none" and not filtered:
+    if precision == "float32" and stage_rows == "none" and not filtered and not small:
         return LaunchConfig(form="propagator", lanes=8, span=32)
     return LaunchConfig(form="propagator", lanes=8, span=16)
 
@@ -206,14 +230,14 @@ def load_tuning() -> dict:
     return table if isinstance(table, dict) else {}
 
 
-def tuned_config(device: str, scheme, precision: str,
-                 stage_rows: str = "none", filtered: bool = False) -> LaunchConfig:
+def tuned_config(device: str, scheme, precision: str, stage_rows: str = "none",
+                 filtered: bool = False, small: bool = False) -> LaunchConfig:
     """The launch configuration ``kingen tune`` chose for this device, scheme and precision,
-    or the default (for a batch with ``stage_rows`` and a filter or none, see
-    :func:`default_config`) when none was recorded."""
+    or the default (for a batch with ``stage_rows``, a filter or none, and ``small`` or not,
+    see :func:`default_config`) when none was recorded."""
     entry = load_tuning().get(tuning_key(device, scheme_key(scheme), precision))
     if not entry:
-        return default_config(scheme, precision, stage_rows, filtered)
+        return default_config(scheme, precision, stage_rows, filtered, small)
     return LaunchConfig(int(entry["block"]), entry.get("max_registers"),
                         str(entry.get("form", "stage")), int(entry.get("lanes", 1)),
                         int(entry.get("span", 1)))
