@@ -323,11 +323,11 @@ def test_a_gpu_batch_with_exchange_takes_the_default_of_its_precision_and_filter
             small = sim._config_for(None, False, "traces", 352).name
             assert small == ("prop-l8-s16-b128" if precision == "float64" or filters
                              else "prop-l2-s8-b128")
+            assert sim.launch_config(16_384) == sim.launch_config()  # from FULL_BATCH on
     assert chosen == {("float64", False): "prop-l4-s8-b128",
                       ("float64", True): "prop-l8-s16-b128",
                       ("float32", False): "prop-l2-s8-b128",
                       ("float32", True): "prop-l8-s16-b128"}
-    assert sim.launch_config(16_384) == sim.launch_config()
 
 
 def test_kingen_info_prints_the_generated_kernel_with_its_legend(capsys):

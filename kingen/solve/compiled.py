@@ -212,15 +212,17 @@ SPAN_GROUPS = {groups}
 
 @cuda.jit({options})
 def build_span(N, n_keys, D, GV, DV{fold_args}):
-    # the S threads of one (key, candidate) are neighbours in a block and share its D (one
-    # word more per group, so that the two groups of a warp read different banks) and a
-    # vector; with a folded filter k counts (key, filter) entries, and fold_key[k] is the key
+    # the S threads of one (key, candidate) are neighbours in a block of {groups} groups and
+    # share its D (one word more per group, so that the two groups of a warp read different
+    # banks) and a vector; every thread takes span_thread's barriers, and only those of an
+    # existing (key, candidate) load and store. With a folded filter k counts (key, filter)
+    # entries, and fold_key[k] is the key
     Ms = cuda.shared.array(({groups}, {states} * {states} + 1), dtype=F64)
     Vs = cuda.shared.array(({groups}, 2 * {states} + 1), dtype=F64)
     grp = cuda.threadIdx.x // {states}
     i = cuda.threadIdx.x % {states}
     m = cuda.blockIdx.x * {groups} + grp
-    active = grp < {groups} and m < N * n_keys
+    active = m < N * n_keys
     c = m % N
     k = m // N
     if active:
@@ -228,8 +230,7 @@ def build_span(N, n_keys, D, GV, DV{fold_args}):
         for j in range({states}):
             Ms[grp, i * {states} + j] = F64(D[kd, i, j, c])
     cuda.syncthreads()
-    if grp < {groups}:
-        span_thread(c, k, i, active, Ms[grp], Vs[grp], GV, DV{thread_args})
+    span_thread(c, k, i, active, Ms[grp], Vs[grp], GV, DV{thread_args})
 
 """
 

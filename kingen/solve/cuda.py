@@ -167,8 +167,8 @@ def default_config(scheme, precision: str = "float64", stage_rows: str = "none",
         120,718 over 4 lanes), and in float64 up to 16 states spans of 8 over 4 lanes, which
         repeat the stage steps on half as many lanes (Robert & Howe: 86,464 against
         75,420; with the filter 4 lanes lose, 48,244 against 59,148; files
-        ``2026-11-29_{dc7b496,2b63c54}_rh03_*``). Beyond 16
-        states 4 lanes would hold more columns than were measured.
+        ``2026-11-29_{dc7b496,2b63c54}_rh03_*``). Beyond 16 states 4 lanes would hold
+        more columns than were measured.
 
     - float32 with ideal steps and no filter, beyond 8 states: spans of 32 over 8 lanes,
       as measured on an H200 at 16,384 candidates once the span arrays were built by
