@@ -16,6 +16,13 @@ previous generation's write). The write itself (compression into the run file) r
 background thread while the next generation solves; its duration is ``background_write_s``.
 ``outside_over_solver`` = outside_s / solver_s is the figure the fitting issue bounds at
 0.2 on the GPU for populations of 8,192 and more.
+
+``--gpus N`` spreads each generation over N GPUs of this process, as ``kingen fit --gpus``
+does (:mod:`kingen.fitting.gpus`); run once with 1 and once with N on the same machine, the
+two files give the speed-up, and their ``best_fitness`` and ``best_params`` must be equal::
+
+    python -m benchmarks fit_gpu --config fit.toml --population 65536 --generations 8 \
+        --gpus 2 --name rh03_65536_2gpus
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.fitting.config import demo_config, load_config  # noqa: E402
+from kingen.fitting.gpus import GpuEvaluators  # noqa: E402
 from kingen.runs.fit import fit  # noqa: E402
 
 
@@ -56,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="float64", choices=("float64", "float32"))
     ap.add_argument("--config", type=Path, default=None,
                     help="fit configuration (default: the bundled demo)")
+    ap.add_argument("--gpus", default="1", help="GPUs to spread each generation over "
+                    "(kingen fit --gpus)")
     add_output_options(ap, "fit_gpu")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
@@ -70,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg.stop.patience = 0
         cfg.settings = cfg.to_dict()
         t0 = time.perf_counter()
-        result = fit(cfg, progress=True)
+        with GpuEvaluators(args.gpus) as evaluators:
+            result = fit(cfg, progress=True, evaluator=evaluators)
         wall = time.perf_counter() - t0
     t = result.timings
     gens = []
@@ -98,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         "operators": "numpy" if cfg.ga.lambda_ >= 2048 else "deap",
         "generations": result.generations, "backend": result.backend,
         "device": result.device, "precision": args.precision,
+        "gpus": args.gpus, "numba_threading_layer": _threading_layer(),
         "wall_s": wall,
-        "best_fitness": result.fitness,
+        "best_fitness": result.fitness, "best_params": [float(x) for x in result.params],
         "steady_state": {
             "mean_solver_s": sum(g["solver_s"] for g in steady) / len(steady),
             "mean_outside_s": sum(g["outside_s"] for g in steady) / len(steady),
@@ -114,6 +126,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{s['mean_outside_s']:.3f} s/gen, outside/solver max "
           f"{s['max_outside_over_solver']:.3f}; wrote {path}")
     return 0
+
+
+def _threading_layer() -> str:
+    import numba
+
+    try:
+        return numba.threading_layer()
+    except ValueError:  # no parallel loop ran
+        return "none"
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ PUBLIC_MODULES = {
     "kingen.fitting.state": True,
     "kingen.fitting.engine": True,
     "kingen.fitting.evaluator": True,
+    "kingen.fitting.gpus": True,
     "kingen.fitting.algorithms": True,
     "kingen.fitting.algorithms.base": True,
     "kingen.fitting.algorithms.deap_types": True,

@@ -16,6 +16,9 @@ DEMO_OUTPUT = "kingen_demo.h5"
 BARE_CLUSTER = "\0"
 """``--cluster`` given alone (no value can hold a NUL, so ``--cluster ""`` stays apart)."""
 
+GPUS_HELP = ("GPUs of this machine to spread each generation over, in this process: a "
+             "number or all (default 1); the fit is the same on any number")
+
 __all__ = ["DEMO_OUTPUT", "add_parsers", "cmd_fit", "cmd_resume", "demo_config"]
 
 
@@ -44,6 +47,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster", nargs="?", const=BARE_CLUSTER, default=None, metavar="SPEC",
                    help=CLUSTER_HELP + "; --cluster alone: the configuration's [cluster] table. "
                         "Each generation is split into one shard per Dask worker")
+    p.add_argument("--gpus", default=None, metavar="N",
+                   help=GPUS_HELP)
     p.set_defaults(handler=cmd_fit)
 
     r = subparsers.add_parser(
@@ -56,6 +61,7 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--cluster", nargs="?", const=BARE_CLUSTER, default=None, metavar="SPEC",
                    help="as kingen fit --cluster (alone: the [cluster] table of the "
                         "configuration stored in the run file)")
+    r.add_argument("--gpus", default=None, metavar="N", help=GPUS_HELP)
     r.set_defaults(handler=cmd_resume)
 
 
@@ -88,6 +94,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                  "generations": args.generations, "population": args.population,
                  "seed": args.seed, "output": None if output is None else str(output),
                  "force": args.force}
+    _one_way(args)
     if args.cluster is not None:
         from kingen.scaleout.fitting import fit_on_cluster
 
@@ -98,10 +105,29 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
         if Path(config).is_file():  # a missing one is the fit's to say
             settings_from_file(config)  # its [cluster], if any: the run file keeps it
-        result = fit(config, overwrite=overwrite, progress=not args.quiet,
-                     overrides=overrides)
+        with _evaluators(args) as evaluators:
+            result = fit(config, overwrite=overwrite, progress=not args.quiet,
+                         overrides=overrides, evaluator=evaluators)
     print(result.summary())
     return 0
+
+
+def _one_way(args: argparse.Namespace) -> None:
+    if args.gpus is not None and args.cluster is not None:
+        raise KingenError("give --gpus or --cluster, not both (a cluster's workers take a "
+                          "GPU each: start as many as you have)", field="--gpus",
+                          value=args.gpus)
+
+
+def _evaluators(args: argparse.Namespace):
+    """The fit's evaluators for ``--gpus`` (none asked: one GPU, the fit's own)."""
+    import contextlib
+
+    from kingen.fitting.gpus import GpuEvaluators
+
+    if args.gpus is None:
+        return contextlib.nullcontext(None)
+    return GpuEvaluators(args.gpus)
 
 
 def _cluster(value: str, config: Path, text: str | None = None):
@@ -128,6 +154,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from kingen.runs.fit import resume
 
     _positive(args.generations, "--generations")
+    _one_way(args)
     if args.cluster is not None:
         from kingen.scaleout.fitting import resume_on_cluster
         from kingen.store import RunStore
@@ -139,7 +166,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         result = resume_on_cluster(args.run, _cluster(args.cluster, args.run, text),
                                    progress=not args.quiet, generations=args.generations)
     else:
-        result = resume(args.run, progress=not args.quiet, generations=args.generations)
+        with _evaluators(args) as evaluators:
+            result = resume(args.run, progress=not args.quiet, generations=args.generations,
+                            evaluator=evaluators)
     print(result.summary())
     sys.stdout.flush()
     return 0

@@ -252,7 +252,7 @@ class ShardedEvaluator:
                                   "1 PiB"}):
                 return self.client.submit(
                     evaluate_shard, self.plugin, params[bounds[i]:bounds[i + 1]], complete,
-                    key=key, pure=False, retries=0, **({} if worker is None else {
+                    n, key=key, pure=False, retries=0, **({} if worker is None else {
                         "workers": [worker], "allow_other_workers": True}))
 
         for i in range(k):

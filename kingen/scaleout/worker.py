@@ -73,9 +73,10 @@ class SolverPlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
         self.objective = None
 
 
-def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
-                   ) -> dict[str, Any]:
-    """Score one shard on the worker that runs it, with the objective ``plugin`` built.
+def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True,
+                   batch_rows: int | None = None) -> dict[str, Any]:
+    """Score one shard on the worker that runs it, with the objective ``plugin`` built,
+    with the default launch of the whole batch of ``batch_rows`` it is a part of.
 
     Returns plain arrays (``fitness``, ``errors``, ``fail``, ``amplitudes``), the solver's
     seconds (``total_s``, ``solve_s``, and its host's ``prepare_s`` and ``finish_s``), the
@@ -93,7 +94,8 @@ def evaluate_shard(plugin: str, params: np.ndarray, complete: bool = True
     # unaligned, every array operation on it is slower, and numba compiles its loops apart
     params = np.require(params, np.float64, ("C", "A"))
     t0 = time.perf_counter()
-    ev, res = objective.evaluate(params, complete=complete)
+    # the whole generation's launch, so that the shard scores as one process would
+    ev, res = objective.evaluate(params, complete=complete, batch_rows=batch_rows)
     scored = time.perf_counter() - t0
     total = float(res.timings.get("total_s", 0.0))
     # wall-clock stamps (the driver's clock on one host) place the task's start and end

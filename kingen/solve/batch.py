@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -129,8 +130,8 @@ class Simulator:
 
     def run(self, params: np.ndarray, mode: str = "objective", *,
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
-            while_solving: Callable[[], object] | None = None,
-            filtered: bool = True, on_device: bool = False) -> BatchResult:
+            while_solving: Callable[[], object] | None = None, filtered: bool = True,
+            on_device: bool = False, batch_rows: int | None = None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -143,8 +144,7 @@ class Simulator:
         with_occupancy
             In trace mode, also return occupancies.
         launch_config
-            GPU launch variant (:class:`kingen.solve.cuda.LaunchConfig`); default: the one
-            ``kingen tune`` recorded for this device, else 128 threads per block.
+            The GPU's launch (``LaunchConfig``); default: :meth:`launch_config`'s.
         complete
             Recompute the derived rates (default). False: ``params`` holds them already
             (:meth:`kingen.model.scheme.Scheme.complete` has run on it).
@@ -161,9 +161,9 @@ class Simulator:
             then a device array), on the CPU write them into a buffer the simulator keeps.
             Either is valid until the next call, and a failed candidate's samples there
             are not NaN: its ``fail`` code says so.
+        batch_rows
+            Rows of the whole batch these are a block of: its default launch is taken.
         """
-        import time
-
         if mode not in ("objective", "traces"):
             raise KingenError("unknown mode (use objective or traces)", field="mode",
                               value=mode)
@@ -198,7 +198,7 @@ class Simulator:
             occ = np.full(occ_shape, np.nan, dtype=np.float64)
             extra = (traces, occ, np.zeros(1), np.zeros(1))
         t_prep = time.perf_counter()
-        config = self._config_for(launch_config, with_occupancy, mode, n)
+        config = self._config_for(launch_config, with_occupancy, mode, batch_rows or n)
         module = self._module(mode, config, with_occupancy, self.n_sections if filtered else 0)
         if self.backend == "cpu":
             if while_solving is not None:
