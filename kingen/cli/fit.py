@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -119,10 +120,8 @@ def _one_way(args: argparse.Namespace) -> None:
                           value=args.gpus)
 
 
-def _evaluators(args: argparse.Namespace):
+def _evaluators(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     """The fit's evaluators for ``--gpus`` (none asked: one GPU, the fit's own)."""
-    import contextlib
-
     from kingen.fitting.gpus import GpuEvaluators
 
     if args.gpus is None:

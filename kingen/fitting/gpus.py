@@ -11,7 +11,9 @@ same, generation by generation.
 A thread per GPU drives it: the thread makes its GPU current once (``select_device``), and
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
-lock, and the host's parts are numpy and numba work on each thread's share of the cores.
+lock, and the host's parts are numpy and numba work on each thread's share of the cores
+(on the two-H200 machine a block's thread got no speed-up from numba's parallel loops,
+which is most of what two GPUs still lose against twice one: ``docs/performance.md``).
 Two threads enter numba's parallel loops at once, which its ``omp`` and ``tbb`` threading
 layers allow and its ``workqueue`` layer does not: :class:`GpuShards` refuses to start on
 that one. The blocks and their scores stay in this process's memory, where Dask's workers
