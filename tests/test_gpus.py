@@ -212,3 +212,19 @@ def test_blocks_on_the_cuda_simulator_score_as_one_call():
             "kingen-gpu0")
     np.testing.assert_array_equal(ev.fitness, reference.fitness)
     np.testing.assert_array_equal(ev.amplitudes, reference.amplitudes)
+
+
+def test_kingen_info_names_the_gpus_option_on_a_machine_with_several(monkeypatch, capsys):
+    from numba import cuda
+
+    import kingen.solve.backends as backends
+
+    monkeypatch.setattr(backends, "cuda_status", lambda: backends.CudaStatus(
+        usable=True, simulator=False, device="NVIDIA H200", reason=""))
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(cuda, "gpus", [SimpleNamespace(name=b"NVIDIA H200")] * 2)
+    assert main(["info"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("GPU:"))
+    assert line == ("GPU: NVIDIA H200 (the cuda backend is used by default; 2 GPUs: kingen "
+                    "fit --gpus 2 spreads a fit over them)")

@@ -412,7 +412,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     status = cuda_status()
     print(f"kingen {__version__}; numpy {np.__version__}; numba {numba.__version__}")
     if status.usable and not status.simulator:
-        print(f"GPU: {status.device} (the cuda backend is used by default)")
+        from numba import cuda
+
+        count = len(cuda.gpus)
+        spread = (f"; {count} GPUs: kingen fit --gpus {count} spreads a fit over them"
+                  if count > 1 else "")
+        print(f"GPU: {status.device} (the cuda backend is used by default{spread})")
     else:
         print(f"GPU: none usable ({status.reason}); the cpu backend uses "
               f"{numba.config.NUMBA_NUM_THREADS} cores")
