@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
 from kingen.fitting.config import demo_config, load_config  # noqa: E402
-from kingen.fitting.gpus import GpuEvaluators  # noqa: E402
+from kingen.fitting.gpus import GpuEvaluators, threading_layer  # noqa: E402
 from kingen.runs.fit import fit  # noqa: E402
 
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "operators": "numpy" if cfg.ga.lambda_ >= 2048 else "deap",
         "generations": result.generations, "backend": result.backend,
         "device": result.device, "precision": args.precision,
-        "gpus": args.gpus, "numba_threading_layer": _threading_layer(),
+        "gpus": args.gpus, "numba_threading_layer": threading_layer(),
         "wall_s": wall,
         "best_fitness": result.fitness, "best_params": [float(x) for x in result.params],
         "steady_state": {
@@ -126,15 +126,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{s['mean_outside_s']:.3f} s/gen, outside/solver max "
           f"{s['max_outside_over_solver']:.3f}; wrote {path}")
     return 0
-
-
-def _threading_layer() -> str:
-    import numba
-
-    try:
-        return numba.threading_layer()
-    except ValueError:  # no parallel loop ran
-        return "none"
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ def test_the_switch_interval_is_short_during_a_call_and_restored_after(demo):
         shards(_rates(demo, 4), while_solving=lambda: seen.append(sys.getswitchinterval()))
         with pytest.raises(KingenError):
             shards(np.ones((4, demo.scheme.n_params + 1)))
+        assert sys.getswitchinterval() == before
+    with pytest.raises(RuntimeError):  # closed: its threads are gone
+        shards(_rates(demo, 4))
     assert seen == [pytest.approx(1e-3)] and sys.getswitchinterval() == before
 
 

@@ -53,7 +53,8 @@ import numpy as np
 from kingen.errors import KingenError
 from kingen.fitting.objective import Evaluation, Objective
 
-__all__ = ["GpuEvaluators", "GpuShards", "gpu_devices", "join_evaluations", "parse_gpus"]
+__all__ = ["GpuEvaluators", "GpuShards", "gpu_devices", "join_evaluations", "parse_gpus",
+           "threading_layer"]
 
 _OPTIONAL = ("sweep_amplitudes", "offsets", "chi2")
 
@@ -63,6 +64,19 @@ SWITCH_INTERVAL_S = 2e-4
 without Python's lock, waits for the lock until the thread holding it lets it go, at most
 this long. At 65,536 Robert & Howe candidates over two H200s a generation took 0.157–0.161
 s with 0.2 ms, 0.160–0.168 s with 5 ms (``docs/performance.md``, "Scale-out")."""
+
+
+def threading_layer() -> str:
+    """The threading layer numba's parallel loops run on (``omp``, ``tbb`` or
+    ``workqueue``), or ``none`` before any has run.
+
+    >>> threading_layer() in ("omp", "tbb", "workqueue", "none")
+    True
+    """
+    try:
+        return str(numba.threading_layer())
+    except ValueError:  # no parallel loop has run yet
+        return "none"
 
 
 def _select_cuda(device: int) -> None:
@@ -215,11 +229,7 @@ class GpuShards:
         return copy
 
     def _check_threading_layer(self) -> None:
-        try:
-            layer = numba.threading_layer()
-        except ValueError:  # no parallel loop has run: none will run at once either
-            return
-        if layer == "workqueue" and len(self.devices) > 1:
+        if threading_layer() == "workqueue" and len(self.devices) > 1:
             self.close()
             raise KingenError("several GPUs need numba's omp or tbb threading layer (this "
                               "process has only workqueue, which two threads must not "
@@ -242,11 +252,13 @@ class GpuShards:
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         launched = [threading.Event() for _ in range(k)]
         interval = sys.getswitchinterval()
-        if self.switch_interval is not None:
-            sys.setswitchinterval(self.switch_interval)
-        futures = [self._pools[i].submit(self._solve, i, params[bounds[i]:bounds[i + 1]],
-                                         n, launched[i]) for i in range(k)]
+        futures = []
         try:
+            if self.switch_interval is not None:
+                sys.setswitchinterval(self.switch_interval)
+            for i in range(k):
+                futures.append(self._pools[i].submit(
+                    self._solve, i, params[bounds[i]:bounds[i + 1]], n, launched[i]))
             if while_solving is not None:
                 for event in launched:  # set at the launch, or when its block ends early
                     event.wait()
