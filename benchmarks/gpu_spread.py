@@ -26,6 +26,7 @@ be the same for every way::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -102,15 +103,20 @@ def _timed_inputs() -> list[float]:
     seen: list[float] = []
     inputs = Simulator._inputs
 
-    def timed(self: Any, params: np.ndarray, complete: bool = True) -> Any:
+    def timed(self: Any, params: np.ndarray, complete: bool = True, rest: Any = None) -> Any:
         t0 = time.perf_counter()
-        out = inputs(self, params, complete)
+        out = inputs(self, params, complete, rest)
         if params.shape[0] > 1000:
             seen.append(time.perf_counter() - t0)
         return out
 
     Simulator._inputs = timed
     return seen
+
+
+def _cpus() -> int:
+    """The CPUs the calling thread may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else -1
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -140,18 +146,25 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             cfg.stop.patience = 0
             cfg.settings = cfg.to_dict()
             try:
-                result = fit(cfg, progress=False, evaluator=None if way == "one" else evaluator)
-            finally:
+                result = fit(cfg, progress=False,
+                             evaluator=None if way == "one" else evaluator)
+            except BaseException:
                 for m in made:
                     m.close()
+                raise
         t = result.timings
         steady = range(1, len(t["total_s"]))
         row: dict[str, Any] = {"way": way, "best_fitness": result.fitness}
+        if way == "threads":  # an inherited narrow CPU mask would serialise a block's loops
+            row["block_thread_cpus"] = [pool.submit(_cpus).result()
+                                        for pool in made[0]._pools]
         row.update({key: statistics.median(t[key][g] for g in steady)
                     for key in _KEYS if key in t})
         row["inputs_s"] = statistics.median(inputs[2 * len(devices):]) if inputs else None
         row["candidates_per_s"] = args.population / row["total_s"]
         rows.append(row)
+        for m in made:
+            m.close()
         print(f"{way:>8}: generation {row['total_s']:.4f} s ({row['candidates_per_s']:,.0f} "
               f"candidates/s), solver {row['solver_s']:.4f}, kernels {row['kernel_s']:.4f}, "
               f"host prepare {row['solver_prepare_s'] * 1e3:.1f} ms, a block's inputs "
@@ -160,7 +173,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kingen.fitting.gpus import SWITCH_INTERVAL_S
+    from kingen.fitting.gpus import SWITCH_INTERVAL_S, threading_layer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, required=True, help="fit configuration")
@@ -179,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     out = {"benchmark": "gpu_spread", "provenance": provenance("gpu_spread", argv),
            "config": str(args.config), "population": args.population,
            "generations": args.generations, "precision": args.precision, "gpus": args.gpus,
-           "switch_interval_s": args.switch_interval, "runs": rows}
+           "switch_interval_s": args.switch_interval, "main_thread_cpus": _cpus(),
+           "numba_threading_layer": threading_layer(),
+           "openmp_environment": {k: v for k, v in os.environ.items()
+                                  if k.startswith(("OMP_", "GOMP_", "KMP_"))},
+           "runs": rows}
     print(f"wrote {write(out, output_path(args, 'gpu_spread'))}")
     return 0
 

@@ -81,10 +81,14 @@ def test_the_switch_interval_is_short_during_a_call_and_restored_after(demo):
 
     seen = []
     before = sys.getswitchinterval()
+    def fails(*args, **kw):
+        raise KingenError("a block failed")
+
     with GpuShards(_objective(demo), [0, 0], select=None, switch_interval=1e-3) as shards:
         shards(_rates(demo, 4), while_solving=lambda: seen.append(sys.getswitchinterval()))
-        with pytest.raises(KingenError):
-            shards(np.ones((4, demo.scheme.n_params + 1)))
+        shards.objectives[1].evaluate = fails
+        with pytest.raises(KingenError, match="a block failed"):
+            shards(_rates(demo, 4))
         assert sys.getswitchinterval() == before
     with pytest.raises(RuntimeError):  # closed: its threads are gone
         shards(_rates(demo, 4))
@@ -97,6 +101,37 @@ def test_a_blocks_error_reaches_the_caller_after_every_block_ended(demo):
             shards(np.ones((4, demo.scheme.n_params + 1)))
         ev, _ = shards(_rates(demo, 3))  # the threads are still there for the next call
     assert ev.fitness.shape == (3,)
+
+
+def test_the_resting_occupancies_are_solved_once_on_the_callers_thread(demo, monkeypatch):
+    import kingen.fitting.gpus as gpus
+    import kingen.solve.inputs as inputs
+
+    solved = []
+
+    def record(where, original):
+        def rest(scheme, params):
+            solved.append((where, threading.get_ident(), len(params)))
+            return original(scheme, params)
+        return rest
+
+    rates = _rates(demo, 70)  # from 64 rows the compiled loop solves them
+    reference, _ = _objective(demo).evaluate(rates, complete=False)
+    with GpuShards(_objective(demo), [0, 0, 0], select=None) as shards:
+        monkeypatch.setattr(gpus, "rest_occupancy_batch",
+                            record("caller", gpus.rest_occupancy_batch))
+        monkeypatch.setattr(inputs, "rest_occupancy_batch",
+                            record("block", inputs.rest_occupancy_batch))
+        ev, _ = shards(rates)
+    assert solved == [("caller", threading.get_ident(), 70)]
+    np.testing.assert_array_equal(ev.fitness, reference.fitness)
+
+
+def test_a_batch_with_the_wrong_columns_is_refused_before_any_loop_reads_it(demo):
+    with GpuShards(_objective(demo), [0, 0], select=None) as shards:
+        for columns in (demo.scheme.n_params - 1, demo.scheme.n_params + 1):
+            with pytest.raises(KingenError, match="params must have"):
+                shards(np.ones((100, columns)))
 
 
 def test_each_block_takes_the_whole_batchs_launch(demo, monkeypatch):

@@ -11,9 +11,10 @@ same, generation by generation.
 A thread per GPU drives it: the thread makes its GPU current once (``select_device``), and
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
-lock, and the host's parts are numpy and numba work on each thread's share of the cores
-(on the two-H200 machine a block's thread got no speed-up from numba's parallel loops,
-which is most of what two GPUs still lose against twice one: ``docs/performance.md``).
+lock, and the host's parts are numpy and numba work on each thread's share of the cores.
+The resting occupancies, the one part that runs on all cores, are solved for the whole
+batch on the caller's thread before the blocks start: on the two-H200 machine a block's
+thread got no speed-up from numba's parallel loops (``docs/performance.md``).
 Two threads enter numba's parallel loops at once, which its ``omp`` and ``tbb`` threading
 layers allow and its ``workqueue`` layer does not: :class:`GpuShards` refuses to start on
 that one. The blocks and their scores stay in this process's memory, where Dask's workers
@@ -52,6 +53,8 @@ import numpy as np
 
 from kingen.errors import KingenError
 from kingen.fitting.objective import Evaluation, Objective
+from kingen.solve.inputs import checked_shape
+from kingen.solve.rest import rest_occupancy_batch
 
 __all__ = ["GpuEvaluators", "GpuShards", "gpu_devices", "join_evaluations", "parse_gpus",
            "threading_layer"]
@@ -243,22 +246,28 @@ class GpuShards:
         called on the caller's thread once every block's kernels are launched.
 
         ``total_s`` is the call's wall time; ``solve_s``, ``prepare_s`` and ``finish_s``
-        are the slowest block's (the critical path).
+        are the slowest block's (the critical path), ``prepare_s`` with the resting
+        occupancies' solve before the blocks.
         """
         t0 = time.perf_counter()
-        params = np.ascontiguousarray(np.atleast_2d(params), dtype=np.float64)
+        scheme = self.objectives[0].scheme
+        # the resting occupancies' compiled loop reads the columns unchecked
+        params = np.ascontiguousarray(checked_shape(scheme, params))
         n = params.shape[0]
         k = max(1, min(len(self.objectives), n))
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         launched = [threading.Event() for _ in range(k)]
+        rest = rest_occupancy_batch(scheme, params)
+        rest_s = time.perf_counter() - t0
         interval = sys.getswitchinterval()
         futures = []
         try:
             if self.switch_interval is not None:
                 sys.setswitchinterval(self.switch_interval)
             for i in range(k):
-                futures.append(self._pools[i].submit(
-                    self._solve, i, params[bounds[i]:bounds[i + 1]], n, launched[i]))
+                a, b = bounds[i], bounds[i + 1]
+                futures.append(self._pools[i].submit(self._solve, i, params[a:b], n,
+                                                     launched[i], rest[a:b]))
             if while_solving is not None:
                 for event in launched:  # set at the launch, or when its block ends early
                     event.wait()
@@ -271,15 +280,16 @@ class GpuShards:
         slowest = max((p[1] for p in parts), key=lambda t: t.get("total_s", 0.0))
         timings = {key: float(slowest[key]) for key in ("solve_s", "prepare_s", "finish_s")
                    if key in slowest}
+        timings["prepare_s"] = timings.get("prepare_s", 0.0) + rest_s
         timings["total_s"] = time.perf_counter() - t0
         return ev, timings
 
-    def _solve(self, i: int, block: np.ndarray, batch_rows: int, launched: threading.Event
-               ) -> tuple[Evaluation, dict[str, float]]:
+    def _solve(self, i: int, block: np.ndarray, batch_rows: int, launched: threading.Event,
+               rest: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
         try:
             ev, res = self.objectives[i].evaluate(block, complete=False,
                                                   while_solving=launched.set,
-                                                  batch_rows=batch_rows)
+                                                  batch_rows=batch_rows, rest=rest)
         finally:
             launched.set()
         return ev, res.timings

@@ -416,7 +416,8 @@ class Objective(TraceScoring):
 
     def evaluate(self, params: np.ndarray, *, complete: bool = True,
                  while_solving: Callable[[], object] | None = None,
-                 batch_rows: int | None = None) -> tuple[Evaluation, BatchResult]:
+                 batch_rows: int | None = None, rest: np.ndarray | None = None
+                 ) -> tuple[Evaluation, BatchResult]:
         """Score a batch: ONE solver call for all candidates and sweeps.
 
         Parameters
@@ -431,11 +432,14 @@ class Objective(TraceScoring):
         batch_rows
             The rows of the whole batch ``params`` is a block of (a shard's), which chooses
             the default launch (see :meth:`kingen.solve.batch.Simulator.run`).
+        rest
+            The rows' resting occupancies, already solved (see
+            :meth:`kingen.solve.batch.Simulator.run`).
         """
         # the guard leaves every derived rate computed: the solver need not redo them
         result = self.simulator.run(self.guard(params, complete=complete), "objective",
                                     complete=False, while_solving=while_solving,
-                                    batch_rows=batch_rows)
+                                    batch_rows=batch_rows, rest=rest)
         return self.reduce(result.sgg, result.sgd, result.windows, result.fail,
                            result.sg), result
 

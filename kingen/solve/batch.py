@@ -28,10 +28,9 @@ from kingen.solve import staging
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
 from kingen.solve.cpu import run_on_cpu
-from kingen.solve.inputs import checked_transpose
+from kingen.solve.inputs import solver_inputs
 from kingen.solve.options import SolverOptions, options_from_keywords
 from kingen.solve.plan import PropagatorPlan, plan_propagator
-from kingen.solve.rest import rest_occupancy_batch
 from kingen.solve.results import BatchResult, ObjectiveInputs, result_store, window_values
 from kingen.solve.schedule import build_schedule, protocol_sweeps
 
@@ -131,7 +130,8 @@ class Simulator:
     def run(self, params: np.ndarray, mode: str = "objective", *,
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
             while_solving: Callable[[], object] | None = None, filtered: bool = True,
-            on_device: bool = False, batch_rows: int | None = None) -> BatchResult:
+            on_device: bool = False, batch_rows: int | None = None,
+            rest: np.ndarray | None = None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -163,6 +163,9 @@ class Simulator:
             are not NaN: its ``fail`` code says so.
         batch_rows
             Rows of the whole batch these are a block of: its default launch is taken.
+        rest
+            The rows' resting occupancies (N, n_states), solved already from the same rates
+            (:func:`~kingen.solve.inputs.solver_inputs`); None: solved here.
         """
         if mode not in ("objective", "traces"):
             raise KingenError("unknown mode (use objective or traces)", field="mode",
@@ -171,7 +174,7 @@ class Simulator:
             raise KingenError("objective mode needs data: build the Simulator with "
                               "objective=...", field="mode", value=mode)
         t_start = time.perf_counter()
-        P, S0, bad = self._inputs(params, complete)
+        P, S0, bad = self._inputs(params, complete, rest)
         n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
@@ -304,30 +307,12 @@ class Simulator:
         return self._config[small]
 
     # ------------------------------------------------------------------ internals
-    def _inputs(self, params: np.ndarray, complete: bool = True
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Parameters and initial occupancies in the device layout, and the invalid rows."""
-        p = np.atleast_2d(np.asarray(params, dtype=np.float64))
-        if p.ndim != 2 or p.shape[-1] != self.scheme.n_params:
-            raise KingenError(f"params must have {self.scheme.n_params} columns "
-                              f"({', '.join(self.scheme.param_names)})", field="params",
-                              value=f"shape {p.shape}")
-        if complete:
-            with np.errstate(all="ignore"):
-                p = self.scheme.complete(p)
-        dtype = np.dtype(self.precision)
-        P, bad = checked_transpose(p, dtype)
-        if bad.any():
-            if not complete:  # the caller's array is never written into
-                p = p.copy()
-            p[bad] = self.scheme.values
-            P[:, bad] = self.scheme.values.astype(dtype)[:, None]
-        init = rest_occupancy_batch(self.scheme, p)
-        unusable = ~np.all(np.isfinite(init), axis=1)
-        if unusable.any():
-            bad |= unusable
-            init[unusable] = self.scheme.rest_occupancy(self.scheme.values)
-        return P, np.ascontiguousarray(init.T, dtype=dtype), bad
+    def _inputs(self, params: np.ndarray, complete: bool = True,
+                rest: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Parameters and initial occupancies in the device layout, and the invalid rows
+        (:func:`~kingen.solve.inputs.solver_inputs`)."""
+        return solver_inputs(self.scheme, params, self.precision, complete=complete,
+                             rest=rest)
 
     def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
         s = self.schedule

@@ -11,12 +11,19 @@ threads share the host with the other workers' and the driver's. On all cores it
 pay in the one device call that tried it: two workers sharing the H100, a shard's host
 preparation 13.8–13.9 ms with NumPy's passes, 17.3–18.7 ms with the all-cores pass
 (``benchmarks/results/h100/dask_scaling/2026-11-24_f8c3a58_cores_{old,new}_one_gpu_*.json``).
+
+:func:`solver_inputs` makes all a solve reads of a batch's rates: the parameters in that
+layout, the resting occupancies (:mod:`kingen.solve.rest`) and the rows that fail.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+
+from kingen.errors import KingenError
+from kingen.model.scheme import Scheme
+from kingen.solve.rest import rest_occupancy_batch
 
 
 @numba.njit(cache=True, nogil=True)
@@ -55,3 +62,89 @@ def checked_transpose(params: np.ndarray, dtype: np.dtype | str = np.float64
     if p.size:
         _checked_transpose(p, out, bad)
     return out, bad
+
+
+def checked_shape(scheme: Scheme, params: np.ndarray) -> np.ndarray:
+    """``params`` as a float64 (N, n_params) array of ``scheme``'s rates (one row: 2-D).
+
+    Raises
+    ------
+    KingenError
+        Not one column per rate constant of the scheme.
+
+    Examples
+    --------
+    >>> s = Scheme.load("models/robert_howe_2003.toml")
+    >>> checked_shape(s, s.values).shape == (1, s.n_params)
+    True
+    """
+    p = np.atleast_2d(np.asarray(params, dtype=np.float64))
+    if p.ndim != 2 or p.shape[-1] != scheme.n_params:
+        raise KingenError(f"params must have {scheme.n_params} columns "
+                          f"({', '.join(scheme.param_names)})", field="params",
+                          value=f"shape {p.shape}")
+    return p
+
+
+def solver_inputs(scheme: Scheme, params: np.ndarray, dtype: np.dtype | str = np.float64,
+                  *, complete: bool = True, rest: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's parameters (n_params, N) and initial occupancies (n_states, N) in the
+    solvers' layout and ``dtype``, and its rows that fail without being solved.
+
+    A row fails when one of its rates is not a positive number (``params`` itself is never
+    written into) or its resting state cannot be solved; it is solved with the scheme's
+    own values in its place, and its result is discarded.
+
+    Parameters
+    ----------
+    scheme
+        The scheme the rates belong to.
+    params
+        (N, n_params) rates, internal units.
+    dtype
+        The solve's precision.
+    complete
+        Recompute the derived rates first (False: ``params`` holds them already).
+    rest
+        The rows' resting occupancies (N, n_states), already solved by
+        :func:`~kingen.solve.rest.rest_occupancy_batch` from the same rates; None: solve
+        them here. Several GPUs' blocks take their slices of one solve on the caller's
+        thread (:mod:`kingen.fitting.gpus`).
+
+    Examples
+    --------
+    >>> s = Scheme.load("models/robert_howe_2003.toml")
+    >>> p = np.vstack([s.values, -s.values])
+    >>> P, S0, bad = solver_inputs(s, p)
+    >>> P.shape == (s.n_params, 2), S0.shape == (s.n_states, 2), bad.tolist()
+    (True, True, [False, True])
+    >>> bool(np.array_equal(solver_inputs(s, p, rest=rest_occupancy_batch(s, p))[1], S0))
+    True
+    """
+    p = checked_shape(scheme, params)
+    if rest is not None and np.shape(rest) != (p.shape[0], scheme.n_states):
+        raise KingenError(f"rest must be one row of {scheme.n_states} occupancies per row "
+                          f"of params ({p.shape[0]})", field="rest",
+                          value=f"shape {np.shape(rest)}")
+    if complete:
+        with np.errstate(all="ignore"):
+            p = scheme.complete(p)
+    dtype = np.dtype(dtype)
+    P, bad = checked_transpose(p, dtype)
+    if bad.any():
+        if not complete:  # the caller's array is never written into
+            p = p.copy()
+        p[bad] = scheme.values
+        P[:, bad] = scheme.values.astype(dtype)[:, None]
+    if rest is None:
+        init = rest_occupancy_batch(scheme, p)
+        replace = ~np.all(np.isfinite(init), axis=1)
+    else:  # a failed row's were solved from its own rates, not the scheme's values
+        init = np.asarray(rest, dtype=np.float64)
+        replace = bad | ~np.all(np.isfinite(init), axis=1)
+    if replace.any():
+        bad |= replace
+        init = init.copy() if rest is not None else init
+        init[replace] = scheme.rest_occupancy(scheme.values)
+    return P, np.ascontiguousarray(init.T, dtype=dtype), bad
