@@ -70,7 +70,7 @@ def run_baseline(cp, sim: Simulator, params: np.ndarray, dtype) -> tuple[np.ndar
     scheme, sched = sim.scheme, sim.schedule
     plan = sim.propagator_plan()
     full = scheme.complete(params)
-    P, S0, _ = sim._inputs(params)  # kingen's own initial state, so both start alike
+    P, S0, _ = sim.inputs(params)  # kingen's own initial state, so both start alike
     d_params = cp.asarray(full, dtype=dtype)
     mats = build_matrices(cp, scheme, d_params, plan.keys_f, plan.keys_i, dtype)
     gc = cp.asarray(scheme.conductance, dtype=dtype)

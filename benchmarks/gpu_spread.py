@@ -12,7 +12,7 @@ Runs whole fits of one problem (polish off, no early stop) in one process, in th
 
 Per fit it records the medians, over generations 1 on (generation 0 compiles), of the
 generation, the solver call, its kernels, its host parts, and of a block's
-``Simulator._inputs`` (the rate constants in the solver's layout, the resting
+``Simulator.inputs`` (the rate constants in the solver's layout, the resting
 occupancies), timed around the calls the solver makes, and the best fitness, which must
 be the same for every way::
 
@@ -97,11 +97,11 @@ class Nested:
 
 
 def _timed_inputs() -> list[float]:
-    """Time every ``Simulator._inputs`` call of more than 1,000 rows (seconds, in order)."""
+    """Time every ``Simulator.inputs`` call of more than 1,000 rows (seconds, in order)."""
     from kingen.solve.batch import Simulator
 
     seen: list[float] = []
-    inputs = Simulator._inputs
+    inputs = Simulator.inputs
 
     def timed(self: Any, params: np.ndarray, complete: bool = True, rest: Any = None) -> Any:
         t0 = time.perf_counter()
@@ -110,7 +110,7 @@ def _timed_inputs() -> list[float]:
             seen.append(time.perf_counter() - t0)
         return out
 
-    Simulator._inputs = timed
+    Simulator.inputs = timed  # type: ignore[method-assign]
     return seen
 
 

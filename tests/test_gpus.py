@@ -103,28 +103,33 @@ def test_a_blocks_error_reaches_the_caller_after_every_block_ended(demo):
     assert ev.fitness.shape == (3,)
 
 
-def test_the_resting_occupancies_are_solved_once_on_the_callers_thread(demo, monkeypatch):
+def test_the_blocks_inputs_are_made_on_the_callers_thread(demo, monkeypatch):
     import kingen.fitting.gpus as gpus
     import kingen.solve.inputs as inputs
 
-    solved = []
+    made = []
 
     def record(where, original):
-        def rest(scheme, params):
-            solved.append((where, threading.get_ident(), len(params)))
-            return original(scheme, params)
-        return rest
+        def call(*args, **kw):
+            made.append((where, threading.get_ident(), len(args[-1])))
+            return original(*args, **kw)
+        return call
 
-    rates = _rates(demo, 70)  # from 64 rows the compiled loop solves them
+    rates = _rates(demo, 70)  # from 64 rows the compiled loop solves the occupancies
     reference, _ = _objective(demo).evaluate(rates, complete=False)
     with GpuShards(_objective(demo), [0, 0, 0], select=None) as shards:
         monkeypatch.setattr(gpus, "rest_occupancy_batch",
-                            record("caller", gpus.rest_occupancy_batch))
+                            record("rest", gpus.rest_occupancy_batch))
         monkeypatch.setattr(inputs, "rest_occupancy_batch",
-                            record("block", inputs.rest_occupancy_batch))
+                            record("rest again", inputs.rest_occupancy_batch))
+        monkeypatch.setattr(Simulator, "inputs", record("inputs", Simulator.inputs))
         ev, _ = shards(rates)
-    assert solved == [("caller", threading.get_ident(), 70)]
+    here = threading.get_ident()
+    # the occupancies once for the whole batch, then each block's inputs, all here
+    assert made == [("rest", here, 70), ("inputs", here, 23), ("inputs", here, 24),
+                    ("inputs", here, 23)]
     np.testing.assert_array_equal(ev.fitness, reference.fitness)
+    np.testing.assert_array_equal(ev.fail, reference.fail)
 
 
 def test_a_batch_with_the_wrong_columns_is_refused_before_any_loop_reads_it(demo):

@@ -12,9 +12,11 @@ A thread per GPU drives it: the thread makes its GPU current once (``select_devi
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
 lock, and the host's parts are numpy and numba work on each thread's share of the cores.
-The resting occupancies, the one part that runs on all cores, are solved for the whole
-batch on the caller's thread before the blocks start: on the two-H200 machine a block's
-thread got no speed-up from numba's parallel loops (``docs/performance.md``).
+Each block's solver inputs (its rates in the solver's layout and its resting occupancies)
+are made on the caller's thread, the occupancies for the whole batch at once on all cores,
+and a block is sent to its thread as soon as its inputs are ready: on the two-H200 machine
+the same work took several times as long on the blocks' threads, and a block's thread got
+no speed-up from numba's parallel loops (``docs/performance.md``).
 Two threads enter numba's parallel loops at once, which its ``omp`` and ``tbb`` threading
 layers allow and its ``workqueue`` layer does not: :class:`GpuShards` refuses to start on
 that one. The blocks and their scores stay in this process's memory, where Dask's workers
@@ -246,8 +248,8 @@ class GpuShards:
         called on the caller's thread once every block's kernels are launched.
 
         ``total_s`` is the call's wall time; ``solve_s``, ``prepare_s`` and ``finish_s``
-        are the slowest block's (the critical path), ``prepare_s`` with the resting
-        occupancies' solve before the blocks.
+        are the slowest block's (the critical path), ``prepare_s`` with the blocks' inputs
+        made before.
         """
         t0 = time.perf_counter()
         scheme = self.objectives[0].scheme
@@ -257,17 +259,23 @@ class GpuShards:
         k = max(1, min(len(self.objectives), n))
         bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
         launched = [threading.Event() for _ in range(k)]
-        rest = rest_occupancy_batch(scheme, params)
-        rest_s = time.perf_counter() - t0
         interval = sys.getswitchinterval()
         futures = []
         try:
             if self.switch_interval is not None:
                 sys.setswitchinterval(self.switch_interval)
+            # the blocks' solver inputs are made here, each block's sent as soon as it is
+            # ready: on the two-H200 machine the same work took 3-6 times as long on the
+            # blocks' threads as here (docs/performance.md)
+            guarded = self.objectives[0].guard(params, complete=False)
+            rest = rest_occupancy_batch(scheme, guarded)
             for i in range(k):
                 a, b = bounds[i], bounds[i + 1]
+                inputs = self.objectives[i].simulator.inputs(guarded[a:b], complete=False,
+                                                             rest=rest[a:b])
                 futures.append(self._pools[i].submit(self._solve, i, params[a:b], n,
-                                                     launched[i], rest[a:b]))
+                                                     launched[i], inputs))
+            inputs_s = time.perf_counter() - t0
             if while_solving is not None:
                 for event in launched:  # set at the launch, or when its block ends early
                     event.wait()
@@ -280,16 +288,16 @@ class GpuShards:
         slowest = max((p[1] for p in parts), key=lambda t: t.get("total_s", 0.0))
         timings = {key: float(slowest[key]) for key in ("solve_s", "prepare_s", "finish_s")
                    if key in slowest}
-        timings["prepare_s"] = timings.get("prepare_s", 0.0) + rest_s
+        timings["prepare_s"] = timings.get("prepare_s", 0.0) + inputs_s
         timings["total_s"] = time.perf_counter() - t0
         return ev, timings
 
     def _solve(self, i: int, block: np.ndarray, batch_rows: int, launched: threading.Event,
-               rest: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
+               inputs: tuple) -> tuple[Evaluation, dict[str, float]]:
         try:
             ev, res = self.objectives[i].evaluate(block, complete=False,
                                                   while_solving=launched.set,
-                                                  batch_rows=batch_rows, rest=rest)
+                                                  batch_rows=batch_rows, inputs=inputs)
         finally:
             launched.set()
         return ev, res.timings

@@ -131,7 +131,7 @@ class Simulator:
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
             while_solving: Callable[[], object] | None = None, filtered: bool = True,
             on_device: bool = False, batch_rows: int | None = None,
-            rest: np.ndarray | None = None) -> BatchResult:
+            inputs: tuple | None = None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -163,9 +163,9 @@ class Simulator:
             are not NaN: its ``fail`` code says so.
         batch_rows
             Rows of the whole batch these are a block of: its default launch is taken.
-        rest
-            The rows' resting occupancies (N, n_states), solved already from the same rates
-            (:func:`~kingen.solve.inputs.solver_inputs`); None: solved here.
+        inputs
+            ``params`` already in the solver's layout, made by :meth:`inputs` (with
+            ``complete`` as here); None: made here.
         """
         if mode not in ("objective", "traces"):
             raise KingenError("unknown mode (use objective or traces)", field="mode",
@@ -174,7 +174,7 @@ class Simulator:
             raise KingenError("objective mode needs data: build the Simulator with "
                               "objective=...", field="mode", value=mode)
         t_start = time.perf_counter()
-        P, S0, bad = self._inputs(params, complete, rest)
+        P, S0, bad = inputs if inputs is not None else self.inputs(params, complete)
         n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
@@ -270,7 +270,7 @@ class Simulator:
         without synchronising: for timing and profiling the bare kernels (in the propagator
         form, the build kernel and the sample kernel). It launches on this simulator's
         device buffers: a later :meth:`run` with as many candidates replaces its inputs."""
-        P, S0, _ = self._inputs(params)
+        P, S0, _ = self.inputs(params)
         n = P.shape[1]
         config = self._config_for(launch_config, False, n=n)
         module = self._module("objective", config, False, self.n_sections)
@@ -307,10 +307,12 @@ class Simulator:
         return self._config[small]
 
     # ------------------------------------------------------------------ internals
-    def _inputs(self, params: np.ndarray, complete: bool = True,
-                rest: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Parameters and initial occupancies in the device layout, and the invalid rows
-        (:func:`~kingen.solve.inputs.solver_inputs`)."""
+    def inputs(self, params: np.ndarray, complete: bool = True,
+               rest: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``params`` (N, n_params) in the solver's layout and precision: the rates
+        (n_params, N), the initial occupancies (n_states, N) and the rows that fail unsolved
+        (:func:`~kingen.solve.inputs.solver_inputs`, whose ``rest`` takes resting
+        occupancies solved already). :meth:`run` makes them unless given."""
         return solver_inputs(self.scheme, params, self.precision, complete=complete,
                              rest=rest)
 
