@@ -12,11 +12,11 @@ A thread per GPU drives it: the thread makes its GPU current once (``select_devi
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
 lock, and the host's parts are numpy and numba work on each thread's share of the cores.
-Each block's solver inputs (its rates in the solver's layout and its resting occupancies)
-are made on the caller's thread, the occupancies for the whole batch at once on all cores,
-and a block is sent to its thread as soon as its inputs are ready: on the two-H200 machine
-the same work took several times as long on the blocks' threads, and a block's thread got
-no speed-up from numba's parallel loops (``docs/performance.md``).
+Every block's solver inputs (its rates in the solver's layout and its resting
+occupancies) are made on the caller's thread before any block starts, the occupancies for
+the whole batch at once on all cores: on the two-H200 machine the same work took several
+times as long on the blocks' threads, or on the caller's beside a running block's thread
+(``docs/performance.md``).
 Two threads enter numba's parallel loops at once, which its ``omp`` and ``tbb`` threading
 layers allow and its ``workqueue`` layer does not: :class:`GpuShards` refuses to start on
 that one. The blocks and their scores stay in this process's memory, where Dask's workers
@@ -264,18 +264,19 @@ class GpuShards:
         try:
             if self.switch_interval is not None:
                 sys.setswitchinterval(self.switch_interval)
-            # the blocks' solver inputs are made here, each block's sent as soon as it is
-            # ready: on the two-H200 machine the same work took 3-6 times as long on the
-            # blocks' threads as here (docs/performance.md)
+            # every block's solver inputs are made here before any block starts: beside a
+            # running block's thread (which holds Python's lock between its numpy calls)
+            # the same work took 1.5-3 times as long on two H200s (docs/performance.md)
             guarded = self.objectives[0].guard(params, complete=False)
             rest = rest_occupancy_batch(scheme, guarded)
-            for i in range(k):
-                a, b = bounds[i], bounds[i + 1]
-                inputs = self.objectives[i].simulator.inputs(guarded[a:b], complete=False,
-                                                             rest=rest[a:b])
-                futures.append(self._pools[i].submit(self._solve, i, params[a:b], n,
-                                                     launched[i], inputs))
+            inputs = [self.objectives[i].simulator.inputs(
+                guarded[bounds[i]:bounds[i + 1]], complete=False,
+                rest=rest[bounds[i]:bounds[i + 1]]) for i in range(k)]
             inputs_s = time.perf_counter() - t0
+            for i in range(k):
+                futures.append(self._pools[i].submit(
+                    self._solve, i, params[bounds[i]:bounds[i + 1]], n, launched[i],
+                    inputs[i]))
             if while_solving is not None:
                 for event in launched:  # set at the launch, or when its block ends early
                     event.wait()
