@@ -12,10 +12,11 @@ A thread per GPU drives it: the thread makes its GPU current once (``select_devi
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
 lock, and the host's parts are numpy and numba work on each thread's share of the cores.
-Every block's solver inputs (its rates in the solver's layout and its resting
-occupancies) are made on the caller's thread before any block starts, the occupancies for
-the whole batch at once on all cores: on the two-H200 machine the same work took several
-times as long on the blocks' threads, or on the caller's beside a running block's thread
+The resting occupancies, the one part of a block's inputs that runs on all cores, are
+solved for the whole batch on the caller's thread before the blocks start: on the two-H200
+machine a block's thread got no speed-up from numba's parallel loops. The rest of a block's
+inputs (its rates in the solver's layout) is made on its own thread, beside the other
+blocks': made on the caller's thread before the blocks start, it was slower
 (``docs/performance.md``).
 Two threads enter numba's parallel loops at once, which its ``omp`` and ``tbb`` threading
 layers allow and its ``workqueue`` layer does not: :class:`GpuShards` refuses to start on
@@ -248,8 +249,8 @@ class GpuShards:
         called on the caller's thread once every block's kernels are launched.
 
         ``total_s`` is the call's wall time; ``solve_s``, ``prepare_s`` and ``finish_s``
-        are the slowest block's (the critical path), ``prepare_s`` with the blocks' inputs
-        made before.
+        are the slowest block's (the critical path), ``prepare_s`` with the resting
+        occupancies solved before the blocks.
         """
         t0 = time.perf_counter()
         scheme = self.objectives[0].scheme
@@ -264,19 +265,14 @@ class GpuShards:
         try:
             if self.switch_interval is not None:
                 sys.setswitchinterval(self.switch_interval)
-            # every block's solver inputs are made here before any block starts: beside a
-            # running block's thread (which holds Python's lock between its numpy calls)
-            # the same work took 1.5-3 times as long on two H200s (docs/performance.md)
-            guarded = self.objectives[0].guard(params, complete=False)
-            rest = rest_occupancy_batch(scheme, guarded)
-            inputs = [self.objectives[i].simulator.inputs(
-                guarded[bounds[i]:bounds[i + 1]], complete=False,
-                rest=rest[bounds[i]:bounds[i + 1]]) for i in range(k)]
-            inputs_s = time.perf_counter() - t0
+            # the one part of a block's inputs that runs on all cores, solved here for the
+            # whole batch: on a block's thread it took 3-7 times as long on two H200s
+            rest = rest_occupancy_batch(scheme, params)
+            rest_s = time.perf_counter() - t0
             for i in range(k):
-                futures.append(self._pools[i].submit(
-                    self._solve, i, params[bounds[i]:bounds[i + 1]], n, launched[i],
-                    inputs[i]))
+                a, b = bounds[i], bounds[i + 1]
+                futures.append(self._pools[i].submit(self._solve, i, params[a:b], n,
+                                                     launched[i], rest[a:b]))
             if while_solving is not None:
                 for event in launched:  # set at the launch, or when its block ends early
                     event.wait()
@@ -289,16 +285,16 @@ class GpuShards:
         slowest = max((p[1] for p in parts), key=lambda t: t.get("total_s", 0.0))
         timings = {key: float(slowest[key]) for key in ("solve_s", "prepare_s", "finish_s")
                    if key in slowest}
-        timings["prepare_s"] = timings.get("prepare_s", 0.0) + inputs_s
+        timings["prepare_s"] = timings.get("prepare_s", 0.0) + rest_s
         timings["total_s"] = time.perf_counter() - t0
         return ev, timings
 
     def _solve(self, i: int, block: np.ndarray, batch_rows: int, launched: threading.Event,
-               inputs: tuple) -> tuple[Evaluation, dict[str, float]]:
+               rest: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
         try:
             ev, res = self.objectives[i].evaluate(block, complete=False,
                                                   while_solving=launched.set,
-                                                  batch_rows=batch_rows, inputs=inputs)
+                                                  batch_rows=batch_rows, rest=rest)
         finally:
             launched.set()
         return ev, res.timings

@@ -416,7 +416,7 @@ class Objective(TraceScoring):
 
     def evaluate(self, params: np.ndarray, *, complete: bool = True,
                  while_solving: Callable[[], object] | None = None,
-                 batch_rows: int | None = None, inputs: tuple | None = None
+                 batch_rows: int | None = None, rest: np.ndarray | None = None
                  ) -> tuple[Evaluation, BatchResult]:
         """Score a batch: ONE solver call for all candidates and sweeps.
 
@@ -432,14 +432,14 @@ class Objective(TraceScoring):
         batch_rows
             The rows of the whole batch ``params`` is a block of (a shard's), which chooses
             the default launch (see :meth:`kingen.solve.batch.Simulator.run`).
-        inputs
-            The guarded rows (:meth:`guard`) in the solver's layout, made already by
-            :meth:`kingen.solve.batch.Simulator.inputs` (see its ``run``).
+        rest
+            The rows' resting occupancies, already solved (see
+            :meth:`kingen.solve.batch.Simulator.run`).
         """
         # the guard leaves every derived rate computed: the solver need not redo them
         result = self.simulator.run(self.guard(params, complete=complete), "objective",
                                     complete=False, while_solving=while_solving,
-                                    batch_rows=batch_rows, inputs=inputs)
+                                    batch_rows=batch_rows, rest=rest)
         return self.reduce(result.sgg, result.sgd, result.windows, result.fail,
                            result.sg), result
 

@@ -131,7 +131,7 @@ class Simulator:
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
             while_solving: Callable[[], object] | None = None, filtered: bool = True,
             on_device: bool = False, batch_rows: int | None = None,
-            inputs: tuple | None = None) -> BatchResult:
+            rest: np.ndarray | None = None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -163,9 +163,9 @@ class Simulator:
             are not NaN: its ``fail`` code says so.
         batch_rows
             Rows of the whole batch these are a block of: its default launch is taken.
-        inputs
-            ``params`` already in the solver's layout, made by :meth:`inputs` (with
-            ``complete`` as here); None: made here.
+        rest
+            The rows' resting occupancies (N, n_states), solved already from the same rates
+            (see :meth:`inputs`); None: solved here.
         """
         if mode not in ("objective", "traces"):
             raise KingenError("unknown mode (use objective or traces)", field="mode",
@@ -174,7 +174,7 @@ class Simulator:
             raise KingenError("objective mode needs data: build the Simulator with "
                               "objective=...", field="mode", value=mode)
         t_start = time.perf_counter()
-        P, S0, bad = inputs if inputs is not None else self.inputs(params, complete)
+        P, S0, bad = self.inputs(params, complete, rest)
         n = P.shape[1]
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
@@ -306,16 +306,16 @@ class Simulator:
                                                self.n_sections > 0, small)
         return self._config[small]
 
-    # ------------------------------------------------------------------ internals
     def inputs(self, params: np.ndarray, complete: bool = True,
                rest: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``params`` (N, n_params) in the solver's layout and precision: the rates
         (n_params, N), the initial occupancies (n_states, N) and the rows that fail unsolved
         (:func:`~kingen.solve.inputs.solver_inputs`, whose ``rest`` takes resting
-        occupancies solved already). :meth:`run` makes them unless given."""
+        occupancies solved already)."""
         return solver_inputs(self.scheme, params, self.precision, complete=complete,
                              rest=rest)
 
+    # ------------------------------------------------------------------ internals
     def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
         s = self.schedule
         return (P, S0, s.rows_f, s.rows_i, s.row_start, s.conc, s.row_conc, self.drive,
