@@ -164,7 +164,7 @@ def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(back
     sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend), objective=obj)
     ref = sim.run(params, "objective")
     events: list[str] = []
-    inputs, cpu_call, cuda_call = sim._inputs, sim._cpu_call, sim._cuda_call
+    inputs, cpu_call, cuda_call = sim.inputs, sim._cpu_call, sim._cuda_call
 
     def logged_cuda_call(*args, **kwargs):
         call, out = cuda_call(*args, **kwargs)
@@ -174,7 +174,7 @@ def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(back
             call()
         return launch, out
 
-    sim._inputs = lambda *a: (events.append("prepare"), inputs(*a))[1]
+    sim.inputs = lambda *a: (events.append("prepare"), inputs(*a))[1]
     sim._cpu_call = lambda *a: (events.append("solve"), cpu_call(*a))[1]
     sim._cuda_call = logged_cuda_call
     got = sim.run(params, "objective", while_solving=lambda: events.append("hook"))
