@@ -170,7 +170,7 @@ def row_end_check(a: Emitter, ind: str, tot: str, bad: str, mode: str,
 
 def flat_views(a: Emitter, ind: str, spans: bool) -> None:
     """One-dimensional views of the CPU's matrices (``Df``, with spans ``GVf`` and
-    ``DVf``), taken once per thread body.
+    ``DVf``, and the span rows' scratch ``gw`` and ``pv``), taken once per thread body.
 
     Numba types and lowers an entry read as ``D[slot, kk, i, j]`` several times slower than
     ``Df[U(kb + i·S + j)]`` (the unsigned index needs no wraparound check), and a product
@@ -189,6 +189,9 @@ def flat_views(a: Emitter, ind: str, spans: bool) -> None:
     if spans:
         a(f"{ind}GVf = GV.reshape(GV.size)")
         a(f"{ind}DVf = DV.reshape(DV.size)")
+        # a span's currents and the state over a span row (kingen.codegen.span)
+        a(f"{ind}gw = np.empty(GV.shape[3], {a.cast})")
+        a(f"{ind}pv = np.empty({a.scheme.n_states}, {a.cast})")
 
 
 def _sample_value(a: Emitter, ind: str, mode: str, writer: str | None) -> None:

@@ -144,6 +144,6 @@ def emit_span_build_cpu(a: Emitter, span: int, d_flush: float) -> None:
     ind = "    "
     a(f"{ind}for i in range({S}):")
     ind2 = ind + "    "
-    _span_rows(a, ind2, span, d_flush, "F64(D[slot, k, {i}, {j}])", "GV[slot, k, jj, i]",
+    _span_rows(a, ind2, span, d_flush, "F64(D[slot, k, {i}, {j}])", "GV[slot, k, i, jj]",
                "DV[slot, k, i, {j}]")
     a("")

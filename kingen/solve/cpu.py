@@ -62,13 +62,13 @@ def by_candidate(n: int, threads: int) -> bool:
 
 
 def _matrices(n_slots: int, config, plan: PropagatorPlan, S: int, dtype) -> tuple:
-    """D (slot, key, row, column) and, with spans, GV (slot, key, sample, row) and DV (D's
+    """D (slot, key, row, column) and, with spans, GV (slot, key, row, sample) and DV (D's
     layout): one slot per candidate, or per thread (see
     :func:`kingen.codegen.generate_propagator`)."""
     D = np.empty((n_slots, plan.n_keys, S, S), dtype=dtype)
     if config.span == 1:
         return D, ()
-    return D, (np.empty((n_slots, plan.n_span_keys, config.span, S), dtype=dtype),
+    return D, (np.empty((n_slots, plan.n_span_keys, S, config.span), dtype=dtype),
                np.empty((n_slots, plan.n_span_keys, S, S), dtype=dtype))
 
 
