@@ -133,11 +133,17 @@ def test_the_resting_occupancies_are_solved_once_on_the_callers_thread(demo, mon
     np.testing.assert_array_equal(ev.fail, reference.fail)
 
 
-def test_a_batch_with_the_wrong_columns_is_refused_before_any_loop_reads_it(demo):
+def test_a_batch_with_the_wrong_columns_is_refused_before_any_loop_reads_it(demo,
+                                                                           monkeypatch):
+    import kingen.fitting.gpus as gpus
+
+    read = []  # the occupancies' compiled loop reads the columns unchecked
+    monkeypatch.setattr(gpus, "rest_occupancy_batch", lambda *a: read.append(a))
     with GpuShards(_objective(demo), [0, 0], select=None) as shards:
         for columns in (demo.scheme.n_params - 1, demo.scheme.n_params + 1):
             with pytest.raises(KingenError, match="params must have"):
                 shards(np.ones((100, columns)))
+    assert read == []
 
 
 def test_each_block_takes_the_whole_batchs_launch(demo, monkeypatch):
