@@ -155,14 +155,19 @@ class Emitter:
 
     def rk4_step(self, ind: str, smooth: bool,
                  conc_index: str = "row_conc[r] + 3 * (rep * nsteps + it)",
-                 when: str | None = None) -> None:
+                 when: str | None = None, stage_conc: list[str] | None = None) -> None:
         """One classical RK4 step of size ``h`` (``hh`` = h/2, ``h6`` = h/6) on ``p{i}``;
-        with ``smooth`` its concentrations are ``conc[conc_index + stage]``, and with
-        ``when`` too only where that condition holds (else the rates stay as they are)."""
+        with ``smooth`` its concentrations are ``conc[conc_index + stage]`` (or the three
+        names in ``stage_conc``, read already), and with ``when`` too only where that
+        condition holds (else the rates stay as they are)."""
         a, S, F = self, self.scheme.n_states, self.cast
 
         def at_stage(k: int) -> None:
             if not smooth:
+                return
+            if stage_conc:
+                a(f"{ind}cc = {stage_conc[k]}")
+                self.rates(ind, "cc", True)
                 return
             sub = ind
             if when:

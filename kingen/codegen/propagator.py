@@ -12,8 +12,9 @@ Two functions are generated besides ``conc_at``:
   vector eᵢ through the n RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n;
   an edge sample's key reads its stage concentrations from ``conc[keys_conc[k]]`` on, as
   the stage form does) for candidate c, in float64 whatever the precision, and stores row i
-  of D = M − I in ``D[k, i, :, c]`` (on the CPU ``build_thread(c, slot, ...)`` stores it in
-  ``D[slot, k, i, :]``, the slot that holds c's matrices while its sweeps run). D rather
+  of D = M − I in ``D[k, i, :, c]`` (on the CPU ``build_thread(c, slot, k, ...)`` steps
+  all S rows of key k together and stores them in ``D[slot, k]``, the slot that holds c's
+  matrices while its sweeps run). D rather
   than M because float32 keeps D's small entries to full relative precision, where
   1 − 10⁻⁶ on M's diagonal would lose most of its digits.
 - ``run_thread`` walks a sweep's rows like the stage form; a row with ``row_key[r]`` ≥ 0
@@ -86,6 +87,9 @@ def _d_index(layout: str, k: str, i: str, j: str) -> str:
 
 
 def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
+    if layout == "cpu":
+        _build_cpu(a, d_flush, edges)
+        return
     S = a.scheme.n_states
     a("@DEVICE")
     if layout == "gpu":
@@ -133,6 +137,68 @@ def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
           "else F64(0.0)")
     a(f"{ind}for j in range({S}, D.shape[{2 if layout == 'gpu' else 3}]):")
     a(f"{ind}    D[{_d_index(layout, 'k', 'i', 'j')}] = 0.0")
+    a("")
+
+
+def _build_cpu(a: Emitter, d_flush: float, edges: bool) -> None:
+    """``build_thread(c, slot, k, P, keys_f, keys_i, keys_conc, conc, D)``: the S rows of
+    D = R(hQ)ⁿ − I of key k, stepped together: each step runs the S rows through one loop,
+    which the compiler vectorizes (the rows share the step's rates, and ``X`` holds a
+    state's S rows contiguously). Each row takes the same operations as when stepped alone.
+    An edge key's three stage concentrations are read before the loop, so that the loop's
+    rates are plain arithmetic."""
+    S = a.scheme.n_states
+    a("@DEVICE")
+    a("def build_thread(c, slot, k, P, keys_f, keys_i, keys_conc, conc, D):")
+    ind = "    "
+    a.base_rates(ind)
+    const = ind
+    if edges:
+        a(f"{ind}ck = keys_conc[k]")
+        a(f"{ind}if ck < 0:")
+        const = ind + "    "
+    a(f"{const}cc = F64(keys_f[k, 1])")
+    a.rates(const, "cc", False)
+    if edges:
+        a(f"{ind}else:")
+        a.constant_rates_of_smooth_rows(const)
+    a(f"{ind}h = F64(keys_f[k, 0])")
+    a(f"{ind}hh = F64(0.5) * h")
+    a(f"{ind}h6 = h / F64(6.0)")
+    a(f"{ind}X = np.empty({S * S}, F64)")
+    a(f"{ind}for i in range({S}):")
+    for j in range(S):
+        a(f"{ind}    X[{j * S} + i] = F64(1.0) if i == {j} else F64(0.0)")
+
+    def steps(ind2: str, smooth: bool) -> None:
+        a(f"{ind2}for it in range(keys_i[k]):")
+        ind3 = ind2 + "    "
+        if smooth:
+            a(f"{ind3}ci = ck + 3 * it")
+            for q in range(3):
+                a(f"{ind3}cs{q} = F64(conc[ci + {q}])")
+        a(f"{ind3}for i in range({S}):")
+        ind4 = ind3 + "    "
+        for j in range(S):
+            a(f"{ind4}p{j} = X[{j * S} + i]")
+        a.rk4_step(ind4, smooth=smooth, stage_conc=["cs0", "cs1", "cs2"] if smooth else None)
+        for j in range(S):
+            a(f"{ind4}X[{j * S} + i] = p{j}")
+
+    if edges:
+        a(f"{ind}if ck < 0:")
+        steps(ind + "    ", False)
+        a(f"{ind}else:")
+        steps(ind + "    ", True)
+    else:
+        steps(ind, False)
+    a(f"{ind}for i in range({S}):")
+    for j in range(S):
+        a(f"{ind}    x = X[{j * S} + i] - (F64(1.0) if i == {j} else F64(0.0))")
+        # entries this small change no result; zeroing them keeps CPU products normal
+        a(f"{ind}    D[slot, k, i, {j}] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    a(f"{ind}    for j in range({S}, D.shape[3]):")
+    a(f"{ind}        D[slot, k, i, j] = 0.0")
     a("")
 
 
@@ -406,8 +472,8 @@ def generate_matrix_build(scheme: Scheme, *, d_flush: float = 1e-150, span: int 
     """Python source of one of the CPU propagator form's matrix builders, shared by every
     kernel of a scheme that builds with the same ``d_flush`` (and ``span``).
 
-    With ``span`` = 1, ``build_thread``: one column of D = R(hQ)ⁿ − I for a key, at a
-    constant concentration or, for an edge key, along its concentrations. With ``span`` >
+    With ``span`` = 1, ``build_thread``: D = R(hQ)ⁿ − I for a key, at a constant
+    concentration or, for an edge key, along its concentrations. With ``span`` >
     1, ``span_thread``: the span arrays of a key from D. Numba compiles (and caches) a
     function once per module, so a scheme's traces and objective kernels, with and without
     spans or a filter, compile each builder once between them (:func:`generate_propagator`

@@ -129,17 +129,14 @@ _CPU_PROP_LAUNCH = """
 
 @njit(parallel=True, cache=True)
 def build(N, n_keys, P, keys_f, keys_i, keys_conc, conc, D):
-    S = D.shape[2]
-    for t in prange(N * n_keys * S):
-        r = t // N
-        build_thread(t % N, t % N, r // S, r % S, P, keys_f, keys_i, keys_conc, conc, D)
+    for t in prange(N * n_keys):
+        build_thread(t % N, t % N, t // N, P, keys_f, keys_i, keys_conc, conc, D)
 
 {span_build}
 @njit(parallel=True, cache=True)
 def launch(N, n_sweeps, n_keys, n_span_keys, by_candidate, solve, P, S0, rows_f, rows_i,
            row_start, row_key, keys_f, keys_i, keys_conc, conc, row_conc, drive, flt,
            sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
-    S = D.shape[2]
     n = N if by_candidate else N * n_sweeps
     for t in prange(n):
         # one integer type in both branches (a mix of signed and unsigned would be float)
@@ -149,8 +146,7 @@ def launch(N, n_sweeps, n_keys, n_span_keys, by_candidate, solve, P, S0, rows_f,
             slot = np.int64(get_thread_id())
             first, last = np.int64(0), np.int64(n_sweeps)
             for k in range(n_keys):
-                for i in range(S):
-                    build_thread(c, slot, k, i, P, keys_f, keys_i, keys_conc, conc, D)
+                build_thread(c, slot, k, P, keys_f, keys_i, keys_conc, conc, D)
 {span_loop}        else:
             c = u // n_sweeps
             slot = c
