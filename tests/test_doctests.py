@@ -39,6 +39,7 @@ PUBLIC_MODULES = {
     "kingen.experiment.measures": True,
     "kingen.codegen.stage": True,
     "kingen.codegen.propagator": True,
+    "kingen.codegen.matrix_build": True,
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
     "kingen.solve.inputs": True,

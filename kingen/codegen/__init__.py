@@ -35,7 +35,8 @@ from kingen.codegen.emit import (
     N_WINDOWS,
     out_width,
 )
-from kingen.codegen.propagator import generate_matrix_build, generate_propagator
+from kingen.codegen.matrix_build import generate_matrix_build
+from kingen.codegen.propagator import generate_propagator
 from kingen.codegen.stage import GeneratedCode, generate
 
 __all__ = ["FAILURE_NAMES", "FAIL_CONSERVATION", "FAIL_NONFINITE", "FAIL_OK", "FAIL_PARAMS",
