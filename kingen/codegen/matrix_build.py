@@ -21,32 +21,17 @@ from kingen.codegen.stage import GeneratedCode, finished
 from kingen.model.scheme import Scheme
 
 
-def _d_index(layout: str, k: str, i: str, j: str) -> str:
-    """Index of D's entry (key k, row i, column j) of candidate c in either layout (on the
-    CPU, of the slot that holds c's matrices)."""
-    return f"{k}, {i}, {j}, c" if layout == "gpu" else f"slot, {k}, {i}, {j}"
-
-
-def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
-    if layout == "cpu":
-        _build_cpu(a, d_flush, edges)
-        return
-    S = a.scheme.n_states
-    a("@DEVICE")
-    if layout == "gpu":
-        a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
-    else:
-        a("def build_thread(c, slot, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
-    ind = "    "
+def _key_rates(a: Emitter, ind: str, edges: bool) -> str:
+    """Key k's rates and step sizes (an edge key's rates that do not change along it); the
+    indent of the constant key's branch."""
     a.base_rates(ind)
+    const = ind
     if edges:
         # an edge sample's key: the stage form's steps at its concentrations, from
         # conc[keys_conc[k]] on
         a(f"{ind}ck = keys_conc[k]")
         a(f"{ind}if ck < 0:")
         const = ind + "    "
-    else:
-        const = ind
     a(f"{const}cc = F64(keys_f[k, 1])")
     a.rates(const, "cc", False)
     if edges:
@@ -55,13 +40,21 @@ def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
     a(f"{ind}h = F64(keys_f[k, 0])")
     a(f"{ind}hh = F64(0.5) * h")
     a(f"{ind}h6 = h / F64(6.0)")
+    return const
+
+
+def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
+    if layout == "cpu":
+        _build_cpu(a, d_flush, edges)
+        return
+    S = a.scheme.n_states
+    a("@DEVICE")
+    a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
+    ind = "    "
+    const = _key_rates(a, ind, edges)
     for j in range(S):
         a(f"{ind}p{j} = F64(1.0) if i == {j} else F64(0.0)")
-    if edges and layout == "cpu":
-        # one loop for both kinds of key (see Emitter.stage_rows: half the compile)
-        a(f"{ind}for it in range(keys_i[k]):")
-        a.rk4_step(ind + "    ", smooth=True, conc_index="ck + 3 * it", when="ck >= 0")
-    elif edges:
+    if edges:
         a(f"{ind}if ck < 0:")
         a(f"{const}for it in range(keys_i[k]):")
         a.rk4_step(const + "    ", smooth=False)
@@ -74,10 +67,9 @@ def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
     for j in range(S):
         a(f"{ind}x = p{j} - (F64(1.0) if i == {j} else F64(0.0))")
         # entries this small change no result; zeroing them keeps CPU products normal
-        a(f"{ind}D[{_d_index(layout, 'k', 'i', str(j))}] = x if abs(x) >= {d_flush!r} "
-          "else F64(0.0)")
-    a(f"{ind}for j in range({S}, D.shape[{2 if layout == 'gpu' else 3}]):")
-    a(f"{ind}    D[{_d_index(layout, 'k', 'i', 'j')}] = 0.0")
+        a(f"{ind}D[k, i, {j}, c] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+    a(f"{ind}for j in range({S}, D.shape[2]):")
+    a(f"{ind}    D[k, i, j, c] = 0.0")
     a("")
 
 
@@ -92,20 +84,7 @@ def _build_cpu(a: Emitter, d_flush: float, edges: bool) -> None:
     a("@DEVICE")
     a("def build_thread(c, slot, k, P, keys_f, keys_i, keys_conc, conc, D):")
     ind = "    "
-    a.base_rates(ind)
-    const = ind
-    if edges:
-        a(f"{ind}ck = keys_conc[k]")
-        a(f"{ind}if ck < 0:")
-        const = ind + "    "
-    a(f"{const}cc = F64(keys_f[k, 1])")
-    a.rates(const, "cc", False)
-    if edges:
-        a(f"{ind}else:")
-        a.constant_rates_of_smooth_rows(const)
-    a(f"{ind}h = F64(keys_f[k, 0])")
-    a(f"{ind}hh = F64(0.5) * h")
-    a(f"{ind}h6 = h / F64(6.0)")
+    _key_rates(a, ind, edges)
     a(f"{ind}X = np.empty({S * S}, F64)")
     a(f"{ind}for i in range({S}):")
     for j in range(S):
