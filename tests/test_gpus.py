@@ -5,6 +5,7 @@ are the one call's, bit for bit, and so is the fit. The blocks run here on the C
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +53,35 @@ def test_blocks_score_as_one_call(demo, blocks):
                                       err_msg=name)
     assert ev.fail[2] != 0 and ev.fail[[0, 1, 3]].tolist() == [0, 0, 0]
     assert timings["total_s"] >= timings["solve_s"] + timings["prepare_s"] > 0.0
+
+
+def test_blocks_start_from_the_resting_occupancies_of_one_call(demo, monkeypatch):
+    # Robert & Howe's resting class has two states: a block below 64 rows solved on its own
+    # would take NumPy's solve, the whole batch the compiled loop, which differ at rounding
+    scheme = kingen.Scheme.load(Path(__file__).resolve().parents[1] / "models"
+                                / "robert_howe_2003.toml")
+    objective = kingen.Objective(scheme, demo.protocols, demo.solver.replace(backend="cpu"))
+    rng = np.random.default_rng(1)
+    rates = scheme.complete(scheme.values * np.exp(rng.normal(0.0, 0.4,
+                                                               (100, scheme.n_params))))
+    whole = objective.simulator.inputs(objective.guard(rates, complete=False),
+                                       complete=False)[1]
+    started: dict[int, np.ndarray] = {}
+    inputs = Simulator.inputs
+
+    def record(self, params, complete=True, rest=None):
+        started[len(started)] = inputs(self, params, complete, rest)[1]
+        raise KingenError("stop before the solve")  # the kernels need not compile here
+
+    with GpuShards(objective, [0, 0], select=None) as shards:
+        monkeypatch.setattr(Simulator, "inputs", record)
+        with pytest.raises(KingenError, match="stop before the solve"):
+            shards(rates)
+    blocks = sorted(started.values(), key=lambda s0: s0.shape[1])  # two of 50 rows
+    assert [b.shape[1] for b in blocks] == [50, 50]
+    got = {tuple(b[:, 0]): b for b in blocks}
+    np.testing.assert_array_equal(np.hstack([got[tuple(whole[:, 0])],
+                                             got[tuple(whole[:, 50])]]), whole)
 
 
 def test_while_solving_is_called_once_on_the_callers_thread_after_every_launch(demo):

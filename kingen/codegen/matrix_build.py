@@ -43,10 +43,9 @@ def _key_rates(a: Emitter, ind: str, edges: bool) -> str:
     return const
 
 
-def _build(a: Emitter, d_flush: float, layout: str, edges: bool) -> None:
-    if layout == "cpu":
-        _build_cpu(a, d_flush, edges)
-        return
+def _build_gpu(a: Emitter, d_flush: float, edges: bool) -> None:
+    """``build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D)``: row i of key k's
+    D, one thread per row."""
     S = a.scheme.n_states
     a("@DEVICE")
     a("def build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D):")
@@ -135,7 +134,7 @@ def builders(scheme: Scheme, target: str, d_flush: float, edge_rows: bool, span:
     ['def build_thread', 'def span_thread']
     """
     builder = Emitter(scheme, cast="F64")
-    _build(builder, d_flush, "gpu" if target == "cuda" else "cpu", edge_rows)
+    (_build_gpu if target == "cuda" else _build_cpu)(builder, d_flush, edge_rows)
     if span > 1 and target == "cpu":
         emit_span_build_cpu(builder, span, d_flush)
     elif span > 1:
@@ -170,5 +169,5 @@ def generate_matrix_build(scheme: Scheme, *, d_flush: float = 1e-150, span: int 
         span_check(scheme.n_states, 1, span, "cpu")
         emit_span_build_cpu(a, span, d_flush)
     else:
-        _build(a, d_flush, "cpu", True)
+        _build_cpu(a, d_flush, True)
     return finished(a)

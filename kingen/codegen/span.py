@@ -468,7 +468,7 @@ def emit_span_reduce(a: Emitter, ind: str, lanes: int) -> None:
 # cache like D, from the slot that holds the candidate's matrices: ``GV[slot, k, i, j]`` (a
 # coefficient's B samples contiguous) and ``DV[slot, k, i, j]``, so that a span's currents
 # and its product are loops over contiguous entries, which the compiler vectorizes (with
-# ``gw``, ``pv`` and ``nv``, the thread's scratch of B and S values: see
+# ``gw`` and ``pv``, the thread's scratch of B and S values: see
 # :func:`kingen.codegen.propagator.flat_views`).
 
 
@@ -488,10 +488,9 @@ def emit_span_row_cpu(a: Emitter, ind: str, span: int, mode: str = "objective") 
     a(f"{ind}db = (slot * D.shape[1] + kk) * {S * S}")
 
     def currents(ind2: str, count: str) -> None:
-        # the currents of the span's samples in a loop of their own over the samples, which
-        # the compiler vectorizes (GV holds a coefficient's samples contiguously); the
-        # sums over the samples follow
-        # (all B of them, the remainder's too: a loop of a known count is vectorized whole)
+        # the currents of all B samples (the remainder's too: a loop of a known count is
+        # vectorized whole) in a loop of their own, which the compiler vectorizes (GV holds
+        # a coefficient's samples contiguously); the sums over the samples follow
         a(f"{ind2}if rec == 1:")
         a(f"{ind2}    for q in range({span}):")
         terms = [f"{x} * GVf[U(gb + {i * span} + q)]" for i, x in enumerate(p)]

@@ -12,9 +12,10 @@ A thread per GPU drives it: the thread makes its GPU current once (``select_devi
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
 lock, and the host's parts are numpy and numba work on each thread's share of the cores.
-The resting occupancies, the one part of a block's inputs that runs on all cores, are
-solved for the whole batch on the caller's thread before the blocks start: on the two-H200
-machine a block's thread got no speed-up from numba's parallel loops. The rest of a block's
+The resting occupancies are solved for the whole batch on the caller's thread before the
+blocks start, as one call solves them (a block of fewer rows could take another solve,
+equal only up to rounding), on all cores (on the two-H200 machine a block's thread got no
+speed-up from numba's parallel loops). The rest of a block's
 inputs (its rates in the solver's layout) is made on its own thread, beside the other
 blocks': made on the caller's thread before the blocks start, it was slower
 (``docs/performance.md``).
@@ -265,8 +266,10 @@ class GpuShards:
         try:
             if self.switch_interval is not None:
                 sys.setswitchinterval(self.switch_interval)
-            # the one part of a block's inputs that runs on all cores, solved here for the
-            # whole batch: on a block's thread it took 3-7 times as long on two H200s
+            # solved here for the whole batch, so that every row starts where one call
+            # starts it (a block below 64 rows would take NumPy's solve, the batch the
+            # compiled loop: they differ at rounding) and on all cores (on a block's thread
+            # it took 3-7 times as long on two H200s, though the generation did not change)
             rest = rest_occupancy_batch(scheme, params)
             rest_s = time.perf_counter() - t0
             for i in range(k):
