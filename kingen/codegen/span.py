@@ -225,21 +225,6 @@ def span_check(n_states: int, lanes: int, span: int, target: str = "cuda") -> No
         raise ValueError(f"a span needs lanes ≥ 2 that divide it (lanes {lanes}, span {span})")
 
 
-import os as _os
-
-_PRELOAD = int(_os.environ.get("KINGEN_SPAN_PRELOAD", "0"))
-
-
-def _load_span_data(a: Emitter, ind: str, J: int) -> None:
-    """Issue the loads of this lane's J samples' data and weights together, ahead of the
-    currents that need them."""
-    for q in range(J):
-        # a row left unrecorded may end the data: the index stays inside it
-        a(f"{ind}gq = min(sample0 + smp + first + {q + 1}, data.shape[0] - 1)")
-        a(f"{ind}dq{q} = data[U(gq)]")
-        a(f"{ind}wq{q} = weight[U(gq)]")
-
-
 def emit_window_bounds(a: Emitter, ind: str) -> None:
     """``wlo``/``whi``: the samples any used window covers, so that a sample outside them
     costs two comparisons instead of one test per window; the span rows' own sums."""
@@ -256,25 +241,19 @@ def emit_window_bounds(a: Emitter, ind: str) -> None:
         a(f"{ind}sg_s = 0.0")
 
 
-def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective",
-                 loaded: int | None = None) -> None:
+def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective") -> None:
     """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows (or store it).
 
     Peak windows go to the shared ``wv``/``wi`` (a maximum is the same however often a
     sample is seen); sums go to ``ws``, because stage-form rows are walked by every lane
-    alike and their samples are already in ``wv``. With ``loaded`` = q the sample's data
-    and weight are in ``dq{q}`` and ``wq{q}`` already (:func:`_load_span_data`).
+    alike and their samples are already in ``wv``.
     """
     a(f"{ind}gs = sample0 + {s}")
     if mode != "objective":
         a(f"{ind}trace[c, U(gs)] = g")
         return
-    if loaded is None:
-        a(f"{ind}d = data[U(gs)]")
-        a(f"{ind}wt = weight[U(gs)]")
-    else:
-        a(f"{ind}d = dq{loaded}")
-        a(f"{ind}wt = wq{loaded}")
+    a(f"{ind}d = data[U(gs)]")
+    a(f"{ind}wt = weight[U(gs)]")
     a(f"{ind}sgg_s += wt * g * g")
     a(f"{ind}sgd_s += wt * g * d")
     if a.n_sums == 3:
@@ -355,9 +334,6 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
         a(f"{ind}fb = sh[U(base + {2 * SP + 1}):U(base + {2 * SP + 1 + span})]")
 
     def currents(ind2: str, src: str, partial: bool, zdst: str = "") -> None:
-        if mode == "objective" and not partial and _PRELOAD == 2 and not order \
-                and not a.n_sections:
-            _load_span_data(a, ind2, J)
         for i in range(S):
             a(f"{ind2}v{i} = {src}[{i}]")
         a(f"{ind2}if rec == 1:")
@@ -368,17 +344,13 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
         if a.n_sections:
             filtered_currents(ind3, partial)
             return
-        preload = mode == "objective" and not partial and bool(_PRELOAD)
-        if preload and _PRELOAD == 1:
-            _load_span_data(a, ind3, J)
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
             if partial:
                 a(f"{ind3}if first + {q + 1} <= rem:")
                 _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}", mode)
             else:
-                _span_sample(a, ind3, f"smp + first + {q + 1}", mode,
-                             q if preload else None)
+                _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
 
     def folded_currents(ind3: str, zdst: str) -> None:
         # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of
