@@ -225,6 +225,18 @@ def span_check(n_states: int, lanes: int, span: int, target: str = "cuda") -> No
         raise ValueError(f"a span needs lanes ≥ 2 that divide it (lanes {lanes}, span {span})")
 
 
+def _load_ahead(a: Emitter, ind: str, J: int, offset: int) -> None:
+    """Load this lane's J samples of the span ``offset`` samples on into ``dn``/``wn``.
+
+    A span past the row's end (the row's last) loads samples it will not use, and the
+    index stays inside the data.
+    """
+    for q in range(J):
+        a(f"{ind}gq = min(sample0 + smp + first + {offset + q + 1}, data.shape[0] - 1)")
+        a(f"{ind}dn{q} = data[U(gq)]")
+        a(f"{ind}wn{q} = weight[U(gq)]")
+
+
 def emit_window_bounds(a: Emitter, ind: str) -> None:
     """``wlo``/``whi``: the samples any used window covers, so that a sample outside them
     costs two comparisons instead of one test per window; the span rows' own sums."""
@@ -241,19 +253,25 @@ def emit_window_bounds(a: Emitter, ind: str) -> None:
         a(f"{ind}sg_s = 0.0")
 
 
-def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective") -> None:
+def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective",
+                 loaded: int | None = None) -> None:
     """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows (or store it).
 
     Peak windows go to the shared ``wv``/``wi`` (a maximum is the same however often a
     sample is seen); sums go to ``ws``, because stage-form rows are walked by every lane
-    alike and their samples are already in ``wv``.
+    alike and their samples are already in ``wv``. With ``loaded`` = q the sample's data
+    and weight were loaded a span ahead, into ``dn{q}`` and ``wn{q}`` (:func:`_load_ahead`).
     """
     a(f"{ind}gs = sample0 + {s}")
     if mode != "objective":
         a(f"{ind}trace[c, U(gs)] = g")
         return
-    a(f"{ind}d = data[U(gs)]")
-    a(f"{ind}wt = weight[U(gs)]")
+    if loaded is None:
+        a(f"{ind}d = data[U(gs)]")
+        a(f"{ind}wt = weight[U(gs)]")
+    else:
+        a(f"{ind}d = dq{loaded}")
+        a(f"{ind}wt = wq{loaded}")
     a(f"{ind}sgg_s += wt * g * g")
     a(f"{ind}sgd_s += wt * g * d")
     if a.n_sums == 3:
@@ -297,6 +315,15 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
             a(f"{ind}u{i}_{q} = {F}(GV[kf, {i}, U(first + {q}), c])")
     a(f"{ind}nb = nrep // {span}")
     a(f"{ind}rem = nrep - nb * {span}")
+    # A span's samples are a new cache line of the data and the weights (B samples of each),
+    # which came from L2 or memory while the lane waited, at every span. Loaded a span ahead,
+    # they arrive while the lane computes. A filter's rows read theirs as before: folded
+    # into the spans they held more registers and ran 10 % slower loaded ahead
+    # (analysis/h200/optimization_log_ideal.md, step 3); left out of the spans, every lane
+    # walks all of the span's samples.
+    ahead = mode == "objective" and not order and not a.n_sections
+    if ahead:
+        _load_ahead(a, ind, J, 0)
 
     SP = C * lanes
     # the weights of the starting filter state in this lane's samples (C·Aᵗ), and this
@@ -344,13 +371,20 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
         if a.n_sections:
             filtered_currents(ind3, partial)
             return
+        if ahead and not partial:
+            # this span's data and weights arrived during the last span; the next span's
+            # are asked for now
+            for q in range(J):
+                a(f"{ind3}dq{q} = dn{q}")
+                a(f"{ind3}wq{q} = wn{q}")
+            _load_ahead(a, ind3, J, span)
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
             if partial:
                 a(f"{ind3}if first + {q + 1} <= rem:")
                 _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}", mode)
             else:
-                _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
+                _span_sample(a, ind3, f"smp + first + {q + 1}", mode, q if ahead else None)
 
     def folded_currents(ind3: str, zdst: str) -> None:
         # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of
