@@ -120,6 +120,49 @@ def test_cuda_spans_of_32_on_8_lanes_match_the_cpu_stage_form():
     _spans_match_the_cpu_stage_form(8, 32, protocols)
 
 
+def test_cuda_spans_with_ideal_steps_test_their_windows_once_per_span():
+    # With ideal steps the kernel holds no stage code: a span outside every window skips
+    # the windows' tests, and its samples' data come in two alternating sets of registers.
+    # In each sweep the windows cover just the last sample of one span and the first of
+    # the next: both spans must see them, and every other span passes them by. Rows of
+    # three spans and of two (the sets' odd and even ends) and remainders occur.
+    scheme = _scheme("robert_howe_2003")
+    kw = dict(dt=0.05)
+    protocols = [
+        Protocol("desensitization", "desensitization",
+                 (Sweep("1", 2.0, pulses=(Pulse(0.2, 1.3, 0.3),), **kw),)),
+        Protocol("dose_response", "dose_response", tuple(
+            Sweep(f"{c}", 2.0, pulses=(Pulse(0.2, 0.8, c),), x=c, **kw) for c in (0.03, 0.3)))]
+    span = 8
+    obj = _objective_case(scheme, protocols, np.random.default_rng(5))
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
+    plan, rows_i = gpu.propagator_plan(), gpu.schedule.rows_i
+    assert plan.stage_rows == "none"
+    reps = rows_i[plan.row_key >= 0, 1]
+    assert {2, 3} <= set((reps // span).tolist()) and (reps % span > 0).any()
+    windows = obj.windows.copy()
+    windows[:, :, 2] = -1
+    for w in range(gpu.n_sweeps):
+        smp = 0  # the sample a row starts after
+        for r in range(gpu.schedule.row_start[w], gpu.schedule.row_start[w + 1]):
+            if rows_i[r, 1] >= 2 * span and rows_i[r, 2] == 1:
+                break
+            smp += rows_i[r, 1] * rows_i[r, 2]
+        edge = smp + span  # the first span's last sample
+        windows[w, :3] = [(edge, edge, 0), (edge + 1, edge + 1, 0), (edge, edge + 1, 1)]
+    obj = ObjectiveInputs(obj.data, obj.weight, windows)
+    params = np.clip(np.vstack([scheme.values, scheme.values * 1.3]), scheme.lower,
+                     scheme.upper)
+    cpu = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"), objective=obj)
+    gpu = Simulator(scheme, protocols, options=SolverOptions(backend="cuda"), objective=obj)
+    config = LaunchConfig(block=32, form="propagator", lanes=4, span=span)
+    got, ref = _sums_against_the_cpu_stage_form(cpu, gpu, params, config)
+    np.testing.assert_allclose(got.windows, ref.windows, rtol=1e-9, atol=1e-12)
+    # both one-sample windows hold their sample (a skipped one would keep index -1)
+    for q in (0, 1):
+        assert (got.windows[:, :, q, 1] == windows[None, :, q, 0]).all()
+
+
 def _spans_match_the_cpu_stage_form(lanes: int, span: int, protocols: list) -> None:
     scheme = _scheme("robert_howe_2003")
     obj = _objective_case(scheme, protocols, np.random.default_rng(span))

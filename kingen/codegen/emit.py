@@ -366,20 +366,24 @@ class Emitter:
             a(f"{ind}if code != 0:")
             a(f"{ind}    return")
 
-    def prefetch(self, ind: str, mode: str, ahead: int) -> None:
-        """Load the data and weight of the sample ``ahead`` samples on into ``dn``, ``wn``.
+    def prefetch(self, ind: str, mode: str, ahead: int, *, at: str = "smp",
+                 into: tuple[str, str] = ("dn", "wn"), clamp: bool = True) -> None:
+        """Load the data and weight of sweep sample ``at`` + ``ahead`` into ``into``
+        (``dn``, ``wn``).
 
         A propagated sample is a hundred or so instructions, too few to hide a load from
-        device memory; issuing the next sample's loads one sample early hides it.
+        device memory; issuing the next sample's loads one sample early hides it. With
+        ``clamp`` the index stays inside the data; without, the data must extend past it.
         """
         if mode != "objective":
             return
-        self(f"{ind}gn = sample0 + smp + {ahead}")
-        self(f"{ind}if gn >= data.shape[0]:")
-        self(f"{ind}    gn = data.shape[0] - 1")
+        self(f"{ind}gn = sample0 + {at} + {ahead}")
+        if clamp:
+            self(f"{ind}if gn >= data.shape[0]:")
+            self(f"{ind}    gn = data.shape[0] - 1")
         # an unsigned index spares Numba's negative-index wraparound on every sample
-        self(f"{ind}dn = data[U(gn)]")
-        self(f"{ind}wn = weight[U(gn)]")
+        self(f"{ind}{into[0]} = data[U(gn)]")
+        self(f"{ind}{into[1]} = weight[U(gn)]")
 
     def finish(self, ind: str, mode: str, writer: str | None = None) -> None:
         """Write a sweep's reduced outputs and its success code."""

@@ -417,7 +417,9 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
     span_args = "" if span == 1 else SPAN_ARGS_FOLDED if fold else SPAN_ARGS
     a(f"def run_thread({args}{span_args}")
     a(f"               {MODE_ARGS[mode]}):")
-    thread_start(a, mode)
+    # On the GPU the stage rows read their rates where they start: held through the whole
+    # sweep, a 16-state scheme's 42 rates took registers that the span rows then spilled
+    thread_start(a, mode, rates=target == "cpu")
     ind = "    "
     if target == "cpu":
         flat_views(a, ind, span > 1)
@@ -457,12 +459,15 @@ def generate_propagator(scheme: Scheme, mode: str, *, lanes: int = 1,
         elif span > 1:
             a(f"{ind2}    kf = {'row_fold[r]' if fold else 'kk'}")
             emit_span_row(a, ind2 + "    ", lanes, span,
-                          padded_states(scheme.n_states, lanes) // lanes, mode)
+                          padded_states(scheme.n_states, lanes) // lanes, mode,
+                          stage_code=stage_rows != "none")
         elif lanes == 1:
             _one_lane_row(a, ind2 + "    ", mode, with_occupancy, target)
         else:
             _lanes_row(a, ind2 + "    ", mode, lanes)
     a(f"{ind2}else:")
+    if target != "cpu" and stage_rows != "none":
+        a.base_rates(ind2 + "    ")
     a.stage_rows(ind2 + "    ", mode, with_occupancy, stage_rows, merged=target == "cpu")
     if span > 1 and target == "cuda" and mode == "objective":
         emit_span_reduce(a, ind, lanes)

@@ -225,16 +225,17 @@ def span_check(n_states: int, lanes: int, span: int, target: str = "cuda") -> No
         raise ValueError(f"a span needs lanes ≥ 2 that divide it (lanes {lanes}, span {span})")
 
 
-def _load_ahead(a: Emitter, ind: str, J: int, offset: int) -> None:
-    """Load this lane's J samples of the span ``offset`` samples on into ``dn``/``wn``.
+def _load_ahead(a: Emitter, ind: str, J: int, offset: int, into: str) -> None:
+    """Load this lane's J samples of the span ``offset`` samples on into ``d{into}{q}`` and
+    ``w{into}{q}``.
 
-    A span past the row's end (the row's last) loads samples it will not use, and the
-    index stays inside the data.
+    A span past the row's end (the row's last) loads samples it will not use: on the GPU
+    the data carry two spans of zeros past their end (:mod:`kingen.solve.batch`), so the
+    index needs no clamp (a clamp's 64-bit compares were a tenth of a span's instructions).
     """
     for q in range(J):
-        a(f"{ind}gq = min(sample0 + smp + first + {offset + q + 1}, data.shape[0] - 1)")
-        a(f"{ind}dn{q} = data[U(gq)]")
-        a(f"{ind}wn{q} = weight[U(gq)]")
+        a.prefetch(ind, "objective", offset + q + 1, at="smp + first",
+                   into=(f"d{into}{q}", f"w{into}{q}"), clamp=False)
 
 
 def emit_window_bounds(a: Emitter, ind: str) -> None:
@@ -254,13 +255,14 @@ def emit_window_bounds(a: Emitter, ind: str) -> None:
 
 
 def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective",
-                 loaded: int | None = None) -> None:
+                 loaded: str | None = None, windows: bool = True) -> None:
     """Add the current ``g`` of sweep sample ``s`` to this lane's sums and windows (or store it).
 
     Peak windows go to the shared ``wv``/``wi`` (a maximum is the same however often a
     sample is seen); sums go to ``ws``, because stage-form rows are walked by every lane
-    alike and their samples are already in ``wv``. With ``loaded`` = q the sample's data
-    and weight were loaded a span ahead, into ``dn{q}`` and ``wn{q}`` (:func:`_load_ahead`).
+    alike and their samples are already in ``wv``. With ``loaded`` = "a0" (say) the
+    sample's data and weight were loaded a span ahead, into ``da0`` and ``wa0``
+    (:func:`_load_ahead`). ``windows`` False: the sample lies outside every window.
     """
     a(f"{ind}gs = sample0 + {s}")
     if mode != "objective":
@@ -270,12 +272,14 @@ def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective",
         a(f"{ind}d = data[U(gs)]")
         a(f"{ind}wt = weight[U(gs)]")
     else:
-        a(f"{ind}d = dq{loaded}")
-        a(f"{ind}wt = wq{loaded}")
+        a(f"{ind}d = d{loaded}")
+        a(f"{ind}wt = w{loaded}")
     a(f"{ind}sgg_s += wt * g * g")
     a(f"{ind}sgd_s += wt * g * d")
     if a.n_sums == 3:
         a(f"{ind}sg_s += wt * g")
+    if not windows:
+        return
     if a.n_windows:
         a(f"{ind}if {s} >= wlo and {s} <= whi:")
     for q in range(a.n_windows):
@@ -289,13 +293,14 @@ def _span_sample(a: Emitter, ind: str, s: str, mode: str = "objective",
 
 
 def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
-                  mode: str = "objective") -> None:
+                  mode: str = "objective", stage_code: bool = False) -> None:
     """A propagated row in spans of ``span`` samples, shared by ``lanes`` threads (``mode``'s).
 
     Entered with the full state in ``p{i}`` on every lane (and the filter's in ``fz``);
     left the same way, after the row's checks. ``n_cols`` is C, the state columns each lane
     carries. The span arrays are read at ``kf``: the row's fold entry with a folded filter
-    (``row_fold[r]``), else its key.
+    (``row_fold[r]``), else its key. ``stage_code``: the kernel also steps rows in stage
+    form, which leaves the spans fewer registers.
     """
     from kingen.codegen.propagator import alternating, dot, lanes_row_enter, lanes_row_exit
 
@@ -323,7 +328,7 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
     # walks all of the span's samples.
     ahead = mode == "objective" and not order and not a.n_sections
     if ahead:
-        _load_ahead(a, ind, J, 0)
+        _load_ahead(a, ind, J, 0, "a")
 
     SP = C * lanes
     # the weights of the starting filter state in this lane's samples (C·Aᵗ), and this
@@ -373,18 +378,40 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
             return
         if ahead and not partial:
             # this span's data and weights arrived during the last span; the next span's
-            # are asked for now
-            for q in range(J):
-                a(f"{ind3}dq{q} = dn{q}")
-                a(f"{ind3}wq{q} = wn{q}")
-            _load_ahead(a, ind3, J, span)
+            # are asked for now. With registers to spare two sets alternate with the
+            # halves, and nothing is copied; in a kernel with stage code the second set
+            # spilled (the float64 launch with 0.2 ms exchange 138.5 ms against 109.3 ms
+            # with copies, analysis/h200/optimization_log_exchange.md, step 8)
+            use, load = ("a", "b") if src == "half0" else ("b", "a")
+            if stage_code:
+                for q in range(J):
+                    a(f"{ind3}db{q} = da{q}")
+                    a(f"{ind3}wb{q} = wa{q}")
+                use, load = "b", "a"
+            _load_ahead(a, ind3, J, span, load)
+            if a.n_windows and not stage_code:
+                # most spans lie outside every window: one test per span rather than two
+                # compares per sample (4 in 10 of a float64 span's instructions; with stage
+                # code the second copy of the samples gained nothing)
+                a(f"{ind3}if smp + {span} >= wlo and smp + 1 <= whi:")
+                span_samples(ind3 + "    ", use, True)
+                a(f"{ind3}else:")
+                span_samples(ind3 + "    ", use, False)
+            else:
+                span_samples(ind3, use, True)
+            return
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
             if partial:
                 a(f"{ind3}if first + {q + 1} <= rem:")
                 _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}", mode)
             else:
-                _span_sample(a, ind3, f"smp + first + {q + 1}", mode, q if ahead else None)
+                _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
+
+    def span_samples(ind3: str, use: str, windows: bool) -> None:
+        for q in range(J):
+            a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
+            _span_sample(a, ind3, f"smp + first + {q + 1}", mode, f"{use}{q}", windows)
 
     def folded_currents(ind3: str, zdst: str) -> None:
         # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of

@@ -44,10 +44,12 @@ def finished(emitter: Emitter) -> GeneratedCode:
                          len(emitter.scheme.transitions))
 
 
-def thread_start(a: Emitter, mode: str) -> None:
-    """Rates without agonist, initial occupancies and the sweep's values."""
+def thread_start(a: Emitter, mode: str, rates: bool = True) -> None:
+    """Rates without agonist (unless not ``rates``), initial occupancies and the sweep's
+    values."""
     ind = "    "
-    a.base_rates(ind)
+    if rates:
+        a.base_rates(ind)
     for i in range(a.scheme.n_states):
         a(f"{ind}p{i} = {a.cast}(S0[{i}, c])")
         if a.compensated:

@@ -431,10 +431,16 @@ class Simulator:
             for name, arr in zip(names, self._common_args(P, S0)[2:]):
                 self._device_arrays[name] = cuda.to_device(arr)
             if self.objective is not None:
-                self._device_arrays["data"] = cuda.to_device(self.objective.data)
-                self._device_arrays["weight"] = cuda.to_device(self.objective.weight)
                 self._device_arrays["win"] = cuda.to_device(self.objective.windows)
         d = self._device_arrays
+        if self.objective is not None and d.get("data_padding", -1) < _padding(config):
+            # spans load the samples a span ahead without clamping the index: zeros past
+            # the end (weight 0) for the last span's loads to land on
+            pad = _padding(config)
+            for name in ("data", "weight"):
+                values = getattr(self.objective, name)
+                d[name] = cuda.to_device(np.concatenate([values, np.zeros(pad)]))
+            d["data_padding"] = pad
         n = P.shape[1]
         dP = self._device_buffer("P", P.shape, P.dtype)
         dS0 = self._device_buffer("S0", S0.shape, S0.dtype)
@@ -524,6 +530,13 @@ class Simulator:
 
         call.stages = stages  # each kernel alone, in order, for timing them apart
         return call, list(dev_extra) + [dfail]
+
+
+def _padding(config) -> int:
+    """Zeros the device's data and weights carry past their end for ``config``: a sweep's
+    last span loads the samples of the span after it (kingen.codegen.span), two spans on
+    at most."""
+    return 2 * config.span if config.span > 1 else 0
 
 
 def simulate_batch(
