@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.provenance import add_output_options, output_path, provenance, write  # noqa: E402
-from benchmarks.solver import candidates, objective_inputs  # noqa: E402
+from benchmarks.solver import WINDOWS, candidates, objective_inputs  # noqa: E402
 from kingen.analysis.bound import variant_flops  # noqa: E402
 from kingen.base.allocator import keep_freed_memory  # noqa: E402
 from kingen.experiment.chain import parse_filter  # noqa: E402
@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--filter", default=None,
                     help="recording filter on every protocol, as kingen simulate --filter "
                          "takes it (bessel:8:5: kind, poles, cutoff in kHz)")
+    ap.add_argument("--windows", default="sweep", choices=WINDOWS,
+                    help="the objective's feature windows: one peak window over each sweep "
+                         "(default), none (a fit to recordings), or those of a fit with "
+                         "summary targets")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check", type=int, default=64, help="candidates checked against CPU")
     ap.add_argument("--peak-fp64", type=float, default=30.3e12, help="flop/s (measured H100)")
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = [float(x) for x in args.measured.split(",") if x]
     result = {"provenance": provenance("propagator", argv), "model": args.model,
               "exchange_ms": exchanges, "measured_ms": measured, "filter": args.filter,
-              "rows": []}
+              "windows": args.windows, "rows": []}
     cases = [(x, [standard_protocol(n, exchange=x) for n in STANDARD]) for x in exchanges]
     for x in measured:
         with tempfile.TemporaryDirectory() as folder:
@@ -175,7 +179,7 @@ def plan_counts(plan, n_states: int) -> dict:
 def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: dict,
             out: Path, log) -> None:
     """The rows of one exchange time and precision: every variant, every population."""
-    obj = objective_inputs(scheme, protocols)
+    obj = objective_inputs(scheme, protocols, args.windows)
     S = scheme.n_states
     filters = [parse_filter(args.filter)] * len(protocols) if args.filter else None
     sim = Simulator(scheme, protocols, SolverOptions(backend=args.backend, precision=prec),

@@ -46,18 +46,32 @@ def candidates(scheme: Scheme, n: int, seed: int = 0) -> np.ndarray:
                                               (n, scheme.n_params))))
 
 
-def objective_inputs(scheme: Scheme, protocols) -> ObjectiveInputs:
-    """Data = the file's own currents plus noise, weight 1, a peak window per sweep."""
+WINDOWS = ("sweep", "none", "targets")
+
+
+def objective_inputs(scheme: Scheme, protocols, windows: str = "sweep") -> ObjectiveInputs:
+    """Data = the file's own currents plus noise, weight 1, and the kernel's windows:
+    ``sweep`` one peak window over each whole sweep (every span meets it), ``none`` none (a
+    fit to recordings alone), ``targets`` the four a fit with summary targets reads
+    (:func:`kingen.fitting.targets.sweep_windows`)."""
+    from kingen.fitting.targets import sweep_windows
+
+    if windows not in WINDOWS:
+        raise ValueError(f"windows must be one of {WINDOWS}, got {windows!r}")
     probe = Simulator(scheme, protocols, options=SolverOptions(backend="cpu"))
     n = probe.schedule.n_samples
     trace = np.concatenate([c for p in protocols for c in simulate_exact(scheme, p).currents])
-    windows = np.full((probe.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
-    for w in range(probe.n_sweeps):
+    win = np.full((probe.n_sweeps, N_WINDOWS, 3), -1, dtype=np.int64)
+    sweeps = [(p.kind, s) for p in protocols for s in p.sweeps]
+    for w, (kind, sweep) in enumerate(sweeps):
         m = int(probe.schedule.sample_start[w + 1] - probe.schedule.sample_start[w])
-        windows[w, 0] = (0, m - 1, 0)
+        if windows == "sweep":
+            win[w, 0] = (0, m - 1, 0)
+        elif windows == "targets":
+            win[w] = sweep_windows(sweep, kind)
     rng = np.random.default_rng(1)
     return ObjectiveInputs(trace + rng.normal(0, 0.02 * np.abs(trace).max(), n), np.ones(n),
-                           windows)
+                           win)
 
 
 def time_kingen(scheme, protocols, backend, precision, populations, budget_s, log):

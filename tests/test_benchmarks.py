@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,3 +92,24 @@ def test_the_fit_gpu_suite_names_the_problem_it_was_given(tmp_path: Path) -> Non
     label = problem_label(load_config(other), other)
     assert label.startswith("configuration rh.toml: scheme Jonas")
     assert "bundled demo" not in label
+
+
+def test_the_solver_suites_make_the_windows_each_kind_of_fit_reads() -> None:
+    # one peak window over each sweep (the files' batches), none (a fit to recordings) or
+    # the four a fit with summary targets reads
+    from benchmarks.solver import objective_inputs
+    from kingen.experiment.protocol import Protocol, Pulse, Sweep
+    from kingen.fitting.targets import sweep_windows
+    from kingen.model.scheme import Scheme
+
+    scheme = Scheme.load(Path(__file__).resolve().parents[1] / "models" / "jonas_1993.toml")
+    sweep = Sweep("1", 20.0, pulses=(Pulse(2.0, 1.0, 1.0),), dt=0.1)
+    protocols = [Protocol("deactivation", "deactivation", (sweep,))]
+    whole = objective_inputs(scheme, protocols).windows
+    assert whole[0, 0].tolist() == [0, sweep.n_samples - 1, 0] and (whole[0, 1:, 2] < 0).all()
+    assert (objective_inputs(scheme, protocols, "none").windows[..., 2] < 0).all()
+    targets = objective_inputs(scheme, protocols, "targets").windows
+    np.testing.assert_array_equal(targets[0], sweep_windows(sweep, "deactivation"))
+    assert (targets[0, :, 2] >= 0).sum() == 4
+    with pytest.raises(ValueError, match="windows must be one of"):
+        objective_inputs(scheme, protocols, "peaks")

@@ -120,8 +120,8 @@ def test_cuda_spans_of_32_on_8_lanes_match_the_cpu_stage_form():
     _spans_match_the_cpu_stage_form(8, 32, protocols)
 
 
-def test_cuda_spans_with_ideal_steps_test_their_windows_once_per_span():
-    # With ideal steps the kernel holds no stage code: a span outside every window skips
+def test_spans_with_ideal_steps_test_their_windows_once_per_span():
+    # With ideal steps the GPU kernel holds no stage code: a span outside every window skips
     # the windows' tests, and its samples' data come in two alternating sets of registers.
     # In each sweep the windows cover just the last sample of one span and the first of
     # the next: both spans must see them, and every other span passes them by. Rows of
@@ -161,6 +161,10 @@ def test_cuda_spans_with_ideal_steps_test_their_windows_once_per_span():
     # both one-sample windows hold their sample (a skipped one would keep index -1)
     for q in (0, 1):
         assert (got.windows[:, :, q, 1] == windows[None, :, q, 0]).all()
+    # the CPU's spans skip the windows' tests alike
+    spans = cpu.run(params, "objective", launch_config=LaunchConfig(form="propagator",
+                                                                    span=span))
+    np.testing.assert_allclose(spans.windows, ref.windows, rtol=1e-9, atol=1e-12)
 
 
 def _spans_match_the_cpu_stage_form(lanes: int, span: int, protocols: list) -> None:
