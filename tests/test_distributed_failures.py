@@ -399,6 +399,29 @@ def test_a_worker_that_never_answers_does_not_hold_the_fit(tmp_path, monkeypatch
         s.close()
 
 
+def test_a_worker_stuck_when_a_wait_began_is_named_though_gone_when_it_ran_out():
+    # a stuck worker can finish closing (or its nanny restart it) while a build's wait runs
+    # out: the message names the workers not running at the start and gone since, with those
+    # not running at the end, and never one that is running now
+    class Client:
+        def __init__(self, answers):
+            self.answers = iter(answers)
+
+        def scheduler_info(self, n_workers):
+            return {"workers": next(self.answers)}
+
+    a, b, c = "tcp://10.0.0.1:1", "tcp://10.0.0.2:2", "tcp://10.0.0.3:3"
+    start = {a: {"status": "running"}, b: {"status": "closing"}, c: {"status": "init"}}
+    end = {a: {"status": "running"}, c: {"status": "running"}}
+    client = Client([start, end])
+    before = shard_module._worker_status(client)
+    assert shard_module._stuck_workers(client, before) == (
+        f"; workers not running: {b} (closing) (restart them)")
+    assert shard_module._stuck_workers(Client([end])) == ""
+    assert shard_module._stuck_workers(Client([start])) == (
+        f"; workers not running: {b} (closing), {c} (init) (restart them)")
+
+
 def _closing(client) -> list[str]:
     workers = client.scheduler_info(n_workers=-1)["workers"]
     return [a for a, w in workers.items() if w.get("status") == "closing"]

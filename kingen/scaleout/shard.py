@@ -131,6 +131,9 @@ class ShardedEvaluator:
         client.subscribe_topic("all", self._on_event)
         plugin = SolverPlugin(scheme, items, options if options is not None else SolverOptions(),
                               warm=warm, workers_per_host=workers_per_host(client))
+        # the workers' statuses as the build starts: one stuck now may be gone when the
+        # build's wait has run out, and the message must still name it
+        before = _worker_status(client)
         try:
             for attempt in range(1 + BUILD_RETRIES):
                 done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
@@ -151,7 +154,7 @@ class ShardedEvaluator:
             with contextlib.suppress(Exception):
                 client.unsubscribe_topic("all")
             why = (one_line(error) if done else f"no answer within {BUILD_WAIT_S:g} s")
-            why += _stuck_workers(client)
+            why += _stuck_workers(client, before)
             raise KingenError(f"the workers could not build the solver: {why}",
                               field="--cluster") from None
 
@@ -427,13 +430,23 @@ def _critical_path(parts: list[dict[str, Any]], wall: float, submitted: float,
             "dask_return_s": max(gathered - last, 0.0)}
 
 
-def _stuck_workers(client: Any) -> str:
-    """``; workers not running: ADDRESS (closing), ...`` for the workers a scheduler lists
-    that are not running (one that failed to start can stay so), or nothing."""
+def _worker_status(client: Any) -> dict[str, str]:
+    """Each worker the scheduler lists, with its status (empty if it does not answer
+    within 10 s)."""
     box: list[dict[str, Any]] = []
     _within(10.0, lambda: box.append(client.scheduler_info(n_workers=-1)))
     workers = box[0].get("workers", {}) if box else {}
-    stuck = [f"{address} ({w.get('status', '?')})" for address, w in sorted(workers.items())
-             if w.get("status", "running") != "running"]
-    return f"; workers not running: {', '.join(stuck)} (restart them)" if stuck else ""
+    return {address: str(w.get("status", "running")) for address, w in workers.items()}
+
+
+def _stuck_workers(client: Any, before: dict[str, str] | None = None) -> str:
+    """``; workers not running: ADDRESS (closing), ...`` for the workers a scheduler lists
+    that are not running (one that failed to start can stay so), or nothing. ``before``:
+    the statuses at the start of the wait; a worker not running then and gone since is
+    named too (a nanny may be restarting it, or it finished closing)."""
+    now = _worker_status(client)
+    stuck = {a: s for a, s in (before or {}).items() if s != "running" and a not in now}
+    stuck.update((a, s) for a, s in now.items() if s != "running")
+    names = [f"{a} ({s})" for a, s in sorted(stuck.items())]
+    return f"; workers not running: {', '.join(names)} (restart them)" if names else ""
 
