@@ -131,10 +131,11 @@ class ShardedEvaluator:
         client.subscribe_topic("all", self._on_event)
         plugin = SolverPlugin(scheme, items, options if options is not None else SolverOptions(),
                               warm=warm, workers_per_host=workers_per_host(client))
-        # the workers' statuses as the build starts: one stuck now may be gone when the
-        # build's wait has run out, and the message must still name it
-        before = _worker_status(client)
         try:
+            # the workers' statuses as the build starts: one stuck now may be gone when the
+            # build's wait has run out, and the message must still name it (read inside the
+            # try: Ctrl-C in this wait too must stop the scheduler writing to us)
+            before = _worker_status(client)
             for attempt in range(1 + BUILD_RETRIES):
                 done, error = _within(BUILD_WAIT_S, client.register_plugin, plugin,
                                       name=self.plugin)
