@@ -229,9 +229,8 @@ def _load_ahead(a: Emitter, ind: str, J: int, offset: int, into: str) -> None:
     """Load this lane's J samples of the span ``offset`` samples on into ``d{into}{q}`` and
     ``w{into}{q}``.
 
-    A span past the row's end (the row's last) loads samples it will not use: on the GPU
-    the data carry two spans of zeros past their end (:mod:`kingen.solve.batch`), so the
-    index needs no clamp (a clamp's 64-bit compares were a tenth of a span's instructions).
+    A row's last span loads samples it will not use: on the GPU the data carry two spans of
+    zeros past their end (:mod:`kingen.solve.batch`), so no index is clamped.
     """
     for q in range(J):
         a.prefetch(ind, "objective", offset + q + 1, at="smp + first",
@@ -400,18 +399,20 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
             else:
                 span_samples(ind3, use, True)
             return
+        if not partial:
+            span_samples(ind3, None, True)
+            return
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
-            if partial:
-                a(f"{ind3}if first + {q + 1} <= rem:")
-                _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}", mode)
-            else:
-                _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
+            a(f"{ind3}if first + {q + 1} <= rem:")
+            _span_sample(a, ind3 + "    ", f"smp + first + {q + 1}", mode)
 
-    def span_samples(ind3: str, use: str, windows: bool) -> None:
+    def span_samples(ind3: str, use: str | None, windows: bool) -> None:
+        # this lane's J samples of a whole span; ``use``: their data's registers, or None
         for q in range(J):
             a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv")
-            _span_sample(a, ind3, f"smp + first + {q + 1}", mode, f"{use}{q}", windows)
+            _span_sample(a, ind3, f"smp + first + {q + 1}", mode,
+                         None if use is None else f"{use}{q}", windows)
 
     def folded_currents(ind3: str, zdst: str) -> None:
         # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of

@@ -389,11 +389,14 @@ class ShardedEvaluator:
         except Exception:
             pass
         if self.client.status == "running":
+            # as for the build: a worker stuck as the wait begins may be gone when it ends
+            before = _worker_status(self.client) if self.say is not None else {}
             done, _ = _within(DROP_WAIT_S, self.client.unregister_worker_plugin, self.plugin)
             # an error means the cluster is gone: nothing is left to free
             if not done and self.say is not None:
                 self.say(f"the scheduler did not confirm within {DROP_WAIT_S:g} s that its "
-                         f"workers dropped this fit's solver{_stuck_workers(self.client)}")
+                         f"workers dropped this fit's solver"
+                         f"{_stuck_workers(self.client, before)}")
 
     def __enter__(self) -> ShardedEvaluator:
         return self

@@ -433,14 +433,14 @@ class Simulator:
             if self.objective is not None:
                 self._device_arrays["win"] = cuda.to_device(self.objective.windows)
         d = self._device_arrays
-        if self.objective is not None and d.get("data_padding", -1) < _padding(config):
+        pad = _padding(config)
+        if self.objective is not None and (
+                "data" not in d or d["data"].shape[0] < self.objective.data.size + pad):
             # spans load the samples a span ahead without clamping the index: zeros past
             # the end (weight 0) for the last span's loads to land on
-            pad = _padding(config)
             for name in ("data", "weight"):
                 values = getattr(self.objective, name)
                 d[name] = cuda.to_device(np.concatenate([values, np.zeros(pad)]))
-            d["data_padding"] = pad
         n = P.shape[1]
         dP = self._device_buffer("P", P.shape, P.dtype)
         dS0 = self._device_buffer("S0", S0.shape, S0.dtype)
