@@ -313,14 +313,37 @@ def test_plan_gives_every_constant_row_a_matrix_on_the_gpu_and_pays_its_way_on_t
     everything = plan_propagator(scheme, ideal.schedule, every_constant_row=True)
     assert everything.stage_rows == "none" and everything.stage_steps == 0
     assert everything.prop_samples == ideal.schedule.n_samples - ideal.n_sweeps
-    paying = ideal.propagator_plan()
-    assert paying.n_keys < everything.n_keys  # single-use partial rows stay in stage form
-    assert 0 < paying.stage_steps < ideal.schedule.total_steps // 1000
+    # with ideal steps every key is used thousands of times: the CPU takes them all
+    assert ideal.propagator_plan().key_uses == everything.key_uses
+    edges = Simulator(scheme, [standard_protocol(n, exchange=0.2) for n in STANDARD],
+                      options=SolverOptions(backend="cpu"))
+    everything = plan_propagator(scheme, edges.schedule, every_constant_row=True)
+    assert everything.stage_rows == "smooth"
+    paying = edges.propagator_plan()
+    # the rare partial rows around the edges stay in stage form on the CPU
+    assert paying.n_span_keys < everything.n_span_keys
+    assert everything.stage_steps < paying.stage_steps < edges.schedule.total_steps // 500
     assert all(uses >= scheme.n_states for uses in paying.key_uses)
-    smooth = Simulator(scheme, [standard_protocol("deactivation", exchange=0.2)],
-                       options=SolverOptions(backend="cpu"))
-    assert plan_propagator(scheme, smooth.schedule,
-                           every_constant_row=True).stage_rows == "smooth"
+
+
+@pytest.mark.parametrize("exchange", [0.0, 0.2])
+def test_rows_whose_steps_differ_in_the_last_bits_share_one_key(exchange):
+    # The schedule's steps of one sampling interval differ in their last bits from row to
+    # row; a key per bit pattern built the same matrix 2-3 times (ideal steps: 26 keys for
+    # 10 matrices). Each row's key is its own step, concentration and step count.
+    scheme = _scheme("robert_howe_2003")
+    sim = Simulator(scheme, [standard_protocol(n, exchange=exchange) for n in STANDARD],
+                    options=SolverOptions(backend="cpu"))
+    plan = plan_propagator(scheme, sim.schedule, every_constant_row=True)
+    rows_f, rows_i = sim.schedule.rows_f, sim.schedule.rows_i
+    const = np.nonzero((plan.row_key >= 0) & (rows_i[:, 3] == 0))[0]
+    k = plan.row_key[const]
+    np.testing.assert_allclose(plan.keys_f[k, 0], rows_f[const, 1], rtol=1e-9, atol=0)
+    np.testing.assert_array_equal(plan.keys_f[k, 1], rows_f[const, 2])
+    np.testing.assert_array_equal(plan.keys_i[k], rows_i[const, 0])
+    keys = [(round(h, 9), c, n) for (h, c), n in zip(plan.keys_f[:plan.n_span_keys] * [1e3, 1],
+                                                     plan.keys_i[:plan.n_span_keys])]
+    assert len(set(keys)) == len(keys) == (10 if exchange == 0 else 20)
 
 
 def test_generated_code_names_its_states_and_rates_and_defaults_per_scheme_size():

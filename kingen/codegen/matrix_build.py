@@ -65,8 +65,9 @@ def _build_gpu(a: Emitter, d_flush: float, edges: bool) -> None:
         a.rk4_step(ind + "    ", smooth=False)
     for j in range(S):
         a(f"{ind}x = p{j} - (F64(1.0) if i == {j} else F64(0.0))")
-        # entries this small change no result; zeroing them keeps CPU products normal
-        a(f"{ind}D[k, i, {j}, c] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+        # entries this small change no result; zeroing them keeps CPU products normal (a
+        # NaN or inf stays, for the row-end checks to fail its candidate)
+        a(f"{ind}D[k, i, {j}, c] = F64(0.0) if abs(x) < {d_flush!r} else x")
     a(f"{ind}for j in range({S}, D.shape[2]):")
     a(f"{ind}    D[k, i, j, c] = 0.0")
     a("")
@@ -114,8 +115,9 @@ def _build_cpu(a: Emitter, d_flush: float, edges: bool) -> None:
     a(f"{ind}for i in range({S}):")
     for j in range(S):
         a(f"{ind}    x = X[{j * S} + i] - (F64(1.0) if i == {j} else F64(0.0))")
-        # entries this small change no result; zeroing them keeps CPU products normal
-        a(f"{ind}    D[slot, k, i, {j}] = x if abs(x) >= {d_flush!r} else F64(0.0)")
+        # entries this small change no result; zeroing them keeps CPU products normal (a
+        # NaN or inf stays, for the row-end checks to fail its candidate)
+        a(f"{ind}    D[slot, k, i, {j}] = F64(0.0) if abs(x) < {d_flush!r} else x")
     a(f"{ind}    for j in range({S}, D.shape[3]):")
     a(f"{ind}        D[slot, k, i, j] = 0.0")
     a("")

@@ -43,7 +43,7 @@ def _span_rows(a: Emitter, ind: str, span: int, d_flush: float, d_entry: str, gv
     a(f"{ind}    {gv} = {g or '0.0'}")
     for j in range(S):
         a(f"{ind}x = r{j} - (F64(1.0) if i == {j} else F64(0.0))")
-        a(f"{ind}{dv.format(j=j)} = x if abs(x) >= {d_flush!r} else F64(0.0)")
+        a(f"{ind}{dv.format(j=j)} = F64(0.0) if abs(x) < {d_flush!r} else x")
 
 
 def emit_span_build(a: Emitter, span: int, d_flush: float, fold: int = 0) -> None:
@@ -118,7 +118,7 @@ def emit_span_build(a: Emitter, span: int, d_flush: float, fold: int = 0) -> Non
     a(f"{ind}if not act:")
     a(f"{ind}    return")
     for j in range(S):
-        a(f"{ind}DV[k, i, {j}, c] = e{j} if abs(e{j}) >= {d_flush!r} else F64(0.0)")
+        a(f"{ind}DV[k, i, {j}, c] = F64(0.0) if abs(e{j}) < {d_flush!r} else e{j}")
     a(f"{ind}for j in range({S}, DV.shape[2]):")
     a(f"{ind}    DV[k, i, j, c] = 0.0")
     if fold:

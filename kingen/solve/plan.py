@@ -129,6 +129,35 @@ def _pays(scheme: Scheme, n: int, uses: int) -> bool:
     return scheme.n_states * n * step + uses * flops_per_product(scheme) < uses * n * step
 
 
+class _Keys:
+    """Keys found by their step h within a relative 1e-9 and the rest exactly. The schedule
+    divides each row's span by its steps, so rows of one sampling interval differ in the
+    last bits (Robert & Howe's standard set with ideal steps: 26 keys, 10 of them distinct);
+    a row then runs at its key's h (its first row's), which moves its end by at most 1e-9
+    of its span.
+
+    >>> keys = _Keys()
+    >>> keys.find(0.001, 0.0, 20), keys.find(0.000999999999999801, 0.0, 20)
+    (0, 0)
+    >>> keys.find(0.001, 1.0, 20), keys.find(0.0009847926963833704, 0.0, 20), keys.found
+    (1, 2, [(0.001, 0.0, 20), (0.001, 1.0, 20), (0.0009847926963833704, 0.0, 20)])
+    """
+
+    def __init__(self) -> None:
+        self._near: dict[tuple, list[tuple[float, int]]] = {}
+        self.found: list[tuple] = []  # (h, *rest) of each key, in the order found
+
+    def find(self, h: float, *rest) -> int:
+        """The index of the key of step ``h`` and the rest (a new one if none is near)."""
+        near = self._near.setdefault(rest, [])
+        for h0, k in near:
+            if abs(h - h0) <= 1e-9 * h0:
+                return k
+        near.append((h, len(self.found)))
+        self.found.append((h, *rest))
+        return len(self.found) - 1
+
+
 def plan_propagator(scheme: Scheme, schedule: Schedule, *,
                     every_constant_row: bool = False) -> PropagatorPlan:
     """Assign keys to the rows where a matrix pays for itself.
@@ -155,29 +184,25 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
     """
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
     n_rows = rows_f.shape[0]
-    key_of: dict[tuple[float, float, int], int] = {}
+    keys = _Keys()
     uses: list[int] = []
     row_key = np.full(n_rows, -1, dtype=np.int64)
     for r in range(n_rows):
         if rows_i[r, 3] != 0:
             continue
-        key = (float(rows_f[r, 1]), float(rows_f[r, 2]), int(rows_i[r, 0]))
-        if key not in key_of:
-            key_of[key] = len(uses)
-            uses.append(0)
-        row_key[r] = key_of[key]
-        uses[row_key[r]] += int(rows_i[r, 1])
-    keep = [key for key, k in key_of.items()
-            if every_constant_row or _pays(scheme, key[2], uses[k])]
-    new_index = {key: i for i, key in enumerate(keep)}
+        k = keys.find(float(rows_f[r, 1]), float(rows_f[r, 2]), int(rows_i[r, 0]))
+        uses += [0] * (len(keys.found) - len(uses))
+        row_key[r] = k
+        uses[k] += int(rows_i[r, 1])
+    keep = [k for k, (_, _, n) in enumerate(keys.found)
+            if every_constant_row or _pays(scheme, n, uses[k])]
     old_to_new = np.full(len(uses) + 1, -1, dtype=np.int64)
-    for key, k in key_of.items():
-        old_to_new[k] = new_index.get(key, -1)
+    old_to_new[keep] = np.arange(len(keep))
     row_key = np.where(row_key >= 0, old_to_new[row_key], -1)
-    keys_f = [[h, c] for h, c, _ in keep]
-    keys_i = [n for _, _, n in keep]
+    keys_f = [[keys.found[k][0], keys.found[k][1]] for k in keep]
+    keys_i = [keys.found[k][2] for k in keep]
     keys_conc = [-1] * len(keep)
-    key_uses = [uses[key_of[key]] for key in keep]
+    key_uses = [uses[k] for k in keep]
     _edge_keys(scheme, schedule, row_key, keys_f, keys_i, keys_conc, key_uses)
     prop_samples = int(sum(rows_i[r, 1] for r in range(n_rows) if row_key[r] >= 0))
     edge_samples = int(sum(rows_i[r, 1] for r in range(n_rows)
@@ -202,12 +227,13 @@ def _edge_keys(scheme: Scheme, schedule: Schedule, row_key: np.ndarray, keys_f: 
     ``row_key``. Rows of one edge share (h, n, repetitions, first ``conc`` entry): the
     schedule gave every recurrence of a waveform the same entries."""
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
-    groups: dict[tuple[float, int, int, int], list[int]] = {}
+    keys, rows_of = _Keys(), []
     for r in np.nonzero(rows_i[:, 3] != 0)[0]:
-        group = (float(rows_f[r, 1]), int(rows_i[r, 0]), int(rows_i[r, 1]),
-                 int(schedule.row_conc[r]))
-        groups.setdefault(group, []).append(int(r))
-    for (h, n, reps, start), rows in groups.items():
+        g = keys.find(float(rows_f[r, 1]), int(rows_i[r, 0]), int(rows_i[r, 1]),
+                      int(schedule.row_conc[r]))
+        rows_of += [[] for _ in range(len(keys.found) - len(rows_of))]
+        rows_of[g].append(int(r))
+    for (h, n, reps, start), rows in zip(keys.found, rows_of):
         if not _pays(scheme, n, len(rows)):
             continue
         row_key[rows] = len(keys_i)
