@@ -47,6 +47,7 @@ PUBLIC_MODULES = {
     "kingen.solve.batch": True,
     "kingen.solve.gnsums": True,
     "kingen.solve.staging": True,
+    "kingen.solve.gpu_call": True,
     "kingen.base.console": True,
     "kingen.outputs.interop": True,
     "kingen.outputs.interop.exported": True,

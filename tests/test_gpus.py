@@ -15,6 +15,7 @@ from kingen.cli import main
 from kingen.errors import KingenError
 from kingen.fitting.gpus import GpuEvaluators, GpuShards, gpu_devices, parse_gpus
 from kingen.fitting.scores import NoiseWeights
+from kingen.solve import batch
 from kingen.solve.batch import Simulator
 from kingen.store import RunStore
 
@@ -67,14 +68,14 @@ def test_blocks_start_from_the_resting_occupancies_of_one_call(demo, monkeypatch
     whole = objective.simulator.inputs(objective.guard(rates, complete=False),
                                        complete=False)[1]
     started: dict[int, np.ndarray] = {}
-    inputs = Simulator.inputs
+    solver_rest = batch.solver_rest
 
-    def record(self, params, complete=True, rest=None):
-        started[len(started)] = inputs(self, params, complete, rest)[1]
+    def record(*args, **kw):
+        started[len(started)] = solver_rest(*args, **kw)[0]
         raise KingenError("stop before the solve")  # the kernels need not compile here
 
     with GpuShards(objective, [0, 0], select=None) as shards:
-        monkeypatch.setattr(Simulator, "inputs", record)
+        monkeypatch.setattr(batch, "solver_rest", record)
         with pytest.raises(KingenError, match="stop before the solve"):
             shards(rates)
     blocks = sorted(started.values(), key=lambda s0: s0.shape[1])  # two of 50 rows
@@ -139,9 +140,9 @@ def test_the_resting_occupancies_are_solved_once_on_the_callers_thread(demo, mon
 
     made = []
 
-    def record(where, original):
+    def record(where, original, rows=-1):  # rows: the argument that holds the rows
         def call(*args, **kw):
-            made.append((where, threading.get_ident(), len(args[-1])))
+            made.append((where, threading.get_ident(), len(args[rows])))
             return original(*args, **kw)
         return call
 
@@ -152,15 +153,37 @@ def test_the_resting_occupancies_are_solved_once_on_the_callers_thread(demo, mon
                             record("rest", gpus.rest_occupancy_batch))
         monkeypatch.setattr(inputs, "rest_occupancy_batch",
                             record("rest again", inputs.rest_occupancy_batch))
-        monkeypatch.setattr(Simulator, "inputs", record("inputs", Simulator.inputs))
+        monkeypatch.setattr(batch, "solver_rates", record("rates", batch.solver_rates, 1))
         ev, _ = shards(rates)
     here = threading.get_ident()
-    # the occupancies once for the whole batch here, then each block's inputs on its thread
-    assert made[0] == ("rest", here, 70)
-    assert sorted(m[2] for m in made[1:]) == [23, 23, 24]
-    assert {m[0] for m in made[1:]} == {"inputs"} and here not in {m[1] for m in made[1:]}
+    # the occupancies once for the whole batch here (while the blocks start), each block's
+    # rates on its own thread, and no block solves occupancies of its own
+    assert [m for m in made if m[0] == "rest"] == [("rest", here, 70)]
+    rates_made = [m for m in made if m[0] == "rates"]
+    assert sorted(m[2] for m in rates_made) == [23, 23, 24]
+    assert here not in {m[1] for m in rates_made} and len(made) == 4
     np.testing.assert_array_equal(ev.fitness, reference.fitness)
     np.testing.assert_array_equal(ev.fail, reference.fail)
+
+
+def test_a_failed_solve_of_the_occupancies_ends_the_call_and_its_blocks(demo,
+                                                                        monkeypatch):
+    # the blocks wait on the caller's solve: it failing must end them, not leave them (and
+    # the call, which waits for every block) waiting
+    import kingen.fitting.gpus as gpus
+
+    solve = gpus.rest_occupancy_batch
+
+    def fails(*args):
+        raise KingenError("no resting state")
+
+    with GpuShards(_objective(demo), [0, 0], select=None) as shards:
+        monkeypatch.setattr(gpus, "rest_occupancy_batch", fails)
+        with pytest.raises(KingenError, match="no resting state"):
+            shards(_rates(demo, 4))
+        monkeypatch.setattr(gpus, "rest_occupancy_batch", solve)
+        ev, _ = shards(_rates(demo, 4))  # the threads are free for the next call
+    assert ev.fitness.shape == (4,)
 
 
 def test_a_batch_with_the_wrong_columns_is_refused_before_any_loop_reads_it(demo,

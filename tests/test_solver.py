@@ -11,7 +11,7 @@ from kingen.codegen import FAIL_PARAMS, N_WINDOWS
 from kingen.errors import KingenError
 from kingen.experiment.protocol import Protocol, Pulse, Sweep, standard_protocol
 from kingen.model.scheme import Scheme
-from kingen.solve import ObjectiveInputs, Simulator, simulate_batch, simulate_exact
+from kingen.solve import ObjectiveInputs, Simulator, batch, simulate_batch, simulate_exact
 from kingen.solve.cuda import LaunchConfig
 from kingen.solve.options import SolverOptions
 
@@ -153,7 +153,8 @@ def test_a_gpu_simulator_is_shared_safely_by_threads_and_copied_by_pickle():
 @pytest.mark.parametrize("backend", [
     # in the process where Robert & Howe's full-size checks have compiled its traces kernel
     pytest.param("cpu", marks=pytest.mark.xdist_group("model robert_howe_2003")), "cuda"])
-def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(backend):
+def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(backend,
+                                                                           monkeypatch):
     # On the GPU it must start after the launch (the host then only waits), on the CPU
     # before the solve; it runs once, and changes no result.
     scheme = _scheme(MODELS[[p.stem for p in MODELS].index("jonas_1993")])
@@ -164,22 +165,26 @@ def test_work_given_to_run_while_solving_starts_once_the_solve_is_under_way(back
     sim = Simulator(scheme, protocols, options=SolverOptions(backend=backend), objective=obj)
     ref = sim.run(params, "objective")
     events: list[str] = []
-    inputs, cpu_call, cuda_call = sim.inputs, sim._cpu_call, sim._cuda_call
+    cpu_call, cuda_call = sim._cpu_call, sim._cuda_call
+
+    def logged(name, step):
+        return lambda *a, **k: (events.append(name), step(*a, **k))[1]
 
     def logged_cuda_call(*args, **kwargs):
         call, out = cuda_call(*args, **kwargs)
+        # the launch runs its kernels from this list, in order
+        call.stages[:] = [(name, logged(name, stage)) for name, stage in call.stages]
+        return call, out
 
-        def launch():
-            events.append("launch")
-            call()
-        return launch, out
-
-    sim.inputs = lambda *a: (events.append("prepare"), inputs(*a))[1]
-    sim._cpu_call = lambda *a: (events.append("solve"), cpu_call(*a))[1]
+    monkeypatch.setattr(batch, "solver_rates", logged("rates", batch.solver_rates))
+    monkeypatch.setattr(batch, "solver_rest", logged("rest", batch.solver_rest))
+    sim._cpu_call = logged("solve", cpu_call)
     sim._cuda_call = logged_cuda_call
     got = sim.run(params, "objective", while_solving=lambda: events.append("hook"))
-    assert events == (["prepare", "hook", "solve"] if backend == "cpu"
-                      else ["prepare", "launch", "hook"])
+    # on the GPU the resting states are solved once the matrix builds are queued (they do
+    # not read them), before the sample kernel that does
+    assert events == (["rates", "rest", "hook", "solve"] if backend == "cpu"
+                      else ["rates", "build", "rest", "launch", "hook"])
     np.testing.assert_array_equal(got.sgg, ref.sgg)
     np.testing.assert_array_equal(got.sgd, ref.sgd)
     np.testing.assert_array_equal(got.fail, ref.fail)
@@ -384,12 +389,12 @@ def test_cpu_backend_keeps_occupancies_out_of_the_subnormal_range(tmp_path):
 def test_the_low_occupancy_warning_is_hidden_as_numba_cuda_words_it():
     import warnings
 
-    from kingen.solve.batch import _LOW_OCCUPANCY
+    from kingen.solve.gpu_call import LOW_OCCUPANCY
 
     said = "Grid size 2 will likely result in GPU under-utilization due to low occupancy."
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warnings.filterwarnings("ignore", message=_LOW_OCCUPANCY)
+        warnings.filterwarnings("ignore", message=LOW_OCCUPANCY)
         warnings.warn(said, UserWarning, stacklevel=1)
         warnings.warn(f"\x1b[1m{said}\x1b[0m", UserWarning, stacklevel=1)  # on Dask workers
         warnings.warn("Grid size 2 is fine", UserWarning, stacklevel=1)  # others pass

@@ -12,8 +12,9 @@ A thread per GPU drives it: the thread makes its GPU current once (``select_devi
 each call prepares its block on the host, launches the kernels, waits for them and reads the
 scores back, while the other threads do the same for theirs. The waits release Python's
 lock, and the host's parts are numpy and numba work on each thread's share of the cores.
-The resting occupancies are solved for the whole batch on the caller's thread before the
-blocks start, as one call solves them (a block of fewer rows could take another solve,
+The resting occupancies are solved for the whole batch on the caller's thread while the
+blocks start (their sample kernels wait for them; their matrix builds do not), as one call
+solves them (a block of fewer rows could take another solve,
 equal only up to rounding), on all cores (on the two-H200 machine a block's thread got no
 speed-up from numba's parallel loops). The rest of a block's
 inputs (its rates in the solver's layout) is made on its own thread, beside the other
@@ -48,7 +49,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import Any
 
@@ -250,8 +251,9 @@ class GpuShards:
         called on the caller's thread once every block's kernels are launched.
 
         ``total_s`` is the call's wall time; ``solve_s``, ``prepare_s`` and ``finish_s``
-        are the slowest block's (the critical path), ``prepare_s`` with the resting
-        occupancies solved before the blocks.
+        are the slowest block's (the critical path); ``rest_s`` is the caller's solve of
+        the resting occupancies, from the call's start (the blocks' threads start theirs
+        meanwhile).
         """
         t0 = time.perf_counter()
         scheme = self.objectives[0].scheme
@@ -263,24 +265,31 @@ class GpuShards:
         launched = [threading.Event() for _ in range(k)]
         interval = sys.getswitchinterval()
         futures = []
+        solved: Future = Future()
         try:
             if self.switch_interval is not None:
                 sys.setswitchinterval(self.switch_interval)
             # solved here for the whole batch, so that every row starts where one call
             # starts it (a block below 64 rows would take NumPy's solve, the batch the
             # compiled loop: they differ at rounding) and on all cores (on a block's thread
-            # it took 3-7 times as long on two H200s, though the generation did not change)
-            rest = rest_occupancy_batch(scheme, params)
-            rest_s = time.perf_counter() - t0
+            # it took 3-7 times as long on two H200s, though the generation did not change),
+            # while the blocks' threads upload their rates and queue their matrix builds:
+            # each takes its slice when its sample kernel needs it
             for i in range(k):
                 a, b = bounds[i], bounds[i + 1]
-                futures.append(self._pools[i].submit(self._solve, i, params[a:b], n,
-                                                     launched[i], rest[a:b]))
+                futures.append(self._pools[i].submit(
+                    self._solve, i, params[a:b], n, launched[i],
+                    lambda a=a, b=b: solved.result()[a:b]))
+            solved.set_result(rest_occupancy_batch(scheme, params))
+            rest_s = time.perf_counter() - t0
             if while_solving is not None:
                 for event in launched:  # set at the launch, or when its block ends early
                     event.wait()
                 while_solving()
         finally:  # no block may still run while the caller goes on (Ctrl-C, an error)
+            if not solved.done():  # the blocks waiting on the solve end, not hang
+                solved.set_exception(KingenError("the generation's call ended before its "
+                                                 "resting occupancies were solved"))
             wait_all(futures)
             sys.setswitchinterval(interval)
         parts = [f.result() for f in futures]  # the first failed block's error, if any
@@ -288,12 +297,12 @@ class GpuShards:
         slowest = max((p[1] for p in parts), key=lambda t: t.get("total_s", 0.0))
         timings = {key: float(slowest[key]) for key in ("solve_s", "prepare_s", "finish_s")
                    if key in slowest}
-        timings["prepare_s"] = timings.get("prepare_s", 0.0) + rest_s
+        timings["rest_s"] = rest_s
         timings["total_s"] = time.perf_counter() - t0
         return ev, timings
 
     def _solve(self, i: int, block: np.ndarray, batch_rows: int, launched: threading.Event,
-               rest: np.ndarray) -> tuple[Evaluation, dict[str, float]]:
+               rest: Callable[[], np.ndarray]) -> tuple[Evaluation, dict[str, float]]:
         try:
             ev, res = self.objectives[i].evaluate(block, complete=False,
                                                   while_solving=launched.set,

@@ -416,7 +416,8 @@ class Objective(TraceScoring):
 
     def evaluate(self, params: np.ndarray, *, complete: bool = True,
                  while_solving: Callable[[], object] | None = None,
-                 batch_rows: int | None = None, rest: np.ndarray | None = None
+                 batch_rows: int | None = None,
+                 rest: np.ndarray | Callable[[], np.ndarray] | None = None
                  ) -> tuple[Evaluation, BatchResult]:
         """Score a batch: ONE solver call for all candidates and sweeps.
 
@@ -433,8 +434,8 @@ class Objective(TraceScoring):
             The rows of the whole batch ``params`` is a block of (a shard's), which chooses
             the default launch (see :meth:`kingen.solve.batch.Simulator.run`).
         rest
-            The rows' resting occupancies, already solved (see
-            :meth:`kingen.solve.batch.Simulator.run`).
+            The rows' resting occupancies, already solved, or a function that returns
+            them (see :meth:`kingen.solve.batch.Simulator.run`).
         """
         # the guard leaves every derived rate computed: the solver need not redo them
         result = self.simulator.run(self.guard(params, complete=complete), "objective",

@@ -11,24 +11,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
 from kingen.codegen import FAIL_PARAMS, N_WINDOWS, out_width
-from kingen.codegen.propagator import padded_states
-from kingen.codegen.span import fold_arrays, fold_padded
+from kingen.codegen.span import fold_arrays
 from kingen.errors import KingenError
 from kingen.experiment.chain import SECTION_VALUES, filter_sections
 from kingen.experiment.protocol import Protocol
 from kingen.model.scheme import Scheme
-from kingen.solve import staging
 from kingen.solve.backends import choose_backend
 from kingen.solve.compiled import solver_module
 from kingen.solve.cpu import run_on_cpu
-from kingen.solve.inputs import solver_inputs
+from kingen.solve.gpu_call import cuda_call
+from kingen.solve.inputs import solver_inputs, solver_rates, solver_rest
 from kingen.solve.options import SolverOptions, options_from_keywords
 from kingen.solve.plan import PropagatorPlan, plan_propagator
 from kingen.solve.results import BatchResult, ObjectiveInputs, result_store, window_values
@@ -38,9 +36,6 @@ log = logging.getLogger("kingen")
 
 # Tolerance on probabilities (range and conservation) before a candidate is failed.
 TOLERANCE = {"float64": 1e-6, "float32": 1e-3}
-_BUILD_BLOCK = 128
-# matched from the message's start, which numba-cuda may open with a terminal's bold code
-_LOW_OCCUPANCY = r"(\x1b\[[0-9;]*m)?Grid size \d+ will likely result in GPU under-utilization"
 
 
 class Simulator:
@@ -131,7 +126,7 @@ class Simulator:
             with_occupancy: bool = False, launch_config=None, complete: bool = True,
             while_solving: Callable[[], object] | None = None, filtered: bool = True,
             on_device: bool = False, batch_rows: int | None = None,
-            rest: np.ndarray | None = None) -> BatchResult:
+            rest: np.ndarray | Callable[[], np.ndarray] | None = None) -> BatchResult:
         """Simulate every candidate under every sweep.
 
         Parameters
@@ -165,7 +160,8 @@ class Simulator:
             Rows of the whole batch these are a block of: its default launch is taken.
         rest
             The rows' resting occupancies (N, n_states), solved already from the same rates
-            (see :meth:`inputs`); None: solved here.
+            (see :meth:`inputs`), or a function that returns them, called where they are
+            needed (on the GPU once the matrix builds are queued); None: solved here.
         """
         if mode not in ("objective", "traces"):
             raise KingenError("unknown mode (use objective or traces)", field="mode",
@@ -174,16 +170,25 @@ class Simulator:
             raise KingenError("objective mode needs data: build the Simulator with "
                               "objective=...", field="mode", value=mode)
         t_start = time.perf_counter()
-        P, S0, bad = self.inputs(params, complete, rest)
+        P, p, bad = solver_rates(self.scheme, params, self.precision, complete=complete)
         n = P.shape[1]
+        rested = {}
+
+        def rest_state() -> np.ndarray:  # on the GPU while the matrix builds run
+            S0, rested["bad"] = solver_rest(self.scheme, p, bad, self.precision,
+                                            rest=rest() if callable(rest) else rest)
+            return S0
+
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
         if mode == "objective":
-            obj = self.objective
+            obj, n_out = self.objective, self._out_shape(n)[0]
             # fresh every call (a result may keep views of it); the kernel's results fill
-            # its first planes, on the GPU by the copy back, and the windows are a view
-            store = result_store(n, self.n_sweeps, self._sums(), self._n_windows(mode))
-            out = store[:self._out_shape(n)[0]]
+            # its first planes (on the GPU by the copy back, the store made while the
+            # kernels run), and the windows are a view
+            store = out = None
             if self.backend == "cpu":
+                store = result_store(n, self.n_sweeps, self._sums(), self._n_windows(mode))
+                out = store[:n_out]
                 out[...] = 0.0
             extra = (obj.data, obj.weight, obj.windows, out)
         else:
@@ -204,6 +209,7 @@ class Simulator:
         config = self._config_for(launch_config, with_occupancy, mode, batch_rows or n)
         module = self._module(mode, config, with_occupancy, self.n_sections if filtered else 0)
         if self.backend == "cpu":
+            S0 = rest_state()
             if while_solving is not None:
                 while_solving()
             t_compile = time.perf_counter()  # the callback's time is not the solve's
@@ -216,12 +222,16 @@ class Simulator:
             # one call at a time: the device buffers are the simulator's, not the call's
             with self._gpu_lock:
                 t_compile = time.perf_counter()
-                call, dev_out = self._cuda_call(module, config, P, S0, extra, fail, mode,
-                                                on_device)
+                call, dev_out = self._cuda_call(module, config, P, rest_state, extra, fail,
+                                                mode, on_device)
                 try:
                     call()
                     if while_solving is not None:
                         while_solving()
+                    if mode == "objective":
+                        store = result_store(n, self.n_sweeps, self._sums(),
+                                             self._n_windows(mode))
+                        out = store[:n_out]
                 finally:  # the kernels write the simulator's buffers: they must finish
                     cuda.synchronize()
                 t_run = time.perf_counter()
@@ -232,6 +242,7 @@ class Simulator:
                     results = [*dev_out[:-1], dev_out[-1].copy_to_host()]
                 else:
                     results = [x.copy_to_host() for x in dev_out]
+        bad = rested["bad"]
         fail = results[-1].T.copy()
         fail[bad, :] = FAIL_PARAMS
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
@@ -316,11 +327,6 @@ class Simulator:
                              rest=rest)
 
     # ------------------------------------------------------------------ internals
-    def _common_args(self, P: np.ndarray, S0: np.ndarray) -> tuple:
-        s = self.schedule
-        return (P, S0, s.rows_f, s.rows_i, s.row_start, s.conc, s.row_conc, self.drive,
-                self._flt(), s.sample_start)
-
     def _flt(self) -> np.ndarray:
         """The kernels' ``flt`` argument: each sweep's filter sections (one unused row when
         the batch has no filter: a kernel argument may not be empty on every target)."""
@@ -366,38 +372,6 @@ class Simulator:
         used = np.nonzero((self.objective.windows[:, :, 2] >= 0).any(axis=0))[0]
         return int(used.max()) + 1 if used.size else 0
 
-    def _d_shape(self, n: int, lanes: int) -> tuple[int, int, int, int]:
-        """D's shape: (key, row, column, candidate) on the GPU, (candidate, key, row,
-        column) on the CPU (see :func:`kingen.codegen.generate_propagator`)."""
-        plan = self.propagator_plan()
-        S = self.scheme.n_states
-        if self.backend == "cpu":
-            return (n, plan.n_keys, S, S)
-        return (plan.n_keys, S, padded_states(S, lanes), n)
-
-    def _span_buffers(self, n: int, config, fold: int = 0) -> tuple:
-        """The span arrays GV (key, row, sample, candidate) and DV (D's layout) on the
-        device, one set per shape, rebuilt by every call; the constant keys have them
-        (one key's worth at least: a device array is never empty). With a folded filter
-        of order ``fold`` they are indexed by (key, filter) entries, and WV (entry, filter
-        state component, row, candidate) follows (see :mod:`kingen.codegen.span`)."""
-        from numba import cuda
-
-        keys = max(1, self._fold_arrays(config)[1].size if fold
-                   else self.propagator_plan().n_span_keys)
-        S = self.scheme.n_states
-        shapes = ((keys, S, config.span, n),
-                  (keys, S, padded_states(S, config.lanes), n))
-        if fold:
-            shapes += ((keys, fold_padded(fold, config.lanes), S, n),)
-        key = ("span", shapes, np.dtype(self.precision).str)
-        d = self._device_arrays
-        if key not in d:
-            for old in [k for k in d if isinstance(k, tuple) and k[0] == "span"]:
-                del d[old]
-            d[key] = tuple(cuda.device_array(shape, dtype=self.precision) for shape in shapes)
-        return d[key]
-
     def _fold_arrays(self, config) -> tuple:
         """A folded filter's host arrays (:func:`kingen.codegen.span.fold_arrays`)."""
         key = (config.lanes, config.span)
@@ -408,135 +382,18 @@ class Simulator:
                                                config.lanes)
         return self._fold_host[key]
 
-    def _device_buffer(self, name: str, shape: tuple[int, ...], dtype):
-        """One device array per name, kept while its shape stays: every call rewrites it
-        whole, and a fresh allocation costs the host more than the copy does."""
-        return staging.scratch(name, shape, dtype, self._device_arrays)
-
     def _cpu_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
                   fail: np.ndarray) -> None:
         run_on_cpu(module, config, P, S0, extra, fail, plan=self.propagator_plan(),
                    schedule=self.schedule, drive=self.drive, flt=self._flt(),
                    tol=TOLERANCE[self.precision])
 
-    def _cuda_call(self, module, config, P: np.ndarray, S0: np.ndarray, extra: tuple,
-                   fail: np.ndarray, mode: str, on_device: bool = False):
-        """Upload what changes per call; return the launch and the device outputs."""
-        from numba import cuda
-
-        # Arrays that do not change between calls stay on the device.
-        if not self._device_arrays:
-            names = ("rows_f", "rows_i", "row_start", "conc", "row_conc", "drive", "flt",
-                     "sample_start")
-            for name, arr in zip(names, self._common_args(P, S0)[2:]):
-                self._device_arrays[name] = cuda.to_device(arr)
-            if self.objective is not None:
-                self._device_arrays["win"] = cuda.to_device(self.objective.windows)
-        d = self._device_arrays
-        pad = _padding(config)
-        if self.objective is not None and (
-                "data" not in d or d["data"].shape[0] < self.objective.data.size + pad):
-            # spans load the samples a span ahead without clamping the index: zeros past
-            # the end (weight 0) for the last span's loads to land on
-            for name in ("data", "weight"):
-                values = getattr(self.objective, name)
-                d[name] = cuda.to_device(np.concatenate([values, np.zeros(pad)]))
-        n = P.shape[1]
-        dP = self._device_buffer("P", P.shape, P.dtype)
-        dS0 = self._device_buffer("S0", S0.shape, S0.dtype)
-        dP.copy_to_device(P)
-        dS0.copy_to_device(S0)
-        if mode == "objective":
-            # every thread writes all its outputs and its failure code: nothing to upload
-            dev_extra = (d["data"], d["weight"], d["win"],
-                         self._device_buffer("out", self._out_shape(n), np.float64))
-            dfail = self._device_buffer("fail", fail.shape, fail.dtype)
-        elif on_device:  # the traces stay where written; the rest in kept buffers (a fresh
-            # allocation costs the host 0.2 ms a call, kingen.solve.staging). The kernel
-            # writes a failure code only on failure, so the codes go up zeroed; occupancies
-            # go up when asked for; the two unused arguments are never read.
-            dev_extra = tuple(self._device_buffer(f"arg{k}", x.shape, x.dtype)
-                              for k, x in enumerate(extra))
-            dfail = self._device_buffer("fail", fail.shape, fail.dtype)
-            dfail.copy_to_device(fail)
-            if extra[1].size > 1:  # not the (1, 1, 1) stand-in
-                dev_extra[1].copy_to_device(extra[1])
-        else:
-            dev_extra = tuple(cuda.to_device(x) for x in extra)
-            dfail = cuda.to_device(fail)
-        if config.form == "stage":
-            total = n * self.n_sweeps
-            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "conc",
-                                          "row_conc", "drive", "flt", "sample_start"))
-            args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision],) + \
-                dev_extra + (dfail,)
-            build = None
-        else:
-            plan = self.propagator_plan()
-            if "row_key" not in d:
-                d["row_key"] = cuda.to_device(plan.row_key)
-                d["keys_f"] = cuda.to_device(plan.keys_f)
-                d["keys_i"] = cuda.to_device(plan.keys_i)
-                d["keys_conc"] = cuda.to_device(plan.keys_conc)
-            # D is rebuilt by every call before it is read: keep one buffer per shape
-            # rather than paying a large allocation per generation
-            d_key = ("D", self._d_shape(n, config.lanes), P.dtype.str)
-            if d_key not in d:
-                for key in [k for k in d if isinstance(k, tuple) and k[0] == "D"]:
-                    del d[key]
-                d[d_key] = cuda.device_array(d_key[1], dtype=P.dtype)
-            dD = d[d_key]
-            span_arrays: tuple = ()
-            fold = getattr(module, "FOLD_ORDER", 0) if config.span > 1 else 0
-            if config.span > 1:
-                span_arrays = self._span_buffers(n, config, fold)
-            build_extra, launch_extra, n_span = (), (), plan.n_span_keys
-            if fold:  # built by fold entries (key, filter), each row reading its own
-                host, dev_key = self._fold_arrays(config), ("fold", config.lanes, config.span)
-                if dev_key not in d:
-                    d[dev_key] = tuple(map(cuda.to_device, host))
-                row_fold, fold_key, hk, fc = d[dev_key]
-                build_extra, launch_extra = (fold_key, hk), (fc, row_fold)
-                n_span = int(host[0].max()) + 1
-            total = n * self.n_sweeps * config.lanes
-            common = tuple(d[k] for k in ("rows_f", "rows_i", "row_start", "row_key", "conc",
-                                          "row_conc", "drive", "flt", "sample_start"))
-            args = (n, self.n_sweeps, dP, dS0) + common + (TOLERANCE[self.precision], dD) + \
-                span_arrays + launch_extra + dev_extra + (dfail,)
-            n_build = n * plan.n_keys * self.scheme.n_states
-            build_args = (n, plan.n_keys, dP, d["keys_f"], d["keys_i"], d["keys_conc"],
-                          d["conc"], dD)
-            build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
-        blocks = (total + config.block - 1) // config.block
-
-        stages = []
-        if build:
-            stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
-            if span_arrays and n_span:
-                groups = module.SPAN_GROUPS
-                span_blocks = (n * n_span + groups - 1) // groups
-                stages.append(("build_span", lambda: module.build_span[
-                    span_blocks, groups * self.scheme.n_states](n, n_span, dD, *span_arrays,
-                                                                *build_extra)))
-        stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
-
-        def call() -> None:
-            with warnings.catch_warnings():
-                # Small batches under-fill the GPU; that is expected, not the user's concern.
-                # By message: numba-cuda raises its own class, not numba.core.errors'.
-                warnings.filterwarnings("ignore", message=_LOW_OCCUPANCY)
-                for _, stage in stages:
-                    stage()
-
-        call.stages = stages  # each kernel alone, in order, for timing them apart
-        return call, list(dev_extra) + [dfail]
-
-
-def _padding(config) -> int:
-    """Zeros the device's data and weights carry past their end for ``config``: a sweep's
-    last span loads the samples of the span after it (kingen.codegen.span), two spans on
-    at most."""
-    return 2 * config.span if config.span > 1 else 0
+    def _cuda_call(self, module, config, P: np.ndarray,
+                   S0: np.ndarray | Callable[[], np.ndarray], extra: tuple, fail: np.ndarray,
+                   mode: str, on_device: bool = False):
+        """:func:`kingen.solve.gpu_call.cuda_call` of this simulator."""
+        return cuda_call(self, module, config, P, S0, extra, fail, mode, on_device,
+                         tol=TOLERANCE[self.precision])
 
 
 def simulate_batch(

@@ -186,7 +186,7 @@ def build(N, n_keys, P, keys_f, keys_i, keys_conc, conc, D):
         build_thread(t % N, r // S, r % S, P, keys_f, keys_i, keys_conc, conc, D)
 
 {span_build}
-@cuda.jit({options})
+@cuda.jit({capped})
 def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_conc, drive,
            flt, sample_start, tol, D{span_args}, a0, a1, a2, a3, fail):
     sh = cuda.shared.array({shared}, dtype=F)
@@ -306,10 +306,12 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
     elif target == "cuda":
         text = _CUDA_HEADER.format(precision=precision)
         options = [] if simulator else ["cache=True"]
-        if max_registers and not simulator:
-            options.append(f"max_registers={int(max_registers)}")
+        # a cap binds the sample kernel alone: the builds only lost by one (3x the time at
+        # 128 registers, analysis/h200/optimization_log_ideal.md, step 1)
+        capped = options + ([f"max_registers={int(max_registers)}"]
+                            if max_registers and not simulator else [])
         if form == "stage":
-            launch = _CUDA_LAUNCH.format(options=", ".join(options))
+            launch = _CUDA_LAUNCH.format(options=", ".join(capped))
         else:
             # a filtered span shares the filter's state (or its currents) through the
             # pair's shared memory
@@ -322,8 +324,8 @@ def solver_module(scheme: Scheme, mode: str, precision: str, target: str, *,
                 key_of_k="fold_key[k]" if fold else "k",
                 thread_args=", WV, HK" if fold else "") if span > 1 else ""
             launch = _CUDA_PROP_LAUNCH.format(
-                options=", ".join(options), lanes=lanes, stride=stride, fold=fold,
-                full=(1 << lanes) - 1, span_build=span_build,
+                options=", ".join(options), capped=", ".join(capped), lanes=lanes,
+                stride=stride, fold=fold, full=(1 << lanes) - 1, span_build=span_build,
                 span_args=("" if span == 1 else ", GV, DV, WV, FC, row_fold" if fold
                            else ", GV, DV"),
                 shared=max(1, (block // lanes) * stride) if lanes > 1 else 1)

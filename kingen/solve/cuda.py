@@ -41,8 +41,9 @@ class LaunchConfig:
     many GPU threads share one (candidate, sweep) pair in the propagator form (each holds
     a slice of M's columns in registers); ``span`` is how many samples of a propagated row
     one product yields in objective mode (:mod:`kingen.codegen.span`; 1: one product per
-    sample; on the GPU with at least two lanes). The CPU backend uses ``form`` and
-    ``span``.
+    sample; on the GPU with at least two lanes); ``max_registers`` caps the registers of
+    the sample kernel (``launch``) alone, not the builds'. The CPU backend uses ``form``
+    and ``span``.
     """
 
     block: int = DEFAULT_BLOCK

@@ -13,7 +13,8 @@ preparation 13.8–13.9 ms with NumPy's passes, 17.3–18.7 ms with the all-core
 (``benchmarks/results/h100/dask_scaling/2026-11-24_f8c3a58_cores_{old,new}_one_gpu_*.json``).
 
 :func:`solver_inputs` makes all a solve reads of a batch's rates: the parameters in that
-layout, the resting occupancies (:mod:`kingen.solve.rest`) and the rows that fail.
+layout, the resting occupancies (:mod:`kingen.solve.rest`) and the rows that fail; it is
+:func:`solver_rates` then :func:`solver_rest`, which a GPU call runs apart.
 """
 
 from __future__ import annotations
@@ -86,6 +87,70 @@ def checked_shape(scheme: Scheme, params: np.ndarray) -> np.ndarray:
     return p
 
 
+def solver_rates(scheme: Scheme, params: np.ndarray, dtype: np.dtype | str = np.float64,
+                 *, complete: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first half of :func:`solver_inputs`: the parameters (n_params, N) in ``dtype``,
+    the float64 rates (N, n_params) that :func:`solver_rest` solves from (the refused rows
+    hold the scheme's own values there), and the rows refused. ``params`` is never written
+    into.
+
+    A GPU call uploads the rates and starts the matrix builds before it solves the resting
+    occupancies, which the builds do not read: the host's solve then overlaps them.
+
+    Examples
+    --------
+    >>> s = Scheme.load("models/robert_howe_2003.toml")
+    >>> P, p, bad = solver_rates(s, np.vstack([s.values, -s.values]))
+    >>> P.shape == (s.n_params, 2), bool(np.array_equal(p[1], s.values)), bad.tolist()
+    (True, True, [False, True])
+    """
+    p = checked_shape(scheme, params)
+    if complete:
+        with np.errstate(all="ignore"):
+            p = scheme.complete(p)
+    dtype = np.dtype(dtype)
+    P, bad = checked_transpose(p, dtype)
+    if bad.any():
+        if not complete:  # the caller's array is never written into
+            p = p.copy()
+        p[bad] = scheme.values
+        P[:, bad] = scheme.values.astype(dtype)[:, None]
+    return P, p, bad
+
+
+def solver_rest(scheme: Scheme, p: np.ndarray, bad: np.ndarray,
+                dtype: np.dtype | str = np.float64, *, rest: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The second half of :func:`solver_inputs`: the initial occupancies (n_states, N) in
+    ``dtype`` of :func:`solver_rates`'s rates ``p`` and refused rows ``bad``, and the rows
+    refused now (``bad`` and those whose resting state cannot be solved; ``bad`` itself is
+    not written into). ``rest`` as for :func:`solver_inputs`.
+
+    Examples
+    --------
+    >>> s = Scheme.load("models/robert_howe_2003.toml")
+    >>> P, p, bad = solver_rates(s, np.vstack([s.values, -s.values]))
+    >>> S0, bad = solver_rest(s, p, bad)
+    >>> S0.shape == (s.n_states, 2), bool(np.allclose(S0.sum(axis=0), 1.0)), bad.tolist()
+    (True, True, [False, True])
+    """
+    if rest is not None and np.shape(rest) != (p.shape[0], scheme.n_states):
+        raise KingenError(f"rest must be one row of {scheme.n_states} occupancies per row "
+                          f"of params ({p.shape[0]})", field="rest",
+                          value=f"shape {np.shape(rest)}")
+    if rest is None:
+        init = rest_occupancy_batch(scheme, p)
+        replace = ~np.all(np.isfinite(init), axis=1)
+    else:  # a failed row's were solved from its own rates, not the scheme's values
+        init = np.asarray(rest, dtype=np.float64)
+        replace = bad | ~np.all(np.isfinite(init), axis=1)
+    if replace.any():
+        bad = bad | replace
+        init = init.copy() if rest is not None else init
+        init[replace] = scheme.rest_occupancy(scheme.values)
+    return np.ascontiguousarray(init.T, dtype=dtype), bad
+
+
 def solver_inputs(scheme: Scheme, params: np.ndarray, dtype: np.dtype | str = np.float64,
                   *, complete: bool = True, rest: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -122,29 +187,6 @@ def solver_inputs(scheme: Scheme, params: np.ndarray, dtype: np.dtype | str = np
     >>> bool(np.array_equal(solver_inputs(s, p, rest=rest_occupancy_batch(s, p))[1], S0))
     True
     """
-    p = checked_shape(scheme, params)
-    if rest is not None and np.shape(rest) != (p.shape[0], scheme.n_states):
-        raise KingenError(f"rest must be one row of {scheme.n_states} occupancies per row "
-                          f"of params ({p.shape[0]})", field="rest",
-                          value=f"shape {np.shape(rest)}")
-    if complete:
-        with np.errstate(all="ignore"):
-            p = scheme.complete(p)
-    dtype = np.dtype(dtype)
-    P, bad = checked_transpose(p, dtype)
-    if bad.any():
-        if not complete:  # the caller's array is never written into
-            p = p.copy()
-        p[bad] = scheme.values
-        P[:, bad] = scheme.values.astype(dtype)[:, None]
-    if rest is None:
-        init = rest_occupancy_batch(scheme, p)
-        replace = ~np.all(np.isfinite(init), axis=1)
-    else:  # a failed row's were solved from its own rates, not the scheme's values
-        init = np.asarray(rest, dtype=np.float64)
-        replace = bad | ~np.all(np.isfinite(init), axis=1)
-    if replace.any():
-        bad |= replace
-        init = init.copy() if rest is not None else init
-        init[replace] = scheme.rest_occupancy(scheme.values)
-    return P, np.ascontiguousarray(init.T, dtype=dtype), bad
+    P, p, bad = solver_rates(scheme, params, dtype, complete=complete)
+    S0, bad = solver_rest(scheme, p, bad, dtype, rest=rest)
+    return P, S0, bad
