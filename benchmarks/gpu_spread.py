@@ -11,10 +11,10 @@ Runs whole fits of one problem (polish off, no early stop) in one process, in th
   for its own (tried against ``threads``, not kept).
 
 Per fit it records the medians, over generations 1 on (generation 0 compiles), of the
-generation, the solver call, its kernels, its host parts, and of a block's
-``Simulator.inputs`` (the rate constants in the solver's layout, the resting
-occupancies), timed around the calls the solver makes, and the best fitness, which must
-be the same for every way::
+generation, the solver call, its kernels, its host parts, and of a block's rate
+constants put in the solver's layout (``kingen.solve.inputs.solver_rates``, before its
+kernels start; the resting occupancies are solved while they run), timed around the calls
+the solver makes, and the best fitness, which must be the same for every way::
 
     python -m benchmarks.make_fit_problem --model robert_howe_2003 --out /tmp/rh03
     python -m benchmarks gpu_spread --config /tmp/rh03/fit.toml --population 65536 \\
@@ -97,20 +97,22 @@ class Nested:
 
 
 def _timed_inputs() -> list[float]:
-    """Time every ``Simulator.inputs`` call of more than 1,000 rows (seconds, in order)."""
-    from kingen.solve.batch import Simulator
+    """Time every call of more than 1,000 rows of the solver's rates in its layout
+    (``kingen.solve.inputs.solver_rates``, which a block makes on its thread before its
+    kernels start; seconds, in order)."""
+    from kingen.solve import batch
 
     seen: list[float] = []
-    inputs = Simulator.inputs
+    rates = batch.solver_rates
 
-    def timed(self: Any, params: np.ndarray, complete: bool = True, rest: Any = None) -> Any:
+    def timed(scheme: Any, params: np.ndarray, *args: Any, **kw: Any) -> Any:
         t0 = time.perf_counter()
-        out = inputs(self, params, complete, rest)
+        out = rates(scheme, params, *args, **kw)
         if params.shape[0] > 1000:
             seen.append(time.perf_counter() - t0)
         return out
 
-    Simulator.inputs = timed  # type: ignore[method-assign]
+    batch.solver_rates = timed
     return seen
 
 
@@ -167,7 +169,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             m.close()
         print(f"{way:>8}: generation {row['total_s']:.4f} s ({row['candidates_per_s']:,.0f} "
               f"candidates/s), solver {row['solver_s']:.4f}, kernels {row['kernel_s']:.4f}, "
-              f"host prepare {row['solver_prepare_s'] * 1e3:.1f} ms, a block's inputs "
+              f"host prepare {row['solver_prepare_s'] * 1e3:.1f} ms, a block's rates "
               f"{(row['inputs_s'] or 0) * 1e3:.1f} ms; best {result.fitness:.6g}", flush=True)
     return rows
 
