@@ -125,7 +125,7 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
 
     events: list[str] = []
     start_write, draw_ahead = Engine._start_write, Randoms.draw_ahead
-    inputs = batch.Simulator.inputs
+    rates = batch.solver_rates
 
     def logged_write(self):
         if self._queued is not None:
@@ -140,8 +140,8 @@ def test_the_write_and_the_draws_start_after_the_solve_is_prepared(tmp_path, mon
     monkeypatch.setattr(Engine, "_start_write", logged_write)
     monkeypatch.setattr(Randoms, "draw_ahead", logged_draws)
     cpu_call = batch.Simulator._cpu_call
-    monkeypatch.setattr(batch.Simulator, "inputs",
-                        lambda self, *a: (events.append("prepare"), inputs(self, *a))[1])
+    monkeypatch.setattr(batch, "solver_rates",
+                        lambda *a, **k: (events.append("prepare"), rates(*a, **k))[1])
     monkeypatch.setattr(batch.Simulator, "_cpu_call",
                         lambda self, *a: (events.append("solve"), cpu_call(self, *a))[1])
     ga = 'operators = "numpy"\noffspring = 12\ngenerations = 3'
