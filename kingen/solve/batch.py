@@ -172,11 +172,11 @@ class Simulator:
         t_start = time.perf_counter()
         P, p, bad = solver_rates(self.scheme, params, self.precision, complete=complete)
         n = P.shape[1]
-        rested = {}
 
         def rest_state() -> np.ndarray:  # on the GPU while the matrix builds run
-            S0, rested["bad"] = solver_rest(self.scheme, p, bad, self.precision,
-                                            rest=rest() if callable(rest) else rest)
+            nonlocal bad  # and the rows whose resting state fails
+            S0, bad = solver_rest(self.scheme, p, bad, self.precision,
+                                  rest=rest() if callable(rest) else rest)
             return S0
 
         fail = np.zeros((self.n_sweeps, n), dtype=np.int32)
@@ -242,7 +242,6 @@ class Simulator:
                     results = [*dev_out[:-1], dev_out[-1].copy_to_host()]
                 else:
                     results = [x.copy_to_host() for x in dev_out]
-        bad = rested["bad"]
         fail = results[-1].T.copy()
         fail[bad, :] = FAIL_PARAMS
         res = BatchResult(self.backend, self.device, self.precision, self.schedule, fail)
