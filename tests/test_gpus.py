@@ -177,11 +177,24 @@ def test_a_failed_solve_of_the_occupancies_ends_the_call_and_its_blocks(demo,
     def fails(*args):
         raise KingenError("no resting state")
 
-    with GpuShards(_objective(demo), [0, 0], select=None) as shards:
-        monkeypatch.setattr(gpus, "rest_occupancy_batch", fails)
-        with pytest.raises(KingenError, match="no resting state"):
+    shards = GpuShards(_objective(demo), [0, 0], select=None)
+    monkeypatch.setattr(gpus, "rest_occupancy_batch", fails)
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
             shards(_rates(demo, 4))
-        monkeypatch.setattr(gpus, "rest_occupancy_batch", solve)
+        except BaseException as error:
+            raised.append(error)
+
+    # on its own thread, so that a call left waiting fails this test rather than hangs it
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(60.0)
+    assert not caller.is_alive(), "the call still waits on blocks that wait on the solve"
+    assert len(raised) == 1 and "no resting state" in str(raised[0])
+    monkeypatch.setattr(gpus, "rest_occupancy_batch", solve)
+    with shards:
         ev, _ = shards(_rates(demo, 4))  # the threads are free for the next call
     assert ev.fitness.shape == (4,)
 
