@@ -185,15 +185,13 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
     n_rows = rows_f.shape[0]
     keys = _Keys()
-    uses: list[int] = []
     row_key = np.full(n_rows, -1, dtype=np.int64)
-    for r in range(n_rows):
-        if rows_i[r, 3] != 0:
-            continue
-        k = keys.find(float(rows_f[r, 1]), float(rows_f[r, 2]), int(rows_i[r, 0]))
-        uses += [0] * (len(keys.found) - len(uses))
-        row_key[r] = k
-        uses[k] += int(rows_i[r, 1])
+    const = np.nonzero(rows_i[:, 3] == 0)[0]
+    for r in const:
+        row_key[r] = keys.find(float(rows_f[r, 1]), float(rows_f[r, 2]), int(rows_i[r, 0]))
+    # a key's uses: the samples of its rows
+    uses = np.bincount(row_key[const], weights=rows_i[const, 1],
+                       minlength=len(keys.found)).astype(np.int64).tolist()
     keep = [k for k, (_, _, n) in enumerate(keys.found)
             if every_constant_row or _pays(scheme, n, uses[k])]
     old_to_new = np.full(len(uses) + 1, -1, dtype=np.int64)
@@ -227,13 +225,12 @@ def _edge_keys(scheme: Scheme, schedule: Schedule, row_key: np.ndarray, keys_f: 
     ``row_key``. Rows of one edge share (h, n, repetitions, first ``conc`` entry): the
     schedule gave every recurrence of a waveform the same entries."""
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
-    keys, rows_of = _Keys(), []
-    for r in np.nonzero(rows_i[:, 3] != 0)[0]:
-        g = keys.find(float(rows_f[r, 1]), int(rows_i[r, 0]), int(rows_i[r, 1]),
-                      int(schedule.row_conc[r]))
-        rows_of += [[] for _ in range(len(keys.found) - len(rows_of))]
-        rows_of[g].append(int(r))
-    for (h, n, reps, start), rows in zip(keys.found, rows_of):
+    keys = _Keys()
+    edge = np.nonzero(rows_i[:, 3] != 0)[0]
+    group = np.array([keys.find(float(rows_f[r, 1]), int(rows_i[r, 0]), int(rows_i[r, 1]),
+                                int(schedule.row_conc[r])) for r in edge], dtype=np.int64)
+    for g, (h, n, reps, start) in enumerate(keys.found):
+        rows = edge[group == g]
         if not _pays(scheme, n, len(rows)):
             continue
         row_key[rows] = len(keys_i)
