@@ -31,7 +31,8 @@ exchange, Robert & Howe, both precisions, at 16,384 candidates:
         --name rh03_exchange
 
 (``--filter bessel:8:5`` adds an 8-pole recording filter in the kernel to every protocol;
-``--measured 0.2`` rows with a measured exchange waveform read from a file, edges of 0.2 ms)
+``--measured 0.2`` rows with a measured exchange waveform read from a file, edges of 0.2 ms;
+``--protocols dose_response`` a subset of the standard set)
 writes ``benchmarks/results/<device>/propagator/rh03.json`` (``--out FILE`` to choose;
 ``python benchmarks/propagator.py`` is the same command).
 """
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the objective's feature windows: one peak window over each sweep "
                          "(default), none (a fit to recordings), or those of a fit with "
                          "summary targets")
+    ap.add_argument("--protocols", default=",".join(STANDARD),
+                    help="the standard protocols to run, comma-separated (default: all "
+                         "four; a subset measures what each one's rows cost)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check", type=int, default=64, help="candidates checked against CPU")
     ap.add_argument("--peak-fp64", type=float, default=30.3e12, help="flop/s (measured H100)")
@@ -137,15 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     exchanges = [float(x) for x in args.exchange.split(",") if x]
     measured = [float(x) for x in args.measured.split(",") if x]
+    names = [n for n in args.protocols.split(",") if n]
+    unknown = sorted(set(names) - set(STANDARD))
+    if unknown or not names:
+        ap.error(f"--protocols takes some of {', '.join(STANDARD)}, got {args.protocols!r}")
     result = {"provenance": provenance("propagator", argv), "model": args.model,
               "exchange_ms": exchanges, "measured_ms": measured, "filter": args.filter,
-              "windows": args.windows, "rows": []}
-    cases = [(x, [standard_protocol(n, exchange=x) for n in STANDARD]) for x in exchanges]
+              "windows": args.windows, "protocols": names, "rows": []}
+    cases = [(x, [standard_protocol(n, exchange=x) for n in names]) for x in exchanges]
     for x in measured:
         with tempfile.TemporaryDirectory() as folder:
             spec = ExchangeSpec(open_tip(Path(folder) / "tip.csv", x))
             cases.append((f"measured {x:g}",
-                          [apply_exchange(standard_protocol(n), spec) for n in STANDARD]))
+                          [apply_exchange(standard_protocol(n), spec) for n in names]))
     for exchange, protocols in cases:
         for prec in args.precisions.split(","):
             measure(args, scheme, protocols, exchange, prec, result, out, log)
