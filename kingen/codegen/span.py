@@ -365,8 +365,11 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
         a(f"{ind}fb = sh[U(base + {2 * SP + 1}):U(base + {2 * SP + 1 + span})]")
 
     def currents(ind2: str, src: str, partial: bool, zdst: str = "") -> None:
-        for i in range(S):
-            a(f"{ind2}v{i} = {src}[{i}]")
+        if order:
+            interleaved_dots(ind2, src)
+        else:
+            for i in range(S):
+                a(f"{ind2}v{i} = {src}[{i}]")
         a(f"{ind2}if rec == 1:")
         ind3 = ind2 + "    "
         if order:
@@ -414,18 +417,35 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
             _span_sample(a, ind3, f"smp + first + {q + 1}", mode,
                          None if use is None else f"{use}{q}", windows)
 
+    def interleaved_dots(ind2: str, src: str) -> None:
+        # With a folded filter, a whole span's dot products with the state (the lane's J
+        # currents, its share of the next filter state, its C columns of the next state)
+        # interleaved over the state's components: each p_i is read and used by all of
+        # them at once, so few are held at a time. The filter's constants left the loop
+        # too few registers, and its spills bound it; interleaved, it spills less and runs
+        # 12 % faster. Without a filter the loop does not spill, and the partial sums of
+        # ``dot`` are faster there (analysis/h200/optimization_log_exchange.md, step 11)
+        sums = ([(f"gd{q}", [f"u{i}_{q}" for i in range(S)]) for q in range(J)]
+                + [(f"zd{k}", [zw(i, k) for i in range(S)]) for k in range(NZ)]
+                + [(f"o{k}", [f"m{i}_{k}" for i in range(S)]) for k in range(C)])
+        for i in range(S):
+            a(f"{ind2}v{i} = {src}[{i}]")
+            for name, coef in sums:
+                a(f"{ind2}{name} = v{i} * {coef[i]}" if i == 0 and name[0] != "o" else
+                  f"{ind2}{name} += v{i} * {coef[i]}")
+
     def folded_currents(ind3: str, zdst: str) -> None:
         # yₜ = (C·Aᵗ⁻¹)·z + drv·p·G̃ₜ for this lane's J samples, then this lane's share of
         # the next filter state A^B·z + drv·W·p; the lanes read it all after the advance's
         # barrier (the two halves alternate, so no lane overwrites one still being read)
         for q in range(J):
-            a(f"{ind3}g = float({dot([f'v{i} * u{i}_{q}' for i in range(S)])}) * drv + "
+            a(f"{ind3}g = float(gd{q}) * drv + "
               f"({dot([f'{zc(q, n)} * {x}' for n, x in enumerate(z)])})")
             _span_sample(a, ind3, f"smp + first + {q + 1}", mode)
         for k in range(NZ):
             a(f"{ind3}{zdst}[U(zr + {k})] = "
               f"{dot([f'{za(k, n)} * {x}' for n, x in enumerate(z)])} + "
-              f"float({dot([f'v{i} * {zw(i, k)}' for i in range(S)])}) * drv")
+              f"float(zd{k}) * drv")
 
     def filtered_currents(ind3: str, partial: bool) -> None:
         # A filter runs through the samples in order: each lane puts its J currents in the
@@ -442,7 +462,8 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
         _span_sample(a, ind3 + "        ", "smp + t + 1", mode)
 
     def advance(ind2: str, dst: str, matrix: str) -> None:
-        for k in range(C):
+        # with a folded filter a whole span's columns were summed with its currents
+        for k in range(0 if order and matrix == "span" else C):
             if matrix == "span":
                 terms = [f"v{i} * m{i}_{k}" for i in range(S)]
             else:
