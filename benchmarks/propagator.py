@@ -141,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     scheme = Scheme.load(ROOT / "models" / f"{args.model}.toml")
     exchanges = [float(x) for x in args.exchange.split(",") if x]
     measured = [float(x) for x in args.measured.split(",") if x]
-    names = [n for n in args.protocols.split(",") if n]
-    unknown = sorted(set(names) - set(STANDARD))
-    if unknown or not names:
-        ap.error(f"--protocols takes some of {', '.join(STANDARD)}, got {args.protocols!r}")
+    try:
+        names = protocol_names(args.protocols)
+    except ValueError as exc:
+        ap.error(str(exc))
     result = {"provenance": provenance("propagator", argv), "model": args.model,
               "exchange_ms": exchanges, "measured_ms": measured, "filter": args.filter,
               "windows": args.windows, "protocols": names, "rows": []}
@@ -158,6 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         for prec in args.precisions.split(","):
             measure(args, scheme, protocols, exchange, prec, result, out, log)
     return 0
+
+
+def protocol_names(text: str) -> list[str]:
+    """The standard protocols ``--protocols`` names, in the standard set's order.
+
+    >>> protocol_names("dose_response,deactivation")
+    ['deactivation', 'dose_response']
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(STANDARD))
+    if unknown or not names:
+        raise ValueError(f"--protocols takes some of {', '.join(STANDARD)}, got {text!r}")
+    return [n for n in STANDARD if n in names]
 
 
 def open_tip(path: Path, ten_ninety: float) -> Path:

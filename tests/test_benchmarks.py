@@ -113,3 +113,17 @@ def test_the_solver_suites_make_the_windows_each_kind_of_fit_reads() -> None:
     assert (targets[0, :, 2] >= 0).sum() == 4
     with pytest.raises(ValueError, match="windows must be one of"):
         objective_inputs(scheme, protocols, "peaks")
+
+
+def test_the_propagator_suite_runs_a_named_part_of_the_standard_set(capsys) -> None:
+    from benchmarks import propagator
+
+    assert propagator.protocol_names("dose_response, deactivation") == [
+        "deactivation", "dose_response"]
+    for bad in ("dose-response", "", "deactivation,pulse"):
+        with pytest.raises(ValueError, match="--protocols takes some of deactivation"):
+            propagator.protocol_names(bad)
+    with pytest.raises(SystemExit) as stop:  # refused before anything is compiled
+        propagator.main(["--protocols", "recovery,paired_pulse", "--backend", "cpu"])
+    assert stop.value.code == 2
+    assert "got 'recovery,paired_pulse'" in capsys.readouterr().err
