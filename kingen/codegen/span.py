@@ -45,7 +45,10 @@ registers; with fewer lanes, which hold more columns of M^B each, they are read 
 cache at every span). Robert & Howe (S = 16) with an 8-pole filter (N = 8)
 on 8 lanes, B = 16: 104 multiply-adds per lane per span, against 64 without a filter and
 384 with the serial pass below (its 16 samples × 4 sections, one long dependent chain on
-every lane). The filter state stays in the sections' coordinates, so stage-form and edge
+every lane). Those constants leave the span loop too few registers on the GPU, so with a
+folded filter a span's dot products are summed interleaved over the state (each p_i read
+once and used by every sum), which holds fewer values at a time. The filter state stays
+in the sections' coordinates, so stage-form and edge
 rows, which run the sections one sample at a time
 (:meth:`kingen.codegen.emit.Emitter.filter_sample`), alternate with span rows within a
 sweep; so do a row's last nrep mod B samples, which take single products and pass their
