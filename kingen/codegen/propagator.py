@@ -39,11 +39,11 @@ from kingen.codegen.span import (
     SPAN_ARGS_FOLDED,
     emit_span_reduce,
     emit_span_row,
-    emit_span_row_cpu,
     emit_window_bounds,
     fold_order,
     span_check,
 )
+from kingen.codegen.span_cpu import emit_span_row_cpu
 from kingen.codegen.stage import (
     MODE_ARGS,
     GeneratedCode,
