@@ -429,13 +429,14 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
         # too few registers, and its spills bound it; interleaved, it spills less and runs
         # 12 % faster. Without a filter the loop does not spill, and the partial sums of
         # ``dot`` are faster there (analysis/h200/optimization_log_exchange.md, step 11)
-        sums = ([(f"gd{q}", [f"u{i}_{q}" for i in range(S)]) for q in range(J)]
-                + [(f"zd{k}", [zw(i, k) for i in range(S)]) for k in range(NZ)]
-                + [(f"o{k}", [f"m{i}_{k}" for i in range(S)]) for k in range(C)])
+        # (sum, its coefficients, whether it adds to the value it holds: the columns do)
+        sums = ([(f"gd{q}", [f"u{i}_{q}" for i in range(S)], False) for q in range(J)]
+                + [(f"zd{k}", [zw(i, k) for i in range(S)], False) for k in range(NZ)]
+                + [(f"o{k}", [f"m{i}_{k}" for i in range(S)], True) for k in range(C)])
         for i in range(S):
             a(f"{ind2}v{i} = {src}[{i}]")
-            for name, coef in sums:
-                a(f"{ind2}{name} = v{i} * {coef[i]}" if i == 0 and name[0] != "o" else
+            for name, coef, onto in sums:
+                a(f"{ind2}{name} = v{i} * {coef[i]}" if i == 0 and not onto else
                   f"{ind2}{name} += v{i} * {coef[i]}")
 
     def folded_currents(ind3: str, zdst: str) -> None:
