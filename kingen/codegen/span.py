@@ -370,6 +370,8 @@ def emit_span_row(a: Emitter, ind: str, lanes: int, span: int, n_cols: int,
 
     def currents(ind2: str, src: str, partial: bool, zdst: str = "") -> None:
         if order:
+            # a folded filter's rows take their remainder by single products, never here
+            assert not partial, "a folded filter's span rows have no partial span"
             interleaved_dots(ind2, src)
         else:
             for i in range(S):
