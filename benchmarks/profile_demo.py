@@ -5,8 +5,8 @@ profiles all ten free parameters at ``--points`` points each (the goal of issue 
 points in 2 minutes on an H100, in 15 minutes on 2 CPU cores). It records the candidates/s
 of the Levenberg–Marquardt steps (solver call and the Gauss–Newton sums formed where the
 traces are, :mod:`kingen.identify.gauss_newton`), in all and after the first step (which
-also loads the process's kernels and caches), each step's time and candidates, the device,
-and how the profile's optimum agrees with the fit's best (genes in decades, and χ²).
+also sets up Numba and loads the process's kernels), each step's time and candidates, the
+device, and how the profile's optimum agrees with the fit's best (genes in decades, and χ²).
 
 A process's first step also sets up Numba itself (its CPU target, and on the GPU the CUDA
 context and target), once per process whatever it runs. ``--runtime-first`` does that
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
            "device": result.extra.get("device") or device or args.backend,
            "lm_steps_s": steps_s,
            "lm_candidates_per_s": result.candidates / max(steps_s, 1e-9),
-           # after the first step, which also loads the process's kernels and caches
+           # after the first step, which also sets up Numba and loads the process's kernels
            "lm_later_steps_s": later_s,
            "lm_later_candidates_per_s": later_n / max(later_s, 1e-9),
            "lm_step_log": log,

@@ -216,7 +216,8 @@ def gauss_newton(lik, genes: np.ndarray, count: np.ndarray, steps: np.ndarray
     jtr[~base_ok] = 0.0
     took = time.perf_counter() - t0
     lik.steps_s = getattr(lik, "steps_s", 0.0) + took
-    # each call's time and size: a process's first call also loads its kernels
+    # each call's time and size: a process's first call also sets up Numba and loads its
+    # kernels
     lik.step_log = [*getattr(lik, "step_log", []), (took, g.shape[0])]
     return chi2, jtj, jtr
 
