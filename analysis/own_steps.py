@@ -36,6 +36,7 @@ class Recording:
         from kingen.fitting.evaluator import InProcess
 
         self.inner = InProcess(objective)
+        self.scheme = objective.scheme
         self.batches: list[np.ndarray] = []
 
     def __call__(self, params, while_solving=None):
@@ -71,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=5, help="print every N-th generation")
     args = ap.parse_args(argv)
 
-    from kingen.fitting.config import load_config
     from kingen.runs.fit import fit
     from kingen.solve.schedule import DEFAULT_COURANT, max_rates, step_limit
 
@@ -84,10 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         overrides = {"population": args.population, "generations": args.generations,
                      "backend": "cpu", "output": str(Path(tmp) / "fit.h5")}
-        scheme = load_config(args.config, overrides=overrides).scheme
         fit(args.config, overwrite=True, progress=False, overrides=overrides,
             evaluator=evaluator)
-    batches = recorders[0].batches
+    batches, scheme = recorders[0].batches, recorders[0].scheme
     print(f"{args.config}: {len(batches)} batches; steps a sample at {args.factor:g}x each "
           f"candidate's own need, mean of the longest in groups of {GROUPS}")
     for c in (float(x) for x in args.concentrations.split(",")):

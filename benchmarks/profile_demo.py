@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 def runtime_setup(backend: str) -> dict[str, float]:
     """Set up what Numba sets up once per process, and the seconds each part took: its CPU
     target (the genes-to-rates map and the host's sums are compiled CPU functions, on either
-    backend), and where ``backend`` resolves to the GPU the CUDA context and target.
+    backend); unless ``backend`` is the CPU, the import of numba-cuda; and where ``backend``
+    resolves to the GPU, the CUDA context and target.
 
     Examples
     --------
@@ -120,11 +121,15 @@ def runtime_setup(backend: str) -> dict[str, float]:
     t0 = time.perf_counter()
     cpu_target.target_context.refresh()
     took["cpu_target"] = time.perf_counter() - t0
+    if backend == "cpu":
+        return took
+    t0 = time.perf_counter()
+    from numba import cuda
+    from numba.cuda.descriptor import cuda_target
+
+    took["cuda_import"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if choose_backend(backend)[0] == "cuda":  # its probe of the GPU makes the context
-        from numba import cuda
-        from numba.cuda.descriptor import cuda_target
-
         cuda.current_context()
         took["cuda_context"] = time.perf_counter() - t0
         t0 = time.perf_counter()
