@@ -7,7 +7,10 @@ at ``--factor`` times the count its own rates need for RK4's stability (never mo
 schedule's), at each ``--concentrations`` (mM), as the mean of the longest count in groups
 of 1, 4 and 32 consecutive candidates: one CPU thread, a warp of stage rows with 8 lanes, a
 warp of the GPU's matrix builds, each of which runs its longest count
-(``analysis/h200/optimization_log_exchange.md``, step 13). Run from the repository root::
+(``analysis/h200/optimization_log_exchange.md``, step 13). It then reports the same for the
+rule the solver took up (step 14, :func:`kingen.solve.schedule.coarse_steps`): the share of
+the schedule's steps each batch takes on the fit's edge keys and on the rows left in stage
+form, as the mean of the longest in the same groups. Run from the repository root::
 
     python -m benchmarks.make_fit_problem --model robert_howe_2003 --exchange 0.2 \\
         --out /tmp/rh03x
@@ -36,6 +39,7 @@ class Recording:
         from kingen.fitting.evaluator import InProcess
 
         self.inner = InProcess(objective)
+        self.objective = objective
         self.scheme = objective.scheme
         self.batches: list[np.ndarray] = []
 
@@ -100,7 +104,37 @@ def main(argv: list[str] | None = None) -> int:
                        for k in GROUPS]
             print(f"{c:g} mM, batch {g:3d} ({batch.shape[0]} candidates): schedule {schedule}; "
                   + ", ".join(f"{k}: {v:.1f}" for k, v in zip(GROUPS, longest, strict=True)))
+    print_built(recorders[0], args.every)
     return 0
+
+
+def print_built(recording: Recording, every: int) -> None:
+    """The share of the schedule's steps on smooth rows that each printed batch takes with
+    the solver's own steps, on the edge keys and on the stage rows (the GPU's plan)."""
+    from kingen.solve.plan import plan_propagator
+    from kingen.solve.schedule import coarse_steps
+
+    scheme, schedule = recording.scheme, recording.objective.simulator.schedule
+    keyed = plan_propagator(scheme, schedule, every_constant_row=True).row_key >= 0
+    smooth = schedule.rows_i[:, 3] != 0
+    n, reps = schedule.rows_i[:, 0], schedule.rows_i[:, 1]
+    print("as built (coarse_steps): share of the schedule's steps, groups of "
+          f"{GROUPS}: edge keys | stage rows")
+    batches = recording.batches
+    for g, batch in enumerate(batches):
+        if g % every and g != len(batches) - 1:
+            continue
+        taken = -(-n // coarse_steps(scheme, schedule, scheme.complete(batch)))
+        shares = []
+        for rows in (smooth & keyed, smooth & ~keyed):
+            fine = (n[rows] * reps[rows]).sum()
+            for k in GROUPS:
+                t = taken[:taken.shape[0] // k * k, rows]
+                t = t.reshape(-1, k, rows.sum()).max(axis=1)
+                shares.append((t * reps[rows]).sum(axis=1).mean() / fine if fine else 1.0)
+        print(f"batch {g:3d} ({batch.shape[0]} candidates): "
+              + " / ".join(f"{v:.3f}" for v in shares[:3]) + " | "
+              + " / ".join(f"{v:.3f}" for v in shares[3:]))
 
 
 if __name__ == "__main__":

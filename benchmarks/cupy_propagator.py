@@ -43,7 +43,7 @@ def build_matrices(cp, scheme: Scheme, params, keys_f, keys_i, dtype):
     N = params.shape[0]
     eye = cp.eye(S, dtype=dtype)[None]
     mats = []
-    for (h, c), n in zip(keys_f, keys_i):
+    for (h, c, _, _), n in zip(keys_f, keys_i):
         q = cp.zeros((N, S, S), dtype=dtype)
         for t in scheme.transitions:
             k = params[:, t.param] * t.factor * (c if t.agonist else 1.0)

@@ -61,6 +61,7 @@ from kingen.model.scheme import Scheme  # noqa: E402
 from kingen.solve import Simulator  # noqa: E402
 from kingen.solve.cuda import LaunchConfig  # noqa: E402
 from kingen.solve.options import SolverOptions  # noqa: E402
+from kingen.solve.schedule import candidate_steps, coarse_steps  # noqa: E402
 
 STANDARD = ("deactivation", "desensitization", "recovery", "dose_response")
 
@@ -125,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocols", default=",".join(STANDARD),
                     help="the standard protocols to run, comma-separated (default: all "
                          "four; a subset measures what each one's rows cost)")
+    ap.add_argument("--spread", type=float, default=0.2,
+                    help="the timed candidates are log-uniform in this middle share of each "
+                         "parameter's log range: 0.2 (default) gathered as a converging "
+                         "fit's, 1 the whole bounds, as a first generation (each candidate's "
+                         "own steps on the edges depend on its rates)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--check", type=int, default=64, help="candidates checked against CPU")
     ap.add_argument("--peak-fp64", type=float, default=30.3e12, help="flop/s (measured H100)")
@@ -210,7 +216,7 @@ def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: 
     result["device"] = sim.device
     plan = sim.propagator_plan()
     steps = sim.schedule.total_steps
-    check = candidates(scheme, args.check, seed=7)
+    check = candidates(scheme, args.check, seed=7, spread=args.spread)
     ref = cpu.run(check, "objective", launch_config=LaunchConfig())
     peak = args.peak_fp64 if prec == "float64" else args.peak_fp32
     built = S * sum(plan.key_steps)
@@ -227,7 +233,7 @@ def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: 
         log(f"  {config.name}: {flops.total:.3e} flops per candidate, arithmetic bound "
             f"{bound:.0f} candidates/s")
         row = {"precision": prec, "exchange_ms": exchange, "filter": args.filter,
-               "variant": config.name,
+               "variant": config.name, "spread": args.spread,
                "config": config.__dict__, "bound_candidates_per_s": bound,
                "peak_flops": peak, "flops_per_candidate": flops.to_json(),
                "plan": plan_counts(plan, S)}
@@ -247,14 +253,17 @@ def measure(args, scheme: Scheme, protocols: list, exchange, prec: str, result: 
             f"local {row.get('launch_local_bytes', '-')} B")
         row["runs"] = []
         for n in map(int, args.populations.split(",")):
-            params = candidates(scheme, n, seed=n)
+            params = candidates(scheme, n, seed=n, spread=args.spread)
             timings = []
             for _ in range(args.repeats):  # one result alive at a time, as in a fit
                 res = sim.run(params, "objective", launch_config=config)
                 timings.append(res.timings)
             total = float(np.median([t["total_s"] for t in timings]))
+            taken = candidate_steps(sim.schedule, coarse_steps(scheme, sim.schedule, params))
             run = {"population": n, "run_s": total, "candidates_per_s": n / total,
                    "model_steps_per_s": n * steps / total,
+                   # the schedule's steps, less those each candidate takes as one on edges
+                   "rk4_steps_taken_mean": float(taken.mean()),
                    "failed": int((res.fail != 0).any(1).sum()),
                    "share_of_bound": n / total / bound,
                    "host_ms": {k: 1e3 * float(np.median([t[f"{k}_s"] for t in timings]))

@@ -37,11 +37,13 @@ from kingen.solve.options import SolverOptions  # noqa: E402
 POPULATIONS = (256, 1024, 4096, 16384, 65536)
 
 
-def candidates(scheme: Scheme, n: int, seed: int = 0) -> np.ndarray:
-    """Random candidates in the middle fifth of each log range (all stable, realistic)."""
+def candidates(scheme: Scheme, n: int, seed: int = 0, spread: float = 0.2) -> np.ndarray:
+    """Random candidates, log-uniform in the middle ``spread`` of each log range: by default
+    the middle fifth (all stable, realistic; a population gathering as a fit converges); 1
+    draws from the whole bounds, as a fit's first generation does."""
     rng = np.random.default_rng(seed)
     lo, hi = np.log(scheme.lower), np.log(scheme.upper)
-    mid, half = 0.5 * (lo + hi), 0.1 * (hi - lo)
+    mid, half = 0.5 * (lo + hi), 0.5 * spread * (hi - lo)
     return scheme.complete(np.exp(rng.uniform(mid - half, mid + half,
                                               (n, scheme.n_params))))
 
@@ -203,7 +205,7 @@ def time_jax(scheme, protocol, precision: str, n: int, max_steps: int, log) -> d
 
     def run_all(run_row, budget):
         p, acc, s, done = p0, jnp.zeros(n, dtype=dtype), 1, 0
-        for (_, h, c, _), (nsteps, nrep, rec, _) in zip(sched.rows_f, sched.rows_i):
+        for (_, h, c, *_), (nsteps, nrep, rec, _) in zip(sched.rows_f, sched.rows_i):
             reps = int(nrep)
             if done + nsteps * reps > budget:
                 reps = max(1, (budget - done) // int(nsteps))

@@ -48,6 +48,7 @@ PUBLIC_MODULES = {
     "kingen.solve.gnsums": True,
     "kingen.solve.staging": True,
     "kingen.solve.gpu_call": True,
+    "kingen.solve.warp_order": True,
     "kingen.base.console": True,
     "kingen.outputs.interop": True,
     "kingen.outputs.interop.exported": True,

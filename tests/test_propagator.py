@@ -341,8 +341,9 @@ def test_rows_whose_steps_differ_in_the_last_bits_share_one_key(exchange):
     np.testing.assert_allclose(plan.keys_f[k, 0], rows_f[const, 1], rtol=1e-9, atol=0)
     np.testing.assert_array_equal(plan.keys_f[k, 1], rows_f[const, 2])
     np.testing.assert_array_equal(plan.keys_i[k], rows_i[const, 0])
-    keys = [(round(h, 9), c, n) for (h, c), n in zip(plan.keys_f[:plan.n_span_keys] * [1e3, 1],
-                                                     plan.keys_i[:plan.n_span_keys])]
+    span_keys = plan.keys_f[:plan.n_span_keys]
+    keys = [(round(h * 1e3, 9), c, n)
+            for (h, c, _, _), n in zip(span_keys, plan.keys_i[:plan.n_span_keys])]
     assert len(set(keys)) == len(keys) == (10 if exchange == 0 else 20)
 
 

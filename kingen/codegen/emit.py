@@ -153,31 +153,25 @@ class Emitter:
             terms += [f"+ k{m} * {src}{t.source}" for m, t in enumerate(T) if t.target == j]
             self(f"{ind}f{j} = " + " ".join(terms).lstrip("+ ").replace("- q", "-q", 1))
 
-    def rk4_step(self, ind: str, smooth: bool,
-                 conc_index: str = "row_conc[r] + 3 * (rep * nsteps + it)",
-                 when: str | None = None, stage_conc: list[str] | None = None) -> None:
+    def rk4_step(self, ind: str, smooth: bool, when: str | None = None,
+                 stage_conc: list[str] | None = None) -> None:
         """One classical RK4 step of size ``h`` (``hh`` = h/2, ``h6`` = h/6) on ``p{i}``;
-        with ``smooth`` its concentrations are ``conc[conc_index + stage]`` (or the three
-        names in ``stage_conc``, read already), and with ``when`` too only where that
-        condition holds (else the rates stay as they are)."""
+        with ``smooth`` its concentrations are ``conc[ci0]``, ``conc[ci1]`` and
+        ``conc[ci2]`` (:meth:`coarse_step`), or the three names in ``stage_conc``, read
+        already, and with ``when`` too only where that condition holds (else the rates stay
+        as they are)."""
         a, S, F = self, self.scheme.n_states, self.cast
 
         def at_stage(k: int) -> None:
             if not smooth:
                 return
-            if stage_conc:
-                a(f"{ind}cc = {stage_conc[k]}")
-                self.rates(ind, "cc", True)
-                return
             sub = ind
             if when:
                 a(f"{ind}if {when}:")
                 sub = ind + "    "
-            if k == 0:
-                # the concentrations at the step's three stage times, computed once on
-                # the host for every candidate (kingen.solve.schedule.stage_concentrations)
-                a(f"{sub}ci = {conc_index}")
-            a(f"{sub}cc = {F}(conc[ci{f' + {k}' if k else ''}])")
+            # the concentrations at the step's three stage times, computed once on the host
+            # for every candidate (kingen.solve.schedule.stage_concentrations)
+            a(f"{sub}cc = {stage_conc[k]}" if stage_conc else f"{sub}cc = {F}(conc[ci{k}])")
             self.rates(sub, "cc", True)
 
         at_stage(0)
@@ -202,6 +196,72 @@ class Emitter:
             else:
                 a(f"{ind}p{j} = p{j} + h6 * (s{j} + f{j})")
             self.flush(ind, f"p{j}", f"e{j}" if self.compensated else None)
+
+    def own_steps(self, ind: str, cmax: str, own: str, hd: str, nsteps: str,
+                  limit: str) -> None:
+        """``per``: how many of a smooth row's (or edge key's) ``nsteps`` steps of ``hd``
+        this candidate takes as one: ⌊own / (hd·ρ)⌋, at least 1 and at most ``nsteps``, ρ
+        the Gershgorin bound (twice the largest exit rate) of its own rates at the
+        concentration ``cmax``, and at most ``limit`` (which keeps the concentration's own
+        change within a step small); 1 where ``own`` is 0
+        (:mod:`kingen.solve.schedule`; its ``coarse_steps`` counts the same on the host). The
+        rates are read from ``P`` in float64 whatever the precision, so that every form
+        and precision of the solver takes the same steps."""
+        a, T = self, self.scheme.transitions
+        a(f"{ind}per = 1")
+        a(f"{ind}if {own} > 0.0:")
+        sub = ind + "    "
+        a(f"{sub}cmx = F64({cmax})")
+        a(f"{sub}rho = F64(0.0)")
+        for i in sorted({t.source for t in T}):
+            terms = []
+            for t in T:
+                if t.source != i:
+                    continue
+                rate = f"F64(P[{t.param}, c])"
+                if t.factor != 1.0:
+                    rate = f"F64({float(t.factor)!r}) * {rate}"
+                terms.append(f"cmx * {rate}" if t.agonist else rate)
+            a(f"{sub}ex = " + " + ".join(terms))
+            a(f"{sub}if ex > rho:")
+            a(f"{sub}    rho = ex")
+        a(f"{sub}rho = F64(2.0) * rho * {hd}")
+        # no division where ρ is 0 (a row whose every rate is 0), which Numba's CPU target
+        # raises on; a NaN ρ keeps one step
+        a(f"{sub}if rho * {nsteps} <= {own}:")
+        a(f"{sub}    per = {nsteps}")
+        a(f"{sub}elif F64(2.0) * rho <= {own}:")
+        a(f"{sub}    per = int({own} / rho)")
+        a(f"{sub}lim = int({limit})")
+        a(f"{sub}if per > lim:")
+        a(f"{sub}    per = lim")
+
+    def coarse_step(self, ind: str, nsteps: str, first: str, hd: str,
+                    when: str | None = None) -> str:
+        """Open the loop over a candidate's coarse steps of ``per`` fine steps (the last
+        one shorter where they do not divide ``nsteps``): each sets ``h``, ``hh``, ``h6``
+        and, where ``when`` holds, the ``conc`` entries ``ci0``, ``ci1``, ``ci2`` of its
+        stages (:func:`kingen.solve.schedule.coarse_stage_entries`; the smooth row's entries
+        start at ``first``). Returns the body's indent; the body ends with
+        ``fine += cstep``. With ``per`` = 1 each step is the schedule's own, bit for bit."""
+        a, F = self, self.cast
+        a(f"{ind}fine = 0")
+        a(f"{ind}while fine < {nsteps}:")
+        body = ind + "    "
+        a(f"{body}cstep = {nsteps} - fine")
+        a(f"{body}if cstep > per:")
+        a(f"{body}    cstep = per")
+        sub = body
+        if when:
+            a(f"{body}if {when}:")
+            sub = body + "    "
+        a(f"{sub}ci0 = {first} + 3 * fine")
+        a(f"{sub}ci1 = ci0 + 3 * (cstep // 2) + cstep % 2")
+        a(f"{sub}ci2 = ci0 + 3 * cstep - 1")
+        a(f"{body}h = {F}(cstep * {hd})")
+        a(f"{body}hh = {F}(0.5) * h")
+        a(f"{body}h6 = h / {F}(6.0)")
+        return body
 
     def add_compensated(self, ind: str, target: str, base: str, comp: str,
                         increment: str) -> None:
@@ -423,15 +483,18 @@ class Emitter:
             return
         if kinds == "smooth":
             self.constant_rates_of_smooth_rows(ind)
+            self._own_steps_of_row(ind)
             self._stage_loop(ind, True, mode, with_occupancy)
             return
         if merged:
             a(f"{ind}sm = rows_i[r, 3] != 0")
             a(f"{ind}if sm:")
             self.constant_rates_of_smooth_rows(ind3)
+            self._own_steps_of_row(ind3)
             a(f"{ind}else:")
             a(f"{ind3}cc = {self.cast}(rows_f[r, 2])")
             self.rates(ind3, "cc", False)
+            a(f"{ind3}per = 1")
             self._stage_loop(ind, True, mode, with_occupancy, when="sm")
             return
         a(f"{ind}if rows_i[r, 3] == 0:")
@@ -440,13 +503,24 @@ class Emitter:
         self._stage_loop(ind3, False, mode, with_occupancy)
         a(f"{ind}else:")
         self.constant_rates_of_smooth_rows(ind3)
+        self._own_steps_of_row(ind3)
         self._stage_loop(ind3, True, mode, with_occupancy)
+
+    def _own_steps_of_row(self, ind: str) -> None:
+        """``per`` of smooth row ``r`` (:meth:`own_steps`)."""
+        self.own_steps(ind, "rows_f[r, 2]", "rows_f[r, 4]", "hd", "nsteps", "rows_f[r, 5]")
 
     def _stage_loop(self, ind: str, smooth: bool, mode: str, with_occupancy: bool,
                     when: str | None = None) -> None:
         self(f"{ind}for rep in range(nrep):")
-        self(f"{ind}    for it in range(nsteps):")
-        self.rk4_step(ind + "        ", smooth=smooth, when=when)
+        if smooth:
+            body = self.coarse_step(ind + "    ", "nsteps", "row_conc[r] + 3 * rep * nsteps",
+                                    "hd", when)
+            self.rk4_step(body, smooth=True, when=when)
+            self(f"{body}fine += cstep")
+        else:
+            self(f"{ind}    for it in range(nsteps):")
+            self.rk4_step(ind + "        ", smooth=False)
         self(f"{ind}    if rec == 1:")
         self(f"{ind}        smp += 1")
         self.record(ind + "        ", mode, with_occupancy=with_occupancy)

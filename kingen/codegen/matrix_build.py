@@ -1,6 +1,8 @@
 """The propagator form's matrix builders: for each key (a step size and concentration, or an
 edge sample's concentrations), D = R(hQ)ⁿ − I, the n RK4 steps between two samples less
-the identity (:mod:`kingen.codegen.propagator` says why D and not M).
+the identity (:mod:`kingen.codegen.propagator` says why D and not M). An edge sample's steps
+are its candidate's own coarse steps, as the stage form takes them on the sample's row
+(:mod:`kingen.solve.schedule`).
 
 - On the GPU, ``build_thread(c, k, i, ...)`` advances the unit vector eᵢ of candidate c
   through key k's steps and stores row i of D in ``D[k, i, :, c]``: one thread per row.
@@ -37,10 +39,17 @@ def _key_rates(a: Emitter, ind: str, edges: bool) -> str:
     if edges:
         a(f"{ind}else:")
         a.constant_rates_of_smooth_rows(const)
-    a(f"{ind}h = F64(keys_f[k, 0])")
+    a(f"{ind}hd = keys_f[k, 0]")
+    a(f"{ind}h = F64(hd)")
     a(f"{ind}hh = F64(0.5) * h")
     a(f"{ind}h6 = h / F64(6.0)")
     return const
+
+
+def _own_steps_of_key(a: Emitter, ind: str) -> None:
+    """``per`` of edge key k: its row's coarse steps (:meth:`Emitter.own_steps`), so that
+    its matrix is the product of the steps the stage form takes on that row."""
+    a.own_steps(ind, "keys_f[k, 1]", "keys_f[k, 2]", "hd", "keys_i[k]", "keys_f[k, 3]")
 
 
 def _build_gpu(a: Emitter, d_flush: float, edges: bool) -> None:
@@ -58,8 +67,10 @@ def _build_gpu(a: Emitter, d_flush: float, edges: bool) -> None:
         a(f"{const}for it in range(keys_i[k]):")
         a.rk4_step(const + "    ", smooth=False)
         a(f"{ind}else:")
-        a(f"{const}for it in range(keys_i[k]):")
-        a.rk4_step(const + "    ", smooth=True, conc_index="ck + 3 * it")
+        _own_steps_of_key(a, const)
+        body = a.coarse_step(const, "keys_i[k]", "ck", "hd")
+        a.rk4_step(body, smooth=True)
+        a(f"{body}fine += cstep")
     else:
         a(f"{ind}for it in range(keys_i[k]):")
         a.rk4_step(ind + "    ", smooth=False)
@@ -91,12 +102,14 @@ def _build_cpu(a: Emitter, d_flush: float, edges: bool) -> None:
         a(f"{ind}    X[{j * S} + i] = F64(1.0) if i == {j} else F64(0.0)")
 
     def steps(ind2: str, smooth: bool) -> None:
-        a(f"{ind2}for it in range(keys_i[k]):")
-        ind3 = ind2 + "    "
         if smooth:
-            a(f"{ind3}ci = ck + 3 * it")
+            _own_steps_of_key(a, ind2)
+            ind3 = a.coarse_step(ind2, "keys_i[k]", "ck", "hd")
             for q in range(3):
-                a(f"{ind3}cs{q} = F64(conc[ci + {q}])")
+                a(f"{ind3}cs{q} = F64(conc[ci{q}])")
+        else:
+            a(f"{ind2}for it in range(keys_i[k]):")
+            ind3 = ind2 + "    "
         a(f"{ind3}for i in range({S}):")
         ind4 = ind3 + "    "
         for j in range(S):
@@ -104,6 +117,8 @@ def _build_cpu(a: Emitter, d_flush: float, edges: bool) -> None:
         a.rk4_step(ind4, smooth=smooth, stage_conc=["cs0", "cs1", "cs2"] if smooth else None)
         for j in range(S):
             a(f"{ind4}X[{j * S} + i] = p{j}")
+        if smooth:
+            a(f"{ind3}fine += cstep")
 
     if edges:
         a(f"{ind}if ck < 0:")

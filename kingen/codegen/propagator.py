@@ -9,9 +9,10 @@ S×S product per sample whatever n is.
 Two functions are generated besides ``conc_at``:
 
 - ``build_thread(c, k, i, P, keys_f, keys_i, keys_conc, conc, D)`` advances the unit
-  vector eᵢ through the n RK4 steps of key k (``keys_f[k]`` = [h, c], ``keys_i[k]`` = n;
-  an edge sample's key reads its stage concentrations from ``conc[keys_conc[k]]`` on, as
-  the stage form does) for candidate c, in float64 whatever the precision, and stores row i
+  vector eᵢ through the n RK4 steps of key k (``keys_f[k]`` = [h, c, own_courant, coarse_limit],
+  ``keys_i[k]`` = n; an edge sample's key reads its stage concentrations from
+  ``conc[keys_conc[k]]`` on and takes its candidate's own coarse steps, as the stage form
+  does) for candidate c, in float64 whatever the precision, and stores row i
   of D = M − I in ``D[k, i, :, c]`` (on the CPU ``build_thread(c, slot, k, ...)`` steps
   all S rows of key k together and stores them in ``D[slot, k]``, the slot that holds c's
   matrices while its sweeps run). D rather

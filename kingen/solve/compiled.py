@@ -200,6 +200,25 @@ def launch(N, n_sweeps, P, S0, rows_f, rows_i, row_start, row_key, conc, row_con
         run_thread(pair % N, pair // N, lane, gmask, sh, base, P, S0, rows_f, rows_i,
                    row_start, row_key, conc, row_conc, drive, flt, sample_start, tol,
                    D{span_args}, a0, a1, a2, a3, fail)
+
+
+# candidates into and out of the layout of kingen.solve.warp_order
+@cuda.jit({options})
+def take(src, order, dst):
+    t = cuda.grid(1)
+    n = dst.shape[1]
+    if t < dst.shape[0] * n:
+        dst[t // n, t % n] = src[t // n, order[t % n]]
+
+
+@cuda.jit({options})
+def put(src, order, dst):
+    t = cuda.grid(1)
+    n = src.shape[1]
+    w = src.shape[2]
+    if t < src.shape[0] * n * w:
+        s = t % (n * w) // w
+        dst[t // (n * w), order[s], t % w] = src[t // (n * w), s, t % w]
 """
 
 _CUDA_SPAN_BUILD = """

@@ -1,6 +1,8 @@
 """One GPU call of a :class:`~kingen.solve.batch.Simulator`: the device arrays it keeps from
 call to call, the kernels' arguments, and the kernels in the order they run (the matrix
-builds, the span builds, the sample kernel).
+builds, the span builds, the sample kernel; in the propagator form's objective calls, the
+candidates gathered into :mod:`kingen.solve.warp_order`'s layout before them and their
+results scattered back after).
 
 The host's share of a call is what it does before the first kernel starts and after the
 last one ends. The resting occupancies, which only the sample kernel reads, are solved
@@ -23,6 +25,7 @@ import numpy as np
 from kingen.codegen.propagator import padded_states
 from kingen.codegen.span import fold_padded
 from kingen.solve import staging
+from kingen.solve.warp_order import warp_order
 
 if TYPE_CHECKING:
     from kingen.solve.batch import Simulator
@@ -65,11 +68,22 @@ def cuda_call(sim: Simulator, module, config, P: np.ndarray,
             values = getattr(sim.objective, name)
             d[name] = cuda.to_device(np.concatenate([values, np.zeros(pad)]))
     n = P.shape[1]
+    # objective calls of the propagator form lay their candidates out by their own steps
+    # (kingen.solve.warp_order): uploaded in the caller's order, gathered into the layout's
+    # on the device, and their results scattered back
+    order = (warp_order(sim.scheme, sim.schedule, P)
+             if mode == "objective" and config.form != "stage" else None)
     dP = staging.scratch("P", P.shape, P.dtype, d)
     dS0 = staging.scratch("S0", (sim.scheme.n_states, n), P.dtype, d)
-    dP.copy_to_device(P)
+    up_P, up_S0 = dP, dS0
+    if order is not None:
+        up_P = staging.scratch("P_given", P.shape, P.dtype, d)
+        up_S0 = staging.scratch("S0_given", (sim.scheme.n_states, n), P.dtype, d)
+        d_order = staging.scratch("order", (n,), np.int64, d)
+        d_order.copy_to_device(order)
+    up_P.copy_to_device(P)
     if not callable(S0):
-        dS0.copy_to_device(S0)
+        up_S0.copy_to_device(S0)
     if mode == "objective":
         # every thread writes all its outputs and its failure code: nothing to upload
         dev_extra = (d["data"], d["weight"], d["win"],
@@ -133,7 +147,16 @@ def cuda_call(sim: Simulator, module, config, P: np.ndarray,
         build = (n_build + _BUILD_BLOCK - 1) // _BUILD_BLOCK if n_build else None
     blocks = (total + config.block - 1) // config.block
 
+    given_out = (dev_extra, dfail)
+    if order is not None:  # the kernels write the layout's order, put back after them
+        dev_extra = (*dev_extra[:3],
+                     staging.scratch("out_laid", sim._out_shape(n), np.float64, d))
+        dfail = staging.scratch("fail_laid", fail.shape, fail.dtype, d)
+        args = args[:-2] + (dev_extra[3], dfail)
+
     stages = []
+    if order is not None:
+        stages.append(("order", lambda: _take(module, up_P, d_order, dP)))
     if build:
         stages.append(("build", lambda: module.build[build, _BUILD_BLOCK](*build_args)))
         if span_arrays and n_span:
@@ -142,7 +165,13 @@ def cuda_call(sim: Simulator, module, config, P: np.ndarray,
             stages.append(("build_span", lambda: module.build_span[
                 span_blocks, groups * sim.scheme.n_states](n, n_span, dD, *span_arrays,
                                                             *build_extra)))
+    if order is not None:
+        stages.append(("order_rest", lambda: _take(module, up_S0, d_order, dS0)))
     stages.append(("launch", lambda: module.launch[blocks, config.block](*args)))
+    if order is not None:
+        stages.append(("unorder", lambda: _put(module, dev_extra[3], dfail, d_order,
+                                               *given_out)))
+    s0_stage = "launch" if order is None else "order_rest"
 
     def call() -> None:
         with warnings.catch_warnings():
@@ -150,13 +179,29 @@ def cuda_call(sim: Simulator, module, config, P: np.ndarray,
             # By message: numba-cuda raises its own class, not numba.core.errors'.
             warnings.filterwarnings("ignore", message=LOW_OCCUPANCY)
             for name, stage in stages:
-                if name == "launch" and callable(S0):
+                if name == s0_stage and callable(S0):
                     # a copy from pageable memory follows the builds in the stream
-                    dS0.copy_to_device(S0())
+                    up_S0.copy_to_device(S0())
                 stage()
 
     call.stages = stages  # each kernel alone, in order, for timing them apart
-    return call, list(dev_extra) + [dfail]
+    return call, list(given_out[0]) + [given_out[1]]
+
+
+def _take(module, given, order, laid) -> None:
+    """Gather (rows, N) ``given`` into the layout's order (:mod:`kingen.solve.warp_order`)."""
+    total = laid.shape[0] * laid.shape[1]
+    module.take[(total + _BUILD_BLOCK - 1) // _BUILD_BLOCK, _BUILD_BLOCK](given, order, laid)
+
+
+def _put(module, out, fail, order, given_out: tuple, given_fail) -> None:
+    """Scatter the kernels' results (out (values, N, sweeps), fail (sweeps, N)) back into
+    the caller's order."""
+    for src, dst in ((out, given_out[3]),
+                     (fail.reshape(fail.shape[0], fail.shape[1], 1),
+                      given_fail.reshape(fail.shape[0], fail.shape[1], 1))):
+        total = src.shape[0] * src.shape[1] * src.shape[2]
+        module.put[(total + _BUILD_BLOCK - 1) // _BUILD_BLOCK, _BUILD_BLOCK](src, order, dst)
 
 
 def span_buffers(sim: Simulator, n: int, config, fold: int = 0) -> tuple:

@@ -27,9 +27,13 @@ from kingen.solve.schedule import Schedule
 class PropagatorPlan:
     """The keys of a schedule and, per row, the key it uses (−1: stage form).
 
-    ``keys_f`` (n_keys, 2) = [h, c]; ``keys_i`` (n_keys,) = n; ``keys_conc`` (n_keys,) = −1
-    for a constant-concentration key, else the index in the schedule's ``conc`` of its first
-    stage concentration (``c`` is then NaN). Constant keys come first. A row with a varying
+    ``keys_f`` (n_keys, 4) = [h, c, own_courant, coarse_limit]; ``keys_i`` (n_keys,) = n;
+    ``keys_conc`` (n_keys,) = −1 for a constant-concentration key, else the index in the
+    schedule's ``conc`` of its first stage concentration; an edge key's ``c``,
+    ``own_courant`` and ``coarse_limit`` are then its row's (its segment's peak and what
+    bounds each candidate's own coarse steps: :mod:`kingen.solve.schedule`), a constant
+    key's 0 and 1.
+    Constant keys come first. A row with a varying
     concentration (``rows_i[r, 3]`` = 1) and key k takes key k + j at its repetition j.
     ``prop_samples`` and ``stage_steps`` count, per candidate over all sweeps, the products
     the propagator takes and the RK4 steps left in stage form; ``edge_samples`` is the part
@@ -197,7 +201,7 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
     old_to_new = np.full(len(uses) + 1, -1, dtype=np.int64)
     old_to_new[keep] = np.arange(len(keep))
     row_key = np.where(row_key >= 0, old_to_new[row_key], -1)
-    keys_f = [[keys.found[k][0], keys.found[k][1]] for k in keep]
+    keys_f = [[keys.found[k][0], keys.found[k][1], 0.0, 1.0] for k in keep]
     keys_i = [keys.found[k][2] for k in keep]
     keys_conc = [-1] * len(keep)
     key_uses = [uses[k] for k in keep]
@@ -212,7 +216,7 @@ def plan_propagator(scheme: Scheme, schedule: Schedule, *,
     return PropagatorPlan(
         _stage_rows=kinds,
         row_key=row_key,
-        keys_f=np.array(keys_f, dtype=np.float64).reshape(-1, 2),
+        keys_f=np.array(keys_f, dtype=np.float64).reshape(-1, 4),
         keys_i=np.array(keys_i, dtype=np.int64),
         keys_conc=np.array(keys_conc, dtype=np.int64),
         prop_samples=prop_samples, stage_steps=stage_steps, edge_samples=edge_samples,
@@ -235,7 +239,7 @@ def _edge_keys(scheme: Scheme, schedule: Schedule, row_key: np.ndarray, keys_f: 
             continue
         row_key[rows] = len(keys_i)
         for j in range(reps):
-            keys_f.append([h, np.nan])
+            keys_f.append([h, *rows_f[rows[0], [2, 4, 5]]])
             keys_i.append(n)
             keys_conc.append(start + 3 * n * j)
             key_uses.append(len(rows))
