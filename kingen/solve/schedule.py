@@ -48,9 +48,9 @@ A coarse step's stage concentrations are entries of ``conc`` already: its start 
 step's start, its middle a fine step's start or midpoint, its end a fine step's end
 (:func:`coarse_stage_entries`). Both forms of the solver take the same coarse steps, so
 they still agree to rounding. On Robert & Howe's standard set with 0.2 ms exchange the
-published rates take 2.5 times fewer steps on the edges than the schedule's, every rate at
-its lower bound 4 times fewer, with errors against the exact reference of 4e-8 and 1.4e-9
-of the peak (the schedule's own at the upper bounds: 1.7e-7;
+published rates take 1.7 times fewer steps on the edges than the schedule's (61,330 of
+103,208), every rate at its lower bound 9.4 times fewer, with errors against the exact
+reference of 4.2e-8 and 5.0e-8 of the peak (the schedule's own at the upper bounds: 1.7e-7;
 ``analysis/h200/optimization_log_exchange.md``, step 14). :func:`coarse_steps` counts them.
 """
 
@@ -73,8 +73,8 @@ DEFAULT_COURANT = 2.5
 # A candidate's own coarse steps on smooth rows keep h·ρ at this share of the courant, ρ from
 # its own rates (four times the steps its stability needs): at half the courant the error
 # against the exact reference grew from 5e-7 to 9.6e-7 of the peak on Geiger's miniature set
-# and from 2.5e-9 to 7e-7 on Robert & Howe's standard set, at a quarter it stays at the
-# schedule's own (the exchange log's step 14).
+# and from 2.5e-9 to 7e-7 on Robert & Howe's standard set; at a quarter, 5.1e-7 and 4.2e-8,
+# within the schedule's own error at the upper bounds (1.7e-7; the exchange log's step 14).
 OWN_COURANT_SHARE = 0.25
 # ... and, whatever its rates, integrate the concentration within each to this share of
 # the segment's peak times the step (_coarse_limit).
