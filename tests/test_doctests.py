@@ -43,6 +43,7 @@ PUBLIC_MODULES = {
     "kingen.solve.cuda": True,
     "kingen.solve.rest": True,
     "kingen.solve.inputs": True,
+    "kingen.solve.schedule": True,
     "kingen.solve.plan": True,
     "kingen.solve.batch": True,
     "kingen.solve.gnsums": True,

@@ -243,7 +243,7 @@ def coarse_steps(scheme: Scheme, schedule: Schedule, params: np.ndarray) -> np.n
 
     Examples
     --------
-    Robert & Howe's edges at 10 mM: the published rates take 4-5 of the schedule's steps as
+    Robert & Howe's edges at 10 mM: the published rates take two of the schedule's steps as
     one where the edge is steepest (65 steps a sample), those at the upper bounds none.
 
     >>> from kingen.experiment.protocol import standard_protocol
@@ -253,7 +253,7 @@ def coarse_steps(scheme: Scheme, schedule: Schedule, params: np.ndarray) -> np.n
     >>> per = coarse_steps(s, sch, s.complete(np.stack([s.values, s.upper])))
     >>> steep = (sch.rows_i[:, 3] == 1) & (sch.rows_i[:, 0] == 65)
     >>> sorted(set(per[0, steep].tolist())), sorted(set(per[1, steep].tolist()))
-    ([5], [1])
+    ([2], [1])
     """
     params = np.atleast_2d(np.asarray(params, dtype=np.float64))
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
@@ -280,8 +280,8 @@ def candidate_steps(schedule: Schedule, per: np.ndarray) -> np.ndarray:
     ...                                                             exchange=0.2)])[0])
     >>> steps = candidate_steps(sch, coarse_steps(s, sch, s.complete(np.stack([s.values,
     ...                                                                         s.upper]))))
-    >>> sch.total_steps, steps.tolist()      # the edges' 4,200 steps: 1,624 at published rates
-    (32470, [29894, 32470])
+    >>> sch.total_steps, steps.tolist()      # the edges' 4,200 steps: 2,562 at published rates
+    (32470, [30832, 32470])
     """
     n, reps = schedule.rows_i[:, 0], schedule.rows_i[:, 1]
     return (-(-n // per) * reps).sum(axis=1)
