@@ -179,3 +179,30 @@ def test_the_gpu_lays_candidates_out_by_their_steps_and_answers_in_the_given_ord
     np.testing.assert_allclose(got.sgg[ok], ref.sgg[ok], rtol=1e-9)
     np.testing.assert_allclose(got.sgd[ok], ref.sgd[ok], rtol=1e-9)
     np.testing.assert_allclose(got.windows[ok], ref.windows[ok], rtol=1e-9, atol=1e-12)
+
+
+def test_the_layout_groups_warps_by_the_peak_rate_and_orders_each_by_the_rate_at_rest():
+    """A warp of 32 builds holds the 32 candidates nearest in their exit rate at the highest
+    concentration (the steps of the 10 mM edges it builds); inside it, and in the last
+    partial warp, they follow their exit rate without agonist (the steps of the dose
+    series' edges, which the sample kernel's smaller warps step)."""
+    from kingen.solve.warp_order import exit_matrices
+
+    scheme = Scheme.load(MODELS / "robert_howe_2003.toml")
+    sweeps = protocol_sweeps([standard_protocol("dose_response", exchange=0.2)])[0]
+    schedule = build_schedule(scheme, sweeps)
+    rng = np.random.default_rng(7)
+    params = scheme.complete(10 ** rng.uniform(np.log10(scheme.lower), np.log10(scheme.upper),
+                                               (75, scheme.n_params)))
+    order = warp_order(scheme, schedule, params.T)
+    assert sorted(order.tolist()) == list(range(75))
+    a, b = exit_matrices(scheme)
+    peak = schedule.rows_f[schedule.rows_i[:, 3] != 0, 2].max()
+    at_peak = (params @ (a + peak * b)).max(axis=1)
+    at_rest = (params @ a).max(axis=1)
+    ranks = np.argsort(np.argsort(at_peak))
+    for start in (0, 32, 64):
+        warp = order[start:start + 32]
+        assert sorted(ranks[warp].tolist()) == list(range(start, min(start + 32, 75)))
+        assert (np.diff(at_rest[warp]) >= 0).all()
+    assert not (np.diff(at_peak[order]) >= 0).all()  # the second key reorders inside warps
