@@ -111,7 +111,7 @@ def test_own_steps_are_fewer_for_slow_rates_and_none_at_the_upper_bounds():
     assert (per[:, ~smooth] == 1).all()
     assert (candidate_steps(schedule, per) == schedule.total_steps - fine + edge_steps).all()
     # never more of the schedule's steps as one than the concentration allows
-    assert (per[:, smooth] <= schedule.rows_f[smooth, 5]).all() and (taken <= n).all()
+    assert (per[:, smooth] <= schedule.rows_f[smooth, 5]).all()
     assert schedule.rows_f[smooth, 5].min() < n.max()  # the limit binds on the steep part
 
 

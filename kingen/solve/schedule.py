@@ -258,10 +258,13 @@ def coarse_steps(scheme: Scheme, schedule: Schedule, params: np.ndarray) -> np.n
     params = np.atleast_2d(np.asarray(params, dtype=np.float64))
     rows_f, rows_i = schedule.rows_f, schedule.rows_i
     per = np.ones((params.shape[0], rows_f.shape[0]), dtype=np.int64)
+    spectral: dict[float, np.ndarray] = {}  # 2 × the largest exit rate, per segment peak
     for r in np.flatnonzero((rows_i[:, 3] != 0) & (rows_f[:, 4] > 0)):
-        n, own = int(rows_i[r, 0]), float(rows_f[r, 4])
+        n, own, peak = int(rows_i[r, 0]), float(rows_f[r, 4]), float(rows_f[r, 2])
+        if peak not in spectral:  # a protocol's hundreds of edge rows share a few peaks
+            spectral[peak] = 2.0 * scheme.exit_rates(params, peak).max(axis=-1)
         with np.errstate(invalid="ignore"):
-            rho = 2.0 * scheme.exit_rates(params, float(rows_f[r, 2])).max(axis=-1) * rows_f[r, 1]
+            rho = spectral[peak] * rows_f[r, 1]
             m = np.where(rho * n <= own, n,
                          np.where(2.0 * rho <= own, np.floor(own / np.where(rho > 0, rho, 1.0)),
                                   1.0))
